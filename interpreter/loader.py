@@ -1,0 +1,99 @@
+"""Parse a StableHLO program: text, MLIR bytecode, or a portable artifact.
+
+Parsing and verification go through jaxlib's MLIR bindings. One MLIR context
+is made per program (contexts are not shared across threads).
+"""
+from __future__ import annotations
+
+from ..errors import InvalidArgument
+
+_REGISTRY = None
+
+
+def _dialect_registry():
+    global _REGISTRY
+    if _REGISTRY is None:
+        from jaxlib.mlir import ir
+        import jaxlib.mlir._mlir_libs._jax_mlir_ext as jax_mlir_ext
+
+        registry = ir.DialectRegistry()
+        jax_mlir_ext.register_dialects(registry)
+        _REGISTRY = registry
+    return _REGISTRY
+
+
+def make_context():
+    """An MLIR context with func, stablehlo, chlo, sdy and mhlo loaded.
+
+    Unregistered dialects are allowed so the interpreter-test `check.*` ops
+    parse; the planner rejects any op it has no kernel for.
+    """
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import chlo, sdy, stablehlo
+
+    context = ir.Context()
+    context.append_dialect_registry(_dialect_registry())
+    context.load_all_available_dialects()
+    stablehlo.register_dialect(context)
+    chlo.register_dialect(context)
+    sdy.register_dialect(context)
+    try:
+        from jaxlib.mlir.dialects import mhlo
+        mhlo.register_mhlo_dialect(context)
+    except Exception:  # pragma: no cover - mhlo is optional
+        pass
+    context.allow_unregistered_dialects = True
+    return context
+
+
+def is_bytecode(data: bytes) -> bool:
+    """MLIR bytecode (and portable artifacts) start with the magic 'ML\\xefR'."""
+    return data[:4] == b"ML\xefR"
+
+
+def parse_module(source: bytes | str, context):
+    """Parse `source` into a verified `ir.Module` inside `context`.
+
+    Portable artifacts are versioned VHLO bytecode: they are deserialized
+    (upgraded to the current StableHLO) first. Anything else goes to the
+    MLIR parser, which accepts text and bytecode.
+    """
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    if isinstance(source, str):
+        source = source.encode()
+    if not isinstance(source, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(f"program must be bytes or str, not {type(source).__name__}")
+    data = bytes(source)
+    if not data.strip():
+        raise InvalidArgument("empty program")
+    with context, ir.Location.unknown():
+        if is_bytecode(data):
+            try:
+                module = stablehlo.deserialize_portable_artifact(context, data)
+            except Exception:
+                module = _parse_text_or_bytecode(data)
+        else:
+            if b"\x00" in data:
+                raise InvalidArgument("program text contains NUL bytes: not MLIR text or bytecode")
+            module = _parse_text_or_bytecode(data)
+        if not module.operation.verify():
+            raise InvalidArgument("program failed verification")
+    return module
+
+
+def _parse_text_or_bytecode(data: bytes):
+    from jaxlib.mlir import ir
+
+    try:
+        return ir.Module.parse(data)
+    except ir.MLIRError as error:
+        raise InvalidArgument(f"cannot parse program: {_error_text(error)}") from None
+    except Exception as error:  # nanobind raises ValueError/RuntimeError too
+        raise InvalidArgument(f"cannot parse program: {error}") from None
+
+
+def _error_text(error) -> str:
+    text = str(error)
+    return text if len(text) < 4000 else text[:4000] + " ..."

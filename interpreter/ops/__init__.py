@@ -1,0 +1,6 @@
+"""Op families. Importing this package registers every kernel."""
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,234 @@
+"""Lowering: an MLIR module -> a plan of plain Python steps, done once.
+
+A `FunctionPlan` numbers every SSA value of a function (its nested regions
+included) with an integer slot. Each `Step` is a kernel, its planned `OpInfo`
+and the slots it reads and writes. Running a function makes a fresh list of
+slots (a frame), so one plan serves many threads and recursive calls; the
+regions of an op run inside the frame of the op that owns them, which is how
+they see values captured from the enclosing scope.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
+from .attributes import convert_attribute
+from .location import describe_location
+from .registry import lookup
+from .types import TensorType, convert_type
+
+TERMINATORS = ("func.return", "stablehlo.return", "mhlo.return")
+
+
+@dataclass
+class OpInfo:
+    """Everything a kernel needs to know about its op, in Python terms."""
+
+    name: str
+    location: str
+    attrs: dict[str, Any]
+    operand_types: tuple
+    result_types: tuple
+    module: "ModulePlan | None" = None
+    cache: dict = field(default_factory=dict)
+
+    def error(self, message: str, cls=InvalidArgument) -> PjrtRefError:
+        """An error naming this op and its location (raise it)."""
+        return cls(message, op=self.name, location=self.location)
+
+    @property
+    def result_type(self) -> TensorType:
+        return self.result_types[0]
+
+
+@dataclass
+class RegionPlan:
+    """A region's block: argument slots, steps, and the slots it returns."""
+
+    arg_slots: list[int]
+    arg_types: tuple
+    steps: list
+    result_slots: list[int]
+
+
+@dataclass
+class Step:
+    kernel: Callable
+    op: OpInfo
+    operands: tuple[int, ...]
+    results: tuple[int, ...]
+    regions: tuple[RegionPlan, ...] = ()
+
+
+class BoundRegion:
+    """A region ready to run inside a given frame: `region(*args) -> list`."""
+
+    __slots__ = ("plan", "frame")
+
+    def __init__(self, plan: RegionPlan, frame: list):
+        self.plan = plan
+        self.frame = frame
+
+    @property
+    def arg_types(self) -> tuple:
+        return self.plan.arg_types
+
+    def __call__(self, *args) -> list:
+        return run_block(self.plan, self.frame, args)
+
+
+def run_block(block: RegionPlan, frame: list, args) -> list:
+    """Execute a block's steps in `frame` and return its results."""
+    for slot, value in zip(block.arg_slots, args):
+        frame[slot] = value
+    for step in block.steps:
+        operands = [frame[i] for i in step.operands]
+        try:
+            if step.regions:
+                bound = tuple(BoundRegion(r, frame) for r in step.regions)
+                result = step.kernel(step.op, *operands, regions=bound)
+            else:
+                result = step.kernel(step.op, *operands)
+        except PjrtRefError:
+            raise
+        except RecursionError:
+            raise step.op.error("recursion too deep") from None
+        except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError,
+                MemoryError, ArithmeticError, KeyError) as error:
+            raise step.op.error(f"{type(error).__name__}: {error}") from error
+        results = step.results
+        if len(results) == 1:
+            frame[results[0]] = result
+        elif results:
+            for slot, value in zip(results, result):
+                frame[slot] = value
+    return [frame[i] for i in block.result_slots]
+
+
+@dataclass
+class FunctionPlan:
+    name: str
+    num_slots: int
+    body: RegionPlan
+    input_types: tuple
+    output_types: tuple
+
+    def run(self, args) -> list:
+        frame: list = [None] * self.num_slots
+        return run_block(self.body, frame, args)
+
+
+class ModulePlan:
+    """All functions of a module, planned lazily on first reference."""
+
+    def __init__(self, module):
+        self._funcs = {}
+        self.functions: dict[str, FunctionPlan] = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func":
+                name = convert_attribute(op.attributes["sym_name"])
+                self._funcs[name] = op
+        self.num_partitions = _module_int_attr(module, "mhlo.num_partitions", 1)
+        self.num_replicas = _module_int_attr(module, "mhlo.num_replicas", 1)
+
+    @property
+    def function_names(self) -> list[str]:
+        return list(self._funcs)
+
+    def function(self, name: str) -> FunctionPlan:
+        plan = self.functions.get(name)
+        if plan is None:
+            if name not in self._funcs:
+                raise InvalidArgument(f"no function @{name} in the program")
+            plan = _FunctionPlanner(self, self._funcs[name]).plan()
+            # Planning finished (callees were planned through `function`, and
+            # recursive calls resolve lazily at run time).
+            self.functions[name] = plan
+        return plan
+
+    def plan_all(self) -> None:
+        for name in self._funcs:
+            self.function(name)
+
+
+def _module_int_attr(module, name: str, default: int) -> int:
+    attrs = module.operation.attributes
+    return convert_attribute(attrs[name]) if name in attrs else default
+
+
+class _FunctionPlanner:
+    def __init__(self, module_plan: ModulePlan, func_op):
+        self.module_plan = module_plan
+        self.func_op = func_op
+        self.slots: dict = {}
+
+    def slot(self, value) -> int:
+        key = value  # ir.Value is hashable and compares by identity
+        if key not in self.slots:
+            self.slots[key] = len(self.slots)
+        return self.slots[key]
+
+    def plan(self) -> FunctionPlan:
+        from jaxlib.mlir import ir
+
+        func_type = self.func_op.attributes["function_type"].value
+        name = convert_attribute(self.func_op.attributes["sym_name"])
+        region = self.func_op.regions[0]
+        if len(region.blocks) == 0:
+            raise Unimplemented(f"function @{name} has no body (external functions cannot run)")
+        body = self.plan_region(region)
+        return FunctionPlan(
+            name=name,
+            num_slots=len(self.slots),
+            body=body,
+            input_types=tuple(convert_type(t) for t in func_type.inputs),
+            output_types=tuple(convert_type(t) for t in func_type.results),
+        )
+
+    def plan_region(self, region) -> RegionPlan:
+        blocks = list(region.blocks)
+        if len(blocks) != 1:
+            raise Unimplemented(f"regions with {len(blocks)} blocks are not supported")
+        block = blocks[0]
+        arg_slots = [self.slot(a) for a in block.arguments]
+        arg_types = tuple(convert_type(a.type) for a in block.arguments)
+        steps = []
+        result_slots: list[int] = []
+        for op in block.operations:
+            op = op.operation
+            if op.name in TERMINATORS:
+                result_slots = [self.slot(v) for v in op.operands]
+                continue
+            steps.append(self.plan_op(op))
+        return RegionPlan(arg_slots, arg_types, steps, result_slots)
+
+    def plan_op(self, op) -> Step:
+        location = describe_location(op.location)
+        name = op.name
+        kernel = lookup(name)
+        if kernel is None:
+            raise Unimplemented("op is not supported by pjrt-ref", op=name, location=location)
+        try:
+            attrs = {}
+            for i in range(len(op.attributes)):
+                named = op.attributes[i]
+                attrs[named.name] = convert_attribute(named.attr)
+            operand_types = tuple(convert_type(v.type) for v in op.operands)
+            result_types = tuple(convert_type(r.type) for r in op.results)
+        except PjrtRefError:
+            raise
+        except ValueError as error:
+            raise Unimplemented(str(error), op=name, location=location) from None
+        info = OpInfo(name, location, attrs, operand_types, result_types, self.module_plan)
+        regions = tuple(self.plan_region(r) for r in op.regions)
+        return Step(
+            kernel=kernel.fn,
+            op=info,
+            operands=tuple(self.slot(v) for v in op.operands),
+            results=tuple(self.slot(r) for r in op.results),
+            regions=regions,
+        )

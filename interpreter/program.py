@@ -1,0 +1,92 @@
+"""`load(source)` -> `Program`: the interpreter's public face."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from .loader import make_context, parse_module
+from .plan import ModulePlan
+from .types import TensorType, TokenType, TOKEN
+
+
+class Program:
+    """A planned StableHLO module; call it with numpy arrays.
+
+    `program(*arrays)` checks the arguments against the entry function's
+    signature, runs the plan and returns a list of numpy arrays (one per
+    result). No MLIR object is touched while it runs.
+    """
+
+    def __init__(self, source: bytes | str, entry: str = "main"):
+        context = make_context()
+        module = parse_module(source, context)
+        self.module_plan = ModulePlan(module)
+        names = self.module_plan.function_names
+        if entry not in names:
+            if len(names) == 1:
+                entry = names[0]
+            else:
+                raise InvalidArgument(f"program has no @{entry} function (it has: {', '.join(names)})")
+        self.entry = entry
+        self.function = self.module_plan.function(entry)
+        # Plan every function now, so unknown ops fail at load, not half way.
+        self.module_plan.plan_all()
+        self.text = str(module)
+        self._context = context  # keeps parsed types alive; never used at run time
+        self._module = module
+
+    @property
+    def input_types(self) -> tuple:
+        return self.function.input_types
+
+    @property
+    def output_types(self) -> tuple:
+        return self.function.output_types
+
+    @property
+    def num_partitions(self) -> int:
+        return self.module_plan.num_partitions
+
+    @property
+    def num_replicas(self) -> int:
+        return self.module_plan.num_replicas
+
+    def __call__(self, *args) -> list:
+        converted = self.check_arguments(args)
+        return self.function.run(converted)
+
+    def check_arguments(self, args) -> list:
+        """Arguments as numpy arrays matching the signature, or InvalidArgument."""
+        expected = self.input_types
+        if len(args) != len(expected):
+            raise InvalidArgument(
+                f"@{self.entry} takes {len(expected)} argument(s), got {len(args)}")
+        converted = []
+        for index, (arg, ttype) in enumerate(zip(args, expected)):
+            if isinstance(ttype, TokenType):
+                converted.append(TOKEN)
+                continue
+            array = np.asarray(arg)
+            if not isinstance(ttype, TensorType):
+                converted.append(arg)
+                continue
+            if array.dtype != ttype.dtype:
+                raise InvalidArgument(
+                    f"argument {index} of @{self.entry}: expected element type "
+                    f"{ttype.element_type} ({ttype.dtype}), got {array.dtype}")
+            if len(array.shape) != len(ttype.shape) or any(
+                    d is not None and d != s for d, s in zip(ttype.shape, array.shape)):
+                raise InvalidArgument(
+                    f"argument {index} of @{self.entry}: expected shape "
+                    f"{_shape_text(ttype.shape)}, got {_shape_text(array.shape)}")
+            converted.append(array)
+        return converted
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def load(source: bytes | str, entry: str = "main") -> Program:
+    """Parse, verify and plan a StableHLO program (text, bytecode or artifact)."""
+    return Program(source, entry)
