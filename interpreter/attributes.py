@@ -201,3 +201,71 @@ def _parse_literal(token: str, dtype: np.dtype):
     if is_float(dtype) or is_complex(dtype):
         return float(token)
     return int(token, 0)
+
+
+def read_attributes(op) -> dict[str, Any]:
+    """All attributes of an operation as Python values.
+
+    jaxlib's bindings abort the process when they are handed a dense
+    attribute of complex elements, so those are read from the op's printed
+    (generic) form instead of through the bindings.
+    """
+    names = list(op.attributes)
+    generic_text = None
+    values: dict[str, Any] = {}
+    for name in names:
+        if generic_text is None and _may_hold_complex_elements(op):
+            generic_text = op.get_asm(print_generic_op_form=True, enable_debug_info=False)
+        text = _complex_dense_text(generic_text, name) if generic_text else None
+        if text is not None:
+            values[name] = _parse_dense_with_type(text, op.context)
+        else:
+            values[name] = convert_attribute(op.attributes[name])
+    return values
+
+
+def _may_hold_complex_elements(op) -> bool:
+    types = [str(v.type) for v in op.operands] + [str(r.type) for r in op.results]
+    return any("complex<" in t for t in types) or op.name.endswith("constant_like")
+
+
+def _complex_dense_text(generic_text: str, name: str) -> str | None:
+    """The `dense<...> : tensor<...complex...>` text of attribute `name`, if so."""
+    key = f"{name} = dense<"
+    start = generic_text.find(key)
+    if start < 0:
+        return None
+    start += len(name) + 3
+    end = _matching_angle(generic_text, start + len("dense"))
+    type_start = end + 1
+    if not generic_text.startswith(" : ", type_start):
+        return None
+    type_end = _matching_angle(generic_text, generic_text.index("<", type_start))
+    text = generic_text[start:type_end + 1]
+    return text if "complex<" in text[end - start:] else None
+
+
+def _matching_angle(text: str, open_index: int) -> int:
+    depth = 0
+    in_string = False
+    for i in range(open_index, len(text)):
+        ch = text[i]
+        if ch == '"':
+            in_string = not in_string
+        elif in_string:
+            continue
+        elif ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ValueError("unbalanced '<' in attribute text")
+
+
+def _parse_dense_with_type(text: str, context) -> np.ndarray:
+    from jaxlib.mlir import ir
+
+    type_text = text[text.rindex(" : ") + 3:]
+    ttype = convert_type(ir.Type.parse(type_text, context=context))
+    return parse_dense_text(text, ttype)

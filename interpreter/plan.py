@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
-from .attributes import convert_attribute
+from .attributes import convert_attribute, read_attributes
 from .location import describe_location
 from .registry import lookup
 from .types import TensorType, convert_type
@@ -213,17 +213,16 @@ class _FunctionPlanner:
         if kernel is None:
             raise Unimplemented("op is not supported by pjrt-ref", op=name, location=location)
         try:
-            attrs = {}
-            for i in range(len(op.attributes)):
-                named = op.attributes[i]
-                attrs[named.name] = convert_attribute(named.attr)
             operand_types = tuple(convert_type(v.type) for v in op.operands)
             result_types = tuple(convert_type(r.type) for r in op.results)
+            attrs = read_attributes(op)
         except PjrtRefError:
             raise
         except ValueError as error:
             raise Unimplemented(str(error), op=name, location=location) from None
         info = OpInfo(name, location, attrs, operand_types, result_types, self.module_plan)
+        if kernel.validate is not None:
+            kernel.validate(info)
         regions = tuple(self.plan_region(r) for r in op.regions)
         return Step(
             kernel=kernel.fn,

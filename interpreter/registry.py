@@ -1,10 +1,14 @@
-"""The op table: op name -> kernel.
+"""The op table: op name -> kernel, and custom-call target -> kernel.
 
 A kernel is a plain function `kernel(op, *operands)` that returns one numpy
 array, or a tuple of them for ops with several results. `op` is the planned
-`OpInfo` (attributes already converted, result types, location). Ops with
-regions are registered with `regions=True` and receive the regions bound to
-the running frame as the keyword argument `regions`.
+`OpInfo` (attributes already converted, result/operand types, location).
+Ops with regions receive them, bound to the running frame, as the keyword
+argument `regions`.
+
+`validate(op)`, if given, runs once when the program is planned: it raises
+(via `op.error(...)`) for element types or attribute values the kernel does
+not support, so such programs fail at load time, not half way through.
 """
 from __future__ import annotations
 
@@ -16,20 +20,38 @@ from typing import Callable
 class Kernel:
     name: str
     fn: Callable
-    takes_regions: bool = False
+    validate: Callable | None = None
 
 
 KERNELS: dict[str, Kernel] = {}
+CUSTOM_CALL_TARGETS: dict[str, Kernel] = {}
 
 
-def register(*names: str, regions: bool = False):
+def register(*names: str, validate: Callable | None = None):
     """Register the decorated function as the kernel of the op(s) `names`."""
 
     def decorate(fn: Callable) -> Callable:
         for name in names:
             if name in KERNELS:
                 raise RuntimeError(f"op {name} registered twice")
-            KERNELS[name] = Kernel(name, fn, regions)
+            KERNELS[name] = Kernel(name, fn, validate)
+        return fn
+
+    return decorate
+
+
+def register_custom_call(*targets: str, validate: Callable | None = None):
+    """Register the decorated function for `stablehlo.custom_call @target`.
+
+    Only registered targets ever run: a program naming any other target is
+    rejected when it is loaded.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        for target in targets:
+            if target in CUSTOM_CALL_TARGETS:
+                raise RuntimeError(f"custom call target {target} registered twice")
+            CUSTOM_CALL_TARGETS[target] = Kernel(target, fn, validate)
         return fn
 
     return decorate
@@ -38,6 +60,11 @@ def register(*names: str, regions: bool = False):
 def lookup(name: str) -> Kernel | None:
     _load_op_modules()
     return KERNELS.get(name)
+
+
+def lookup_custom_call(target: str) -> Kernel | None:
+    _load_op_modules()
+    return CUSTOM_CALL_TARGETS.get(target)
 
 
 _LOADED = False

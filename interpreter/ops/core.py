@@ -1,12 +1,11 @@
-"""Core ops every program needs: constants and calls.
+"""Core ops every program needs: constants, calls and custom calls.
 
-Spec sections: "constant", and `func.call` (builtin function calls).
+Spec sections: "constant", "custom_call"; and `func.call` (builtin calls).
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..registry import register
+from ...errors import Unimplemented
+from ..registry import lookup_custom_call, register
 
 
 @register("stablehlo.constant")
@@ -21,3 +20,24 @@ def call(op, *operands):
     callee = op.module.function(op.attrs["callee"])
     results = callee.run(list(operands))
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _validate_custom_call(op) -> None:
+    target = op.attrs.get("call_target_name", "")
+    kernel = lookup_custom_call(target)
+    if kernel is None:
+        raise op.error(f"custom call target '{target}' is not registered in pjrt-ref",
+                       cls=Unimplemented)
+    op.cache["target"] = kernel
+    if kernel.validate is not None:
+        kernel.validate(op)
+
+
+@register("stablehlo.custom_call", validate=_validate_custom_call)
+def custom_call(op, *operands):
+    """Spec "custom_call": run the registered target named by the op.
+
+    Targets are looked up in `registry.CUSTOM_CALL_TARGETS` when the program
+    is loaded; nothing in a program can reach any other Python code.
+    """
+    return op.cache["target"].fn(op, *operands)
