@@ -67,8 +67,8 @@ from jaxlib.mlir.dialects import stablehlo
 text = open(sys.argv[1]).read()
 args = np.load(sys.argv[2], allow_pickle=False)
 arrays = [args[f"arg{i}"] for i in range(len(args.files))]
-with ir.Context() as ctx:
-    stablehlo.register_dialect(ctx)
+from pjrt_ref.interpreter.loader import make_context
+with make_context() as ctx, ir.Location.unknown():
     module = ir.Module.parse(text)
     inputs = [ir.DenseElementsAttr.get(a) for a in arrays]
     results = stablehlo.eval_module(module, inputs)
