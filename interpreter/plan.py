@@ -34,6 +34,9 @@ class OpInfo:
     result_types: tuple
     module: "ModulePlan | None" = None
     cache: dict = field(default_factory=dict)
+    # The planned regions of the op (set before `validate` runs), so a
+    # validate hook can inspect a region's body, e.g. to spot an add body.
+    region_plans: tuple = ()
 
     def error(self, message: str, cls=InvalidArgument) -> PjrtRefError:
         """An error naming this op and its location (raise it)."""
@@ -221,9 +224,10 @@ class _FunctionPlanner:
         except ValueError as error:
             raise Unimplemented(str(error), op=name, location=location) from None
         info = OpInfo(name, location, attrs, operand_types, result_types, self.module_plan)
+        regions = tuple(self.plan_region(r) for r in op.regions)
+        info.region_plans = regions
         if kernel.validate is not None:
             kernel.validate(info)
-        regions = tuple(self.plan_region(r) for r in op.regions)
         return Step(
             kernel=kernel.fn,
             op=info,
