@@ -77,7 +77,10 @@ def convert_attribute(attr) -> Any:
     if isinstance(attr, ir.DictAttr):
         return {attr[i].name: convert_attribute(attr[i].attr) for i in range(len(attr))}
     if isinstance(attr, ir.TypeAttr):
-        return convert_type(attr.value)
+        try:
+            return convert_type(attr.value)
+        except ValueError:  # function types and other non-value types
+            return str(attr.value)
     for enum_kind in _ENUM_ATTRS:
         cls = getattr(stablehlo, enum_kind)
         if cls.isinstance(attr):
