@@ -20,7 +20,7 @@ from .location import describe_location
 from .registry import lookup
 from .types import TensorType, convert_type
 
-TERMINATORS = ("func.return", "stablehlo.return", "mhlo.return")
+TERMINATORS = ("func.return", "stablehlo.return", "mhlo.return", "sdy.return")
 
 
 @dataclass
