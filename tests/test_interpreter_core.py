@@ -1,0 +1,110 @@
+"""The interpreter's front door: every input format, and errors at load time.
+
+Numerics are checked against JAX's cpu backend (tests/oracle.py).
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from oracle import assert_same_as_jax  # noqa: F401  (sets JAX to cpu, x64)
+from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.interpreter import load
+
+ADD_TEXT = """
+func.func @main(%a: tensor<3xf32>, %b: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.add %a, %b : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+"""
+
+
+def _args():
+    return np.array([1, 2, 3], np.float32), np.array([10, 20, 30], np.float32)
+
+
+def test_text_program_runs():
+    (out,) = load(ADD_TEXT)(*_args())
+    np.testing.assert_array_equal(out, np.array([11, 22, 33], np.float32))
+
+
+def test_bytecode_program_runs():
+    from jaxlib.mlir import ir
+    from pjrt_ref.interpreter.loader import make_context
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(ADD_TEXT)
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+    (out,) = load(buffer.getvalue())(*_args())
+    np.testing.assert_array_equal(out, np.array([11, 22, 33], np.float32))
+
+
+def test_portable_artifact_runs():
+    from jaxlib.mlir.dialects import stablehlo
+
+    artifact = stablehlo.serialize_portable_artifact_str(
+        ADD_TEXT, stablehlo.get_minimum_version())
+    (out,) = load(artifact)(*_args())
+    np.testing.assert_array_equal(out, np.array([11, 22, 33], np.float32))
+
+
+def test_jax_lowered_program_matches_jax():
+    assert_same_as_jax(lambda x, y: x + y, *_args())
+
+
+@pytest.mark.parametrize("source", [b"", b"\x00\x01garbage", b"ML\xefR\x00\x00broken",
+                                    "func.func @main( {", b"\xff" * 64])
+def test_malformed_program_is_invalid_argument(source):
+    with pytest.raises(InvalidArgument):
+        load(source)
+
+
+def test_unknown_op_is_unimplemented_at_load_naming_op_and_location():
+    text = """
+    func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
+      %0 = "mydialect.frobnicate"(%a) : (tensor<3xf32>) -> tensor<3xf32> loc("model.py":4:10)
+      return %0 : tensor<3xf32>
+    }
+    """
+    with pytest.raises(Unimplemented) as info:
+        load(text)
+    message = str(info.value)
+    assert "mydialect.frobnicate" in message
+    assert "model.py:4" in message
+
+
+def test_unknown_custom_call_target_is_rejected_at_load():
+    text = """
+    func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {
+      %0 = stablehlo.custom_call @os.system(%a) : (tensor<3xf32>) -> tensor<3xf32>
+      return %0 : tensor<3xf32>
+    }
+    """
+    with pytest.raises(Unimplemented, match="os.system"):
+        load(text)
+
+
+@pytest.mark.parametrize("args, problem", [
+    ((np.zeros(3, np.float32),), "takes 2 argument"),
+    ((np.zeros(4, np.float32), np.zeros(3, np.float32)), "shape"),
+    ((np.zeros(3, np.float64), np.zeros(3, np.float32)), "element type"),
+])
+def test_wrong_arguments_are_invalid_argument(args, problem):
+    program = load(ADD_TEXT)
+    with pytest.raises(InvalidArgument, match=problem):
+        program(*args)
+
+
+def test_complex_constants_are_read_exactly():
+    text = """
+    func.func @main() -> tensor<2xcomplex<f64>> {
+      %0 = stablehlo.constant dense<[(1.5, -2.0), (0x7FF0000000000000, 3.0)]> : tensor<2xcomplex<f64>>
+      return %0 : tensor<2xcomplex<f64>>
+    }
+    """
+    (out,) = load(text)()
+    assert out.dtype == np.complex128
+    np.testing.assert_array_equal(out, np.array([1.5 - 2j, complex(np.inf, 3.0)]))
