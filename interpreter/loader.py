@@ -42,8 +42,35 @@ def make_context():
         mhlo.register_mhlo_dialect(context)
     except Exception:  # pragma: no cover - mhlo is optional
         pass
+    _load_quant_dialect(context)
     context.allow_unregistered_dialects = True
     return context
+
+
+def _load_quant_dialect(context) -> None:
+    """Load MLIR's `quant` dialect, which gives `!quant.uniform` types meaning.
+
+    jaxlib's Python bindings register no `quant` dialect, so without this a
+    quantized type parses as an opaque type of an unregistered dialect and
+    StableHLO's verifier rejects every quantized op. The dialect is compiled
+    into jaxlib (StableHLO needs it); running the `vhlo-legalize-to-stablehlo`
+    pass once, on an empty module, loads it as one of the pass's dependent
+    dialects.
+    """
+    from jaxlib.mlir import ir, passmanager
+    from jaxlib.mlir.dialects import stablehlo
+
+    global _PASSES_REGISTERED
+    if not _PASSES_REGISTERED:
+        stablehlo.register_stablehlo_passes()
+        _PASSES_REGISTERED = True
+    with context, ir.Location.unknown():
+        module = ir.Module.parse("module {}")
+        passmanager.PassManager.parse("builtin.module(vhlo-legalize-to-stablehlo)").run(
+            module.operation)
+
+
+_PASSES_REGISTERED = False
 
 
 def is_bytecode(data: bytes) -> bool:
