@@ -137,6 +137,17 @@ class TupleType:
         return "tuple<" + ", ".join(map(str, self.types)) + ">"
 
 
+@dataclass(frozen=True)
+class FutureType:
+    """`!stablehlo.future<...>`: the result of `async_start`, consumed by
+    `async_done`; its runtime value is the tuple of the awaited values."""
+
+    types: tuple = field(default_factory=tuple)
+
+    def __str__(self) -> str:
+        return "!stablehlo.future<" + ", ".join(map(str, self.types)) + ">"
+
+
 class Token:
     """The runtime value of a token."""
 
@@ -205,6 +216,9 @@ def convert_type(mlir_type):
     text = str(mlir_type)
     if text in ("!stablehlo.token", "!mhlo.token"):
         return TokenType()
+    if text.startswith("!stablehlo.future<"):
+        from jaxlib.mlir.dialects import stablehlo
+        return FutureType(tuple(convert_type(t) for t in stablehlo.FutureType(mlir_type).types))
     if isinstance(mlir_type, ir.UnrankedTensorType):
         raise ValueError(f"unranked tensor type {text} is not supported")
     # A bare element type (e.g. the scalar arguments of some region blocks).
