@@ -1,0 +1,169 @@
+"""Looking inside reduction bodies, and running them over whole arrays.
+
+Used by reduce, reduce_window, select_and_scatter and sort. Two ideas:
+
+* `binary_ufuncs(plan)` recognises a body that is just `add` / `multiply` /
+  `maximum` / `minimum` / `and` / `or` / `xor` of its two block arguments
+  (one such op per operand of a variadic reduce), so the kernel can call
+  numpy's `ufunc.reduce` instead of running the body at all.
+* Every other body made only of element-wise ops (compare, select, ...) is
+  run *vectorised*: its block arguments are whole arrays instead of 0-d
+  tensors, so one run of the body combines many pairs of elements at once.
+  `tree_reduce` folds a trailing axis that way in log2(n) runs of the body,
+  pairing neighbours so that the left operand always precedes the right one
+  (the spec leaves the schedule implementation-defined; any associative body
+  gives the same result as a left-to-right fold).
+
+Bodies with other ops (calls, while loops, ...) run element by element.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import is_bool, is_float
+
+# Region body op -> the numpy ufunc it computes on two arrays of one dtype.
+_UFUNCS = {
+    "stablehlo.add": np.add,
+    "stablehlo.multiply": np.multiply,
+    "stablehlo.maximum": np.maximum,
+    "stablehlo.minimum": np.minimum,
+    "stablehlo.and": np.bitwise_and,
+    "stablehlo.or": np.bitwise_or,
+    "stablehlo.xor": np.bitwise_xor,
+}
+# On i1, add is `or` and multiply is `and` (spec "add", "multiply").
+_BOOL_UFUNCS = {np.add: np.logical_or, np.multiply: np.logical_and}
+
+# Ops whose kernels combine arrays of any (broadcastable) shape element by
+# element, so a body made only of these can run on whole arrays at once.
+ELEMENTWISE_OPS = frozenset({
+    "stablehlo.constant", "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply",
+    "stablehlo.divide", "stablehlo.remainder", "stablehlo.maximum", "stablehlo.minimum",
+    "stablehlo.and", "stablehlo.or", "stablehlo.xor", "stablehlo.not",
+    "stablehlo.compare", "stablehlo.select", "stablehlo.negate", "stablehlo.abs",
+    "stablehlo.convert", "stablehlo.exponential", "stablehlo.log", "stablehlo.log_plus_one",
+    "stablehlo.exponential_minus_one", "stablehlo.sqrt", "stablehlo.is_finite",
+    "stablehlo.real", "stablehlo.imag", "stablehlo.complex", "stablehlo.sign",
+    "stablehlo.power", "stablehlo.clamp", "stablehlo.shift_left",
+    "stablehlo.shift_right_logical", "stablehlo.shift_right_arithmetic",
+    "stablehlo.bitcast_convert", "stablehlo.floor", "stablehlo.ceil",
+    "stablehlo.tanh", "stablehlo.logistic", "stablehlo.atan2", "stablehlo.popcnt",
+    "chlo.next_after",
+})
+
+
+def binary_ufuncs(plan) -> list | None:
+    """The ufuncs of a body `(a0..aN-1, b0..bN-1) -> (op_i(a_i, b_i))...`, or None.
+
+    Each result must come straight from one add/multiply/max/min/and/or/xor
+    step whose two operands are the block arguments a_i and b_i (in either
+    order: these ops commute), and the body must have no other steps.
+    """
+    n = len(plan.result_slots)
+    if len(plan.arg_slots) != 2 * n or len(plan.steps) != n:
+        return None
+    producers = {step.results[0]: step for step in plan.steps if len(step.results) == 1}
+    ufuncs = []
+    for i, slot in enumerate(plan.result_slots):
+        step = producers.get(slot)
+        if step is None or step.op.name not in _UFUNCS:
+            return None
+        if sorted(step.operands) != sorted((plan.arg_slots[i], plan.arg_slots[n + i])):
+            return None
+        ufunc = _UFUNCS[step.op.name]
+        dtype = step.op.result_types[0].dtype
+        if is_bool(dtype):
+            ufunc = _BOOL_UFUNCS.get(ufunc, ufunc)
+        elif ufunc in (np.bitwise_and, np.bitwise_or, np.bitwise_xor) and is_float(dtype):
+            return None
+        ufuncs.append(ufunc)
+    return ufuncs
+
+
+def is_elementwise(plan) -> bool:
+    """True if every step of the body is an element-wise op (see above)."""
+    return all(step.op.name in ELEMENTWISE_OPS and not step.regions and _scalar_constant(step)
+               for step in plan.steps)
+
+
+def _scalar_constant(step) -> bool:
+    return step.op.name != "stablehlo.constant" or np.ndim(step.op.attrs.get("value")) == 0
+
+
+def run_body(region, dtypes, shape, *args) -> list[np.ndarray]:
+    """Run `region` on arrays (vectorised) and return arrays of `shape`.
+
+    The body's results are cast to `dtypes` and broadcast to `shape` (a body
+    returning a constant yields a 0-d array).
+    """
+    results = region(*args)
+    return [np.broadcast_to(np.asarray(r, dtype=d), shape) for r, d in zip(results, dtypes)]
+
+
+def tree_reduce(region, dtypes, values: list[np.ndarray]) -> list[np.ndarray]:
+    """Combine the last axis of each array in `values` with a vectorised body.
+
+    `values` are N arrays of shape (..., n), n > 0; the result is N arrays of
+    shape (...). Neighbours are paired, so the order of elements is kept.
+    """
+    while values[0].shape[-1] > 1:
+        length = values[0].shape[-1]
+        half = length // 2
+        lhs = [v[..., 0:2 * half:2] for v in values]
+        rhs = [v[..., 1:2 * half:2] for v in values]
+        combined = run_body(region, dtypes, lhs[0].shape, *lhs, *rhs)
+        if length % 2:
+            combined = [np.concatenate([c, v[..., -1:]], axis=-1) for c, v in zip(combined, values)]
+        values = combined
+    return [v[..., 0] for v in values]
+
+
+def scalar_reduce(region, dtypes, values: list[np.ndarray], inits) -> list[np.ndarray]:
+    """Left fold of the last axis, element by element: the slow, general path.
+
+    Starts from `inits` (N 0-d arrays) for every output element.
+    """
+    out_shape = values[0].shape[:-1]
+    outputs = [np.empty(out_shape, dtype=d) for d in dtypes]
+    for index in np.ndindex(*out_shape):
+        acc = [np.asarray(i, dtype=d) for i, d in zip(inits, dtypes)]
+        for k in range(values[0].shape[-1]):
+            items = [np.asarray(v[index + (k,)]) for v in values]
+            acc = [np.asarray(r, dtype=d) for r, d in zip(region(*acc, *items), dtypes)]
+        for out, a in zip(outputs, acc):
+            out[index] = a
+    return outputs
+
+
+def reduce_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> list[np.ndarray]:
+    """`body(init, fold(values along the last axis))` with the fastest safe path.
+
+    `values`: N arrays of shape (..., n); `inits`: N 0-d arrays. An empty
+    axis gives the init values.
+    """
+    out_shape = values[0].shape[:-1]
+    if values[0].shape[-1] == 0:
+        return [np.full(out_shape, i, dtype=d) for i, d in zip(inits, dtypes)]
+    ufuncs = binary_ufuncs(plan)
+    if ufuncs is not None:
+        return [_ufunc_reduce(u, v, i, d) for u, v, i, d in zip(ufuncs, values, inits, dtypes)]
+    if is_elementwise(plan):
+        folded = tree_reduce(region, dtypes, values)
+        inits_b = [np.broadcast_to(np.asarray(i, dtype=d), out_shape) for i, d in zip(inits, dtypes)]
+        return [np.ascontiguousarray(r) for r in run_body(region, dtypes, out_shape, *inits_b, *folded)]
+    return scalar_reduce(region, dtypes, values, inits)
+
+
+def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
+    """`ufunc(init, ufunc.reduce(values, axis=-1))` in `dtype`.
+
+    Narrow floats (f16, bf16, f8...) are summed in f32 and rounded once,
+    as XLA's CPU backend does; integers wrap around in their own type.
+    """
+    work = dtype
+    if is_float(dtype) and dtype.itemsize < 4:
+        work = np.dtype(np.float32)
+    reduced = ufunc.reduce(values.astype(work, copy=False), axis=-1, dtype=work)
+    result = ufunc(np.asarray(init).astype(work), reduced)
+    return np.asarray(result).astype(dtype, copy=False).reshape(reduced.shape)
