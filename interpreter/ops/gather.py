@@ -1,0 +1,139 @@
+"""Gather ops: gather, dynamic_gather, torch_index_select.
+
+Spec sections: "gather", "dynamic_gather"; `torch_index_select` is a
+deprecated MHLO op kept by StableHLO. Gather is computed for all batch
+positions at once with numpy fancy indexing: one index array per operand
+dimension, shaped (batch, window...), then the result axes are permuted
+into place (`offset_dims` get the window axes, the other axes the batch).
+
+`index_vectors` and `batching_positions` are shared with scatter.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def as_int64(indices: np.ndarray) -> np.ndarray:
+    """Integer indices as int64; huge unsigned values saturate (they are out
+    of range whichever way, and clamping/bounds checks then see them so)."""
+    indices = np.asarray(indices)
+    if indices.dtype == np.uint64:
+        indices = np.minimum(indices, np.uint64(_INT64_MAX))
+    return indices.astype(np.int64)
+
+
+def index_vectors(indices: np.ndarray, index_vector_dim: int) -> tuple[tuple, np.ndarray]:
+    """Split an indices tensor into (batch shape, index vectors).
+
+    The index vectors run along `index_vector_dim`; if that equals the rank,
+    every element is its own length-1 vector. Returns the shape of the other
+    dims and a (batch size, vector length) int64 matrix in row-major batch
+    order.
+    """
+    indices = as_int64(indices)
+    if index_vector_dim == indices.ndim:
+        return indices.shape, indices.reshape(indices.size, 1)
+    moved = np.moveaxis(indices, index_vector_dim, -1)
+    batch_shape = moved.shape[:-1]
+    return batch_shape, moved.reshape(int(np.prod(batch_shape, dtype=np.int64)), moved.shape[-1])
+
+
+def batching_positions(batch_shape: tuple, operand_batching_dims, indices_batching_dims,
+                       index_vector_dim: int, rank: int) -> np.ndarray:
+    """`full_batching_index` of the spec for every batch position: a
+    (batch size, rank) matrix, zero except at the operand batching dims,
+    which take the batch position's coordinate along the paired indices dim.
+    """
+    size = int(np.prod(batch_shape, dtype=np.int64))
+    full = np.zeros((size, rank), dtype=np.int64)
+    if operand_batching_dims:
+        coordinates = np.indices(batch_shape).reshape(len(batch_shape), size)
+        for d_operand, d_indices in zip(operand_batching_dims, indices_batching_dims):
+            axis = d_indices - (0 if d_indices < index_vector_dim else 1)
+            full[:, d_operand] = coordinates[axis]
+    return full
+
+
+def gather_array(operand: np.ndarray, start_indices: np.ndarray, dims, slice_sizes) -> np.ndarray:
+    """Spec "gather" for a given `slice_sizes`.
+
+    `full_start_index` is clamped into [0, dim - slice_size] per operand dim;
+    `indices_are_sorted` is only a hint and is ignored.
+    """
+    slice_sizes = [int(s) for s in slice_sizes]
+    rank = operand.ndim
+    batch_shape, starts = index_vectors(start_indices, dims.index_vector_dim)
+    full_start = batching_positions(batch_shape, dims.operand_batching_dims,
+                                    dims.start_indices_batching_dims, dims.index_vector_dim, rank)
+    for d_start, d_operand in enumerate(dims.start_index_map):
+        upper = operand.shape[d_operand] - slice_sizes[d_operand]
+        full_start[:, d_operand] += np.clip(starts[:, d_start], 0, max(upper, 0))
+    dropped = set(dims.collapsed_slice_dims) | set(dims.operand_batching_dims)
+    window_dims = [d for d in range(rank) if d not in dropped]
+    window_shape = [slice_sizes[d] for d in window_dims]
+    index = []
+    for d in range(rank):
+        per_dim = full_start[:, d].reshape((-1,) + (1,) * len(window_dims))
+        if d in window_dims:
+            axis = window_dims.index(d)
+            offsets_shape = [1] * (1 + len(window_dims))
+            offsets_shape[1 + axis] = slice_sizes[d]
+            per_dim = per_dim + np.arange(slice_sizes[d]).reshape(offsets_shape)
+        index.append(per_dim)
+    values = operand[tuple(index)] if rank else np.broadcast_to(operand, (len(full_start),))
+    values = values.reshape(tuple(batch_shape) + tuple(window_shape))
+    return np.transpose(values, _result_axes(len(batch_shape), dims.offset_dims))
+
+
+def _result_axes(batch_rank: int, offset_dims) -> list[int]:
+    """Permutation taking (batch axes..., window axes...) to the result:
+    result axis `offset_dims[j]` is window axis j, the others batch axes."""
+    result_rank = batch_rank + len(offset_dims)
+    batch_dims = [d for d in range(result_rank) if d not in offset_dims]
+    axes = [0] * result_rank
+    for i, d in enumerate(batch_dims):
+        axes[d] = i
+    for j, d in enumerate(offset_dims):
+        axes[d] = batch_rank + j
+    return axes
+
+
+@register("stablehlo.gather")
+def gather(op, operand, start_indices):
+    """Spec "gather" (docs/spec.md#gather), batching dims included."""
+    return gather_array(operand, start_indices, op.attrs["dimension_numbers"],
+                        op.attrs["slice_sizes"])
+
+
+@register("stablehlo.dynamic_gather")
+def dynamic_gather(op, operand, start_indices, slice_sizes):
+    """Spec "dynamic_gather" (docs/spec.md#dynamic_gather): gather with
+    `slice_sizes` given as a run-time tensor."""
+    sizes = [int(s) for s in as_int64(slice_sizes)]
+    if any(not 0 <= s <= n for s, n in zip(sizes, operand.shape)) or len(sizes) != operand.ndim:
+        raise op.error(f"slice_sizes {sizes} do not fit operand shape {operand.shape}")
+    return gather_array(operand, start_indices, op.attrs["dimension_numbers"], sizes)
+
+
+@register("stablehlo.torch_index_select")
+def torch_index_select(op, operand, index):
+    """Deprecated `torch_index_select` (MHLO): `torch.index_select` with
+    `batch_dims` leading dims shared by operand and index:
+    result[b, m, i, r] = operand[b, m, index[b, i], r], where `b` are the
+    batch dims, `m` the operand dims before `dim`, `i` the index dims after
+    the batch and `r` the operand dims after `dim`. Indices must be in range.
+    """
+    dim, batch = op.attrs["dim"], op.attrs["batch_dims"]
+    index = as_int64(index)
+    if index.size and (index.min() < 0 or index.max() >= operand.shape[dim]):
+        raise op.error(f"index out of range [0, {operand.shape[dim]}) for dimension {dim}")
+    batch_shape = operand.shape[:batch]
+    pieces = [np.take(operand[b], index[b], axis=dim - batch) for b in np.ndindex(*batch_shape)]
+    result_shape = op.result_type.shape
+    if any(d is None for d in result_shape):
+        result_shape = operand.shape[:dim] + index.shape[batch:] + operand.shape[dim + 1:]
+    return np.array(pieces, dtype=operand.dtype).reshape(result_shape)

@@ -1,0 +1,156 @@
+"""Scatter: spec section "scatter" (docs/spec.md#scatter).
+
+Every update element gets the flat position it updates in the results: its
+scatter position's `full_start_index + full_batching_index` plus its window
+position's `full_window_index`. Updates are applied scatter position by
+scatter position, in row-major order, each window in row-major order (the
+spec leaves the schedule implementation-defined; this is XLA CPU's order, so
+with duplicate indices and a "replace" body the last update wins).
+
+Out-of-bounds updates: the spec skips each update element whose
+`result_index` is out of bounds and calls that implementation-defined; we
+follow XLA (whose results JAX users see) and skip the *whole window* of a
+scatter position whose window does not fit entirely in the operand.
+
+The update computation is recognised when the program is planned:
+* a body returning its second argument ("replace") becomes an assignment;
+* a body that is one elementwise op (add, multiply, maximum, minimum, and,
+  or, xor) on its two arguments becomes `numpy.<ufunc>.at` (unbuffered, in
+  order, so duplicate indices accumulate);
+* anything else (several inputs, type promotion, longer bodies) calls the
+  region once per update element, in order (slow but exact).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register
+from .gather import batching_positions, index_vectors
+
+# Elementwise ops that are a numpy ufunc on two same-typed arguments; all
+# are commutative, so the order of the body's operands does not matter.
+_UFUNC_BODIES = {
+    "stablehlo.add": np.add,
+    "stablehlo.multiply": np.multiply,
+    "stablehlo.maximum": np.maximum,
+    "stablehlo.minimum": np.minimum,
+    "stablehlo.and": np.bitwise_and,
+    "stablehlo.or": np.bitwise_or,
+    "stablehlo.xor": np.bitwise_xor,
+}
+
+REPLACE = "replace"
+
+
+def recognise_body(op):
+    """REPLACE, a numpy ufunc, or None (run the region) for the op's body."""
+    (body,) = op.region_plans
+    if len(body.arg_slots) != 2 or len(body.result_slots) != 1:
+        return None
+    current, update = body.arg_slots
+    dtype = op.result_types[0].dtype
+    if any(t.dtype != dtype or t.shape != () for t in body.arg_types):
+        return None
+    (returned,) = body.result_slots
+    if not body.steps:
+        return REPLACE if returned == update else None
+    if len(body.steps) != 1:
+        return None
+    (step,) = body.steps
+    ufunc = _UFUNC_BODIES.get(step.op.name)
+    if ufunc is None or step.results != (returned,) or sorted(step.operands) != sorted(
+            (current, update)):
+        return None
+    if ufunc in (np.bitwise_and, np.bitwise_or, np.bitwise_xor) and dtype.kind not in "biu":
+        return None
+    return ufunc
+
+
+def validate_scatter(op) -> None:
+    op.cache["body"] = recognise_body(op)
+
+
+def scatter_positions(operand_shape, scatter_indices, updates_shape, dims):
+    """Where each update element goes.
+
+    Returns (flat_targets, in_bounds, update_axes): flat_targets is a
+    (scatter positions, window positions) matrix of flat indices into the
+    results, in_bounds says which scatter positions' windows fit in the
+    operand, and update_axes orders the updates' axes as (scatter axes...,
+    window axes...) to match.
+    """
+    rank = len(operand_shape)
+    window_axes = list(dims.update_window_dims)
+    scatter_axes = [d for d in range(len(updates_shape)) if d not in window_axes]
+    batch_shape, starts = index_vectors(scatter_indices, dims.index_vector_dim)
+    full_start = batching_positions(batch_shape, dims.input_batching_dims,
+                                    dims.scatter_indices_batching_dims, dims.index_vector_dim,
+                                    rank)
+    for d_start, d_operand in enumerate(dims.scattered_dims_to_operand_dims):
+        full_start[:, d_operand] += starts[:, d_start]
+
+    dropped = set(dims.inserted_window_dims) | set(dims.input_batching_dims)
+    operand_window_dims = [d for d in range(rank) if d not in dropped]
+    window_sizes = np.ones(rank, dtype=np.int64)
+    for axis, d in zip(window_axes, operand_window_dims):
+        window_sizes[d] = updates_shape[axis]
+    limits = np.asarray(operand_shape, dtype=np.int64) - window_sizes
+    in_bounds = np.all((full_start >= 0) & (full_start <= limits), axis=1)
+
+    window_shape = [updates_shape[a] for a in window_axes]
+    window_size = int(np.prod(window_shape, dtype=np.int64))
+    offsets = np.indices(window_shape, dtype=np.int64).reshape(len(window_shape), window_size)
+    full_window = np.zeros((offsets.shape[1], rank), dtype=np.int64)
+    full_window[:, operand_window_dims] = offsets.T
+    strides = np.ones(rank, dtype=np.int64)
+    for d in range(rank - 2, -1, -1):
+        strides[d] = strides[d + 1] * operand_shape[d + 1]
+    flat_targets = (full_start @ strides)[:, None] + (full_window @ strides)[None, :]
+    return flat_targets, in_bounds, scatter_axes + window_axes
+
+
+@register("stablehlo.scatter", validate=validate_scatter)
+def scatter(op, *args, regions):
+    """Spec "scatter" (docs/spec.md#scatter): several inputs/updates,
+    batching dims, `index_vector_dim`; `indices_are_sorted` and
+    `unique_indices` are hints and are ignored. See the module docstring for
+    the update order and out-of-bounds windows."""
+    count = (len(args) - 1) // 2
+    inputs, scatter_indices, updates = args[:count], args[count], args[count + 1:]
+    dims = op.attrs["scatter_dimension_numbers"]
+    flat_targets, in_bounds, update_axes = scatter_positions(
+        inputs[0].shape, scatter_indices, updates[0].shape, dims)
+    targets = flat_targets[in_bounds].reshape(-1)
+    results = [np.array(x, copy=True) for x in inputs]
+    flat_results = [r.reshape(-1) for r in results]
+    flat_updates = [np.transpose(u, update_axes).reshape(flat_targets.shape)[in_bounds].reshape(-1)
+                    for u in updates]
+    body = op.cache.get("body")
+    if body is REPLACE:
+        last = _last_occurrences(targets)
+        flat_results[0][targets[last]] = flat_updates[0][last]
+    elif body is not None:
+        body.at(flat_results[0], targets, flat_updates[0])
+    else:
+        _apply_region(regions[0], flat_results, targets, flat_updates)
+    outputs = tuple(r.reshape(x.shape) for r, x in zip(flat_results, inputs))
+    return outputs[0] if count == 1 else outputs
+
+
+def _last_occurrences(targets: np.ndarray) -> np.ndarray:
+    """Positions in `targets` of the last update to each distinct target."""
+    _, first_from_end = np.unique(targets[::-1], return_index=True)
+    return len(targets) - 1 - first_from_end
+
+
+def _apply_region(region, flat_results, targets, flat_updates) -> None:
+    """Call the update computation once per update element, in order."""
+    count = len(flat_results)
+    arg_dtypes = [t.dtype for t in region.arg_types]
+    for position, target in enumerate(targets.tolist()):
+        current = [np.asarray(r[target], dtype=dt) for r, dt in zip(flat_results, arg_dtypes)]
+        update = [np.asarray(u[position], dtype=dt)
+                  for u, dt in zip(flat_updates, arg_dtypes[count:])]
+        new_values = region(*current, *update)
+        for r, value in zip(flat_results, new_values):
+            r[target] = np.asarray(value).astype(r.dtype)

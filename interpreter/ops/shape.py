@@ -1,0 +1,154 @@
+"""Shape ops: broadcasts, reshape, transpose, concatenate, reverse, iota,
+dimension sizes and tuples.
+
+Spec sections: "broadcast_in_dim", "reshape", "transpose", "concatenate",
+"reverse", "iota", "get_dimension_size", "tuple", "get_tuple_element"; and
+the deprecated `broadcast` and `set_dimension_size` (kept by StableHLO for
+compatibility with MHLO). Quantized tensors move as their storage values:
+none of these ops looks at element values.
+
+The dynamic variants (`dynamic_broadcast_in_dim`, `dynamic_reshape`,
+`dynamic_iota`, ...) live in `dynamic.py`; they share the helpers here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import Unimplemented
+from ..registry import register
+from ..types import is_complex
+
+
+def broadcast_to_shape(operand: np.ndarray, shape, broadcast_dimensions) -> np.ndarray:
+    """Spec "broadcast_in_dim" for a given result shape.
+
+    Operand dim `d` becomes result dim `broadcast_dimensions[d]` (the
+    dimensions need not be increasing, so the operand is transposed first);
+    operand dims of size 1 are repeated along the result dim.
+    """
+    shape = tuple(int(d) for d in shape)
+    order = sorted(range(operand.ndim), key=lambda d: broadcast_dimensions[d])
+    placed = np.transpose(operand, order)
+    expanded_shape = [1] * len(shape)
+    for d in order:
+        expanded_shape[broadcast_dimensions[d]] = operand.shape[d]
+    expanded = placed.reshape(expanded_shape)
+    return np.array(np.broadcast_to(expanded, shape))
+
+
+@register("stablehlo.broadcast_in_dim")
+def broadcast_in_dim(op, operand):
+    """Spec "broadcast_in_dim" (docs/spec.md#broadcast_in_dim): unsorted
+    `broadcast_dimensions` and size-1 expansion are honoured."""
+    return broadcast_to_shape(operand, op.result_type.shape, op.attrs["broadcast_dimensions"])
+
+
+@register("stablehlo.broadcast")
+def broadcast(op, operand):
+    """Deprecated `broadcast`: prepend `broadcast_sizes` to the operand shape
+    (the same as broadcast_in_dim onto the trailing dims)."""
+    sizes = tuple(op.attrs["broadcast_sizes"])
+    shape = sizes + operand.shape
+    dims = tuple(range(len(sizes), len(shape)))
+    return broadcast_to_shape(operand, shape, dims)
+
+
+def reshape_to(operand: np.ndarray, shape) -> np.ndarray:
+    """Row-major reshape (spec "reshape"); sizes must agree."""
+    shape = tuple(int(d) for d in shape)
+    if int(np.prod(shape)) != operand.size:
+        raise ValueError(f"cannot reshape {operand.shape} into {shape}: sizes differ")
+    return np.reshape(operand, shape)
+
+
+@register("stablehlo.reshape")
+def reshape(op, operand):
+    """Spec "reshape" (docs/spec.md#reshape): row-major order is kept."""
+    return reshape_to(operand, op.result_type.shape)
+
+
+@register("stablehlo.transpose")
+def transpose(op, operand):
+    """Spec "transpose" (docs/spec.md#transpose): result dim `d` is operand
+    dim `permutation[d]`."""
+    return np.transpose(operand, op.attrs["permutation"])
+
+
+@register("stablehlo.concatenate")
+def concatenate(op, *inputs):
+    """Spec "concatenate" (docs/spec.md#concatenate) along `dimension`;
+    empty inputs contribute nothing."""
+    dtype = op.result_type.dtype
+    return np.concatenate([np.asarray(x, dtype=dtype) for x in inputs], axis=op.attrs["dimension"])
+
+
+@register("stablehlo.reverse")
+def reverse(op, operand):
+    """Spec "reverse" (docs/spec.md#reverse): flip each of `dimensions`
+    (an empty list leaves the operand unchanged)."""
+    dims = tuple(op.attrs["dimensions"])
+    return np.flip(operand, axis=dims) if dims else operand
+
+
+def iota_array(shape, dimension: int, dtype: np.dtype) -> np.ndarray:
+    """Spec "iota": element = its index along `dimension` (for complex
+    types the real part; the imaginary part is 0)."""
+    shape = tuple(int(d) for d in shape)
+    if not 0 <= dimension < len(shape):
+        raise ValueError(f"iota_dimension {dimension} is out of range for rank {len(shape)}")
+    line = np.arange(shape[dimension], dtype=np.float64 if _needs_float_count(dtype) else np.int64)
+    line = line.astype(dtype)
+    view_shape = [1] * len(shape)
+    view_shape[dimension] = shape[dimension]
+    return np.array(np.broadcast_to(line.reshape(view_shape), shape))
+
+
+def _needs_float_count(dtype: np.dtype) -> bool:
+    # Narrow float types convert from float64 directly; integer types and
+    # complex from int64 (exact).
+    return not (dtype.kind in "iub" or is_complex(dtype)) and dtype.name not in (
+        "int2", "int4", "uint2", "uint4")
+
+
+def validate_iota(op) -> None:
+    result = op.result_type
+    if result.quant is not None:
+        raise op.error("iota of a quantized tensor is not supported", cls=Unimplemented)
+
+
+@register("stablehlo.iota", validate=validate_iota)
+def iota(op):
+    """Spec "iota" (docs/spec.md#iota)."""
+    result = op.result_type
+    return iota_array(result.shape, op.attrs["iota_dimension"], result.dtype)
+
+
+@register("stablehlo.get_dimension_size")
+def get_dimension_size(op, operand):
+    """Spec "get_dimension_size" (docs/spec.md#get_dimension_size): the
+    run-time size of `dimension`, as a 0-d i32 tensor."""
+    return np.array(operand.shape[op.attrs["dimension"]], dtype=op.result_type.dtype)
+
+
+@register("stablehlo.set_dimension_size")
+def set_dimension_size(op, operand, size):
+    """Deprecated `set_dimension_size` (MHLO): the run-time size of
+    `dimension` becomes `size`; we keep the first `size` elements along it
+    (`size` is clamped to [0, static size], there being no data beyond)."""
+    dim = op.attrs["dimension"]
+    keep = int(np.clip(int(size), 0, operand.shape[dim]))
+    index = [slice(None)] * operand.ndim
+    index[dim] = slice(0, keep)
+    return operand[tuple(index)]
+
+
+@register("stablehlo.tuple")
+def make_tuple(op, *values):
+    """Spec "tuple" (docs/spec.md#tuple): a Python tuple of the values."""
+    return tuple(values)
+
+
+@register("stablehlo.get_tuple_element")
+def get_tuple_element(op, value):
+    """Spec "get_tuple_element" (docs/spec.md#get_tuple_element)."""
+    return value[op.attrs["index"]]
