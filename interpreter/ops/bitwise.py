@@ -1,0 +1,141 @@
+"""Bitwise ops: and, or, xor, not, the three shifts, popcnt and
+count_leading_zeros.
+
+Spec sections: and, or, xor, not, shift_left, shift_right_arithmetic,
+shift_right_logical, popcnt, count_leading_zeros.
+
+Shifts and bit counts work on the operand's n-bit pattern held in an
+unsigned numpy integer (`bits_of`), so the 2- and 4-bit types behave like the
+others. The shift amount is read as an unsigned n-bit number, as XLA does: an
+amount that is negative or >= n shifts everything out (0 for shift_left and
+shift_right_logical, the sign fill -1 or 0 for shift_right_arithmetic).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register
+from .elementwise_support import (accepts, as_result, bit_width, compute_dtype, elementwise,
+                                  widen)
+
+
+def bits_of(x: np.ndarray) -> np.ndarray:
+    """The n-bit two's complement patterns of integer array `x`, unsigned."""
+    wide = widen(x)
+    unsigned = wide.view(np.dtype(f"u{wide.dtype.itemsize}"))
+    width = bit_width(x.dtype)
+    if width == unsigned.dtype.itemsize * 8:
+        return unsigned
+    return unsigned & unsigned.dtype.type((1 << width) - 1)
+
+
+def signed_from_bits(bits: np.ndarray, width: int) -> np.ndarray:
+    """Sign-extend n-bit patterns into the signed integer of their container."""
+    spare = bits.dtype.itemsize * 8 - width
+    signed = (bits << bits.dtype.type(spare)).view(np.dtype(f"i{bits.dtype.itemsize}"))
+    return signed >> signed.dtype.type(spare)
+
+
+def from_bits(bits: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Patterns (signed or unsigned container) back to element type `dtype`;
+    bits above the type's width are dropped."""
+    return as_result(bits.view(compute_dtype(dtype)), dtype)
+
+
+# --- and / or / xor / not ---------------------------------------------------------
+
+def _make_logical_kernel(name: str, function):
+    @elementwise
+    def kernel(op, *operands):
+        return as_result(function(*(widen(x) for x in operands)), op.result_type.dtype)
+
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = (f'Spec "{name}" (docs/spec.md#{name}): bitwise {name} for integers, '
+                      f'logical {name} for booleans.')
+    return kernel
+
+
+LOGICAL_OPS = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+               "not": np.invert}  # np.invert on booleans is logical not
+
+for _name, _function in LOGICAL_OPS.items():
+    register(f"stablehlo.{_name}", validate=accepts("bool", "integer"))(
+        _make_logical_kernel(_name, _function))
+
+
+# --- shifts -------------------------------------------------------------------
+
+def _shift_operands(lhs, rhs):
+    """(patterns of lhs, bit width, shift amounts clamped to a safe range,
+    mask of amounts that are in range)."""
+    width = bit_width(lhs.dtype)
+    value, amount = bits_of(lhs), bits_of(rhs)
+    in_range = amount < width
+    safe_amount = np.where(in_range, amount, amount.dtype.type(0))
+    return value, width, safe_amount, in_range
+
+
+@register("stablehlo.shift_left", validate=accepts("integer"))
+@elementwise
+def shift_left(op, lhs, rhs):
+    """Spec "shift_left" (docs/spec.md#shift_left): lhs << rhs, wrapping; an
+    amount that is negative or >= the bit width gives 0."""
+    value, _, amount, in_range = _shift_operands(lhs, rhs)
+    shifted = np.where(in_range, value << amount, value.dtype.type(0))
+    return from_bits(shifted, op.result_type.dtype)
+
+
+@register("stablehlo.shift_right_logical", validate=accepts("integer"))
+@elementwise
+def shift_right_logical(op, lhs, rhs):
+    """Spec "shift_right_logical" (docs/spec.md#shift_right_logical): shifts
+    in zeros; an amount that is negative or >= the bit width gives 0."""
+    value, _, amount, in_range = _shift_operands(lhs, rhs)
+    shifted = np.where(in_range, value >> amount, value.dtype.type(0))
+    return from_bits(shifted, op.result_type.dtype)
+
+
+@register("stablehlo.shift_right_arithmetic", validate=accepts("integer"))
+@elementwise
+def shift_right_arithmetic(op, lhs, rhs):
+    """Spec "shift_right_arithmetic" (docs/spec.md#shift_right_arithmetic):
+    shifts in copies of the top bit (for unsigned types too); an amount
+    that is negative or >= the bit width fills every bit with the sign."""
+    value, width, amount, in_range = _shift_operands(lhs, rhs)
+    signed = signed_from_bits(value, width)
+    amount = amount.astype(signed.dtype)
+    sign_fill = signed >> signed.dtype.type(width - 1)
+    shifted = np.where(in_range, signed >> amount, sign_fill)
+    return from_bits(shifted, op.result_type.dtype)
+
+
+# --- bit counts -----------------------------------------------------------------
+
+@register("stablehlo.popcnt", validate=accepts("integer"))
+@elementwise
+def popcnt(op, operand):
+    """Spec "popcnt" (docs/spec.md#popcnt): number of set bits of the n-bit
+    pattern (popcnt(-1 : i8) = 8)."""
+    return as_result(np.bitwise_count(bits_of(operand)), op.result_type.dtype)
+
+
+@register("stablehlo.count_leading_zeros", validate=accepts("integer"))
+@elementwise
+def count_leading_zeros(op, operand):
+    """Spec "count_leading_zeros" (docs/spec.md#count_leading_zeros): leading
+    zero bits of the n-bit pattern; clz(0) = n, clz(negative) = 0.
+
+    Binary search on the highest set bit: at each step, if the value has a
+    set bit in its upper `step` bits, drop the lower ones."""
+    value = bits_of(operand)
+    width = bit_width(operand.dtype)
+    zeros = np.full(value.shape, width, dtype=np.int64)
+    step = 1 << (width - 1).bit_length()
+    while step > 1:
+        step //= 2
+        upper = value >> value.dtype.type(step)
+        has_upper = upper != 0
+        zeros -= np.where(has_upper, step, 0)
+        value = np.where(has_upper, upper, value)
+    zeros -= (value != 0)
+    return as_result(zeros, op.result_type.dtype)

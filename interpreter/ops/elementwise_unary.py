@@ -1,0 +1,133 @@
+"""Unary elementwise math: exp/log/trig, roundings, abs, negate, sign, and
+the complex-number accessors.
+
+Spec sections: abs, cbrt, ceil, complex accessors (real, imag), cosine,
+exponential, exponential_minus_one, floor, is_finite, log, log_plus_one,
+logistic, negate, round_nearest_afz, round_nearest_even, rsqrt, sign, sine,
+sqrt, tan, tanh.
+
+Most ops differ only in the numpy function they apply, so they are two
+tables and one generic kernel. Exact ops (`EXACT_UNARY_OPS`: abs, floor,
+sign, ...) receive the operand widened to its compute type (narrow floats in
+float32, see `elementwise_support`); transcendental ones (`MATH_UNARY_OPS`)
+receive it in double precision. Either way the result is rounded once to
+the result type.
+IEEE special values (NaN, infinities, signed zeros) follow numpy, which
+follows C99 Annex F/G like XLA CPU's libm.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register
+from .elementwise_support import accepts, as_result, elementwise, widen, widen_for_math
+
+FLOATS = ("float",)
+FLOATS_COMPLEX = ("float", "complex")
+SIGNED_FLOATS_COMPLEX = ("signed", "float", "complex")
+
+
+def _logistic(x):
+    """1 / (1 + e^-x): saturates cleanly to 0 and 1 for large |x|."""
+    return 1 / (1 + np.exp(-x))
+
+
+def _rsqrt(x):
+    return 1 / np.sqrt(x)
+
+
+def _expm1(x):
+    """e^x - 1, accurate near 0; numpy's expm1 has no complex loop, so for
+    complex x = a + bi it is expm1(a)cos(b) - 2 sin^2(b/2) + i e^a sin(b)."""
+    if np.iscomplexobj(x):
+        a, b = x.real, x.imag
+        real = np.expm1(a) * np.cos(b) - 2 * np.sin(b / 2) ** 2
+        return real + 1j * (np.exp(a) * np.sin(b))
+    return np.expm1(x)
+
+
+def _abs(x):
+    """|x|; abs(INT_MIN) wraps to INT_MIN; complex gives the modulus."""
+    return np.abs(x)
+
+
+def _sign(x):
+    """Spec "sign": -1/0/1; NaN stays NaN; -0.0 and +0.0 keep their sign;
+    complex x gives x / |x| (NaN if a part is NaN, 0 for 0)."""
+    if np.iscomplexobj(x):
+        modulus = np.abs(x)
+        # Divide the parts separately: complex division by (|x| + 0i)
+        # would turn (inf + 1i) into (nan + nan i) instead of (nan + 0i).
+        sign = x.real / modulus + 1j * (x.imag / modulus)
+        sign = np.where(x == 0, 0, sign)
+        return np.where(np.isnan(x.real) | np.isnan(x.imag), complex(np.nan, np.nan), sign)
+    if x.dtype.kind == "f":
+        return np.where(x == 0, x, np.sign(x))  # np.sign(-0.0) would be +0.0
+    return np.sign(x)
+
+
+def _round_nearest_afz(x):
+    """Round half away from zero; computed from trunc(x) and the exact
+    difference x - trunc(x) so that 0.49999997 does not round up."""
+    truncated = np.trunc(x)
+    away = np.abs(x - truncated) >= 0.5
+    rounded = truncated + np.where(away, np.sign(x), 0)
+    return np.copysign(rounded, x)  # -0.4 -> -0.0
+
+
+def _real(x):
+    return x.real if np.iscomplexobj(x) else x
+
+
+def _imag(x):
+    return x.imag if np.iscomplexobj(x) else np.zeros_like(x)
+
+
+# Ops whose result is exact in the operand's own precision: op name ->
+# (function of the operand widened by `widen`, accepted element types, note).
+EXACT_UNARY_OPS = {
+    "abs": (_abs, SIGNED_FLOATS_COMPLEX, _abs.__doc__),
+    "ceil": (np.ceil, FLOATS, "roundToIntegralTowardPositive; -0.5 -> -0.0."),
+    "floor": (np.floor, FLOATS, "roundToIntegralTowardNegative; 0.5 -> 0.0."),
+    "imag": (_imag, FLOATS_COMPLEX, "the imaginary part; 0 for real operands."),
+    "is_finite": (np.isfinite, FLOATS, "false for NaN and +-inf."),
+    "negate": (np.negative, ("integer", "float", "complex"),
+               "-x; negate(INT_MIN) wraps to INT_MIN, unsigned wraps modulo 2^n."),
+    "real": (_real, FLOATS_COMPLEX, "the real part; the operand itself for real operands."),
+    "round_nearest_afz": (_round_nearest_afz, FLOATS, _round_nearest_afz.__doc__),
+    "round_nearest_even": (np.rint, FLOATS, "roundToIntegralTiesToEven (2.5 -> 2)."),
+    "sign": (_sign, SIGNED_FLOATS_COMPLEX, _sign.__doc__),
+}
+
+# Transcendental ops, computed in double precision (`widen_for_math`) and
+# rounded once to the result type: same layout as EXACT_UNARY_OPS.
+MATH_UNARY_OPS = {
+    "cbrt": (np.cbrt, FLOATS, "the real cube root (cbrt(-8) = -2)."),
+    "cosine": (np.cos, FLOATS_COMPLEX, "cos(+-inf) = NaN."),
+    "exponential": (np.exp, FLOATS_COMPLEX, "overflow gives +inf, e^-inf = 0."),
+    "exponential_minus_one": (_expm1, FLOATS_COMPLEX, _expm1.__doc__),
+    "log": (np.log, FLOATS_COMPLEX, "log(0) = -inf, log(x < 0) = NaN."),
+    "log_plus_one": (np.log1p, FLOATS_COMPLEX, "log(1 + x), accurate near 0; log1p(-1) = -inf."),
+    "logistic": (_logistic, FLOATS_COMPLEX, _logistic.__doc__),
+    "rsqrt": (_rsqrt, FLOATS_COMPLEX, "1 / sqrt(x); rsqrt(0) = inf, rsqrt(x < 0) = NaN."),
+    "sine": (np.sin, FLOATS_COMPLEX, "sin(+-inf) = NaN."),
+    "sqrt": (np.sqrt, FLOATS_COMPLEX, "sqrt(-0) = -0, sqrt(x < 0) = NaN."),
+    "tan": (np.tan, FLOATS_COMPLEX, "tan(+-inf) = NaN."),
+    "tanh": (np.tanh, FLOATS_COMPLEX, "saturates to +-1."),
+}
+
+
+def _make_unary_kernel(name: str, function, widen_operand, note: str):
+    @elementwise
+    def kernel(op, operand):
+        return as_result(function(widen_operand(operand)), op.result_type.dtype)
+
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = f'Spec "{name}" (docs/spec.md#{name}): {" ".join(note.split())}'
+    return kernel
+
+
+for _table, _widen in ((EXACT_UNARY_OPS, widen), (MATH_UNARY_OPS, widen_for_math)):
+    for _name, (_function, _types, _note) in _table.items():
+        register(f"stablehlo.{_name}", validate=accepts(*_types, "any result"))(
+            _make_unary_kernel(_name, _function, _widen, _note))
