@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
 from .attributes import convert_attribute, read_attributes
 from .location import describe_location
+from .quantization import dequantize_op_quantize
 from .registry import lookup
 from .types import TensorType, convert_type
 
@@ -226,6 +227,8 @@ class _FunctionPlanner:
         info = OpInfo(name, location, attrs, operand_types, result_types, self.module_plan)
         regions = tuple(self.plan_region(r) for r in op.regions)
         info.region_plans = regions
+        # Quantized operands/results: dequantize -> float kernel -> quantize.
+        kernel = dequantize_op_quantize(kernel, info, has_regions=bool(regions))
         if kernel.validate is not None:
             kernel.validate(info)
         return Step(
