@@ -31,9 +31,9 @@ def bit_width(dtype: np.dtype) -> int:
         return 1
     if dtype.name in _NARROW_INTEGERS:
         return _NARROW_INTEGERS[dtype.name][1]
-    if dtype.name.startswith("float4"):
+    if dtype.name.startswith("float4_"):
         return 4
-    if dtype.name.startswith("float6"):
+    if dtype.name.startswith("float6_"):
         return 6
     return dtype.itemsize * 8
 
@@ -71,6 +71,11 @@ def as_result(values, dtype: np.dtype) -> np.ndarray:
     # numpy's and ml_dtypes' integer casts are modular; float casts round
     # to nearest even.
     return np.asarray(values).astype(dtype, copy=False)
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """`array` in C order, keeping 0-d arrays 0-d (unlike np.ascontiguousarray)."""
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def float_bits_dtype(dtype: np.dtype) -> np.dtype:
