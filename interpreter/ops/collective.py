@@ -31,7 +31,9 @@ THIS_PROCESS = (0, 0)
 def id_groups(ids) -> list[list[int]]:
     """A 2-D id attribute as a list of groups; XLA pads ragged rows with -1."""
     array = np.asarray(ids if ids is not None else np.zeros((0, 0)), dtype=np.int64)
-    return [[int(i) for i in row if i >= 0] for row in array.reshape(array.shape[0], -1)]
+    if array.size == 0:
+        return []
+    return [[int(i) for i in row if i >= 0] for row in array.reshape(len(array), -1)]
 
 
 def cross_replica(groups, num_replicas: int, num_partitions: int):
