@@ -1,0 +1,178 @@
+"""Long-lived worker processes that survive crashing and hanging cases.
+
+Starting Python and importing the interpreter costs about a second, so cases
+are not run in a process each. Instead `WorkerPool` keeps N workers; each
+runs one case at a time. When a case outlives its timeout the worker is
+killed (SIGKILL) and the case reported as "timeout"; when a worker dies
+(an abort or segfault inside MLIR, say) its case is reported as "error" with
+the signal and the worker's last output. Either way a fresh worker takes
+its place and the run goes on.
+
+Workers are forked from a fork server that imported the interpreter once
+(`multiprocessing`'s "forkserver" start method with a preload), so a
+replacement is ready in milliseconds, and the runner's own process never
+loads MLIR.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from collections import deque
+from multiprocessing.connection import wait
+from typing import Callable, Iterable
+
+from . import worker as worker_module
+
+_CONTEXT = None
+
+
+def _context():
+    """A forkserver context whose server has the interpreter imported."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        _CONTEXT = multiprocessing.get_context(method)
+        if method == "forkserver":
+            _CONTEXT.set_forkserver_preload([__package__ + ".preload"])
+    return _CONTEXT
+
+
+class _Worker:
+    def __init__(self, number: int, directory: str, run: Callable):
+        self.output_path = os.path.join(directory, f"worker{number}.out")
+        parent_end, child_end = _context().Pipe()
+        self.connection = parent_end
+        self.process = _context().Process(target=worker_module.serve,
+                                          args=(child_end, self.output_path, run),
+                                          daemon=True)
+        self.process.start()
+        child_end.close()
+        self.task = None  # (key, task) while busy
+        self.started = 0.0
+
+    def send(self, key, task) -> None:
+        self.task = (key, task)
+        self.started = time.monotonic()
+        try:
+            self.connection.send(task)
+        except (OSError, ValueError):
+            pass  # the worker died; the pool notices through its sentinel
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.connection.close()
+
+    def stop(self) -> None:
+        try:
+            self.connection.send(None)
+        except (OSError, ValueError):
+            pass
+        self.process.join(2)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(2)
+        self.connection.close()
+
+    def last_output(self, limit: int = 600) -> str:
+        try:
+            with open(self.output_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - limit))
+                return handle.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+class WorkerPool:
+    """Run tasks on `jobs` workers; see the module docstring.
+
+    `run(task) -> (status, message, seconds)` is what a worker does with a
+    task (a module-level function, as workers import it by name).
+    """
+
+    def __init__(self, jobs: int, timeout: float | None, run: Callable = worker_module.run_case):
+        self.jobs = max(1, jobs)
+        self.timeout = timeout
+        self.run_task = run
+        self._directory = tempfile.TemporaryDirectory(prefix="pjrt-ref-conformance-")
+        self._started = 0
+
+    def _new_worker(self) -> _Worker:
+        self._started += 1
+        return _Worker(self._started, self._directory.name, self.run_task)
+
+    def run(self, tasks: Iterable[tuple], on_result: Callable[[object, tuple], None]) -> None:
+        """Run each (key, task); call `on_result(key, (status, message, seconds))`."""
+        pending = deque(tasks)
+        workers = [self._new_worker() for _ in range(min(self.jobs, len(pending)))]
+        try:
+            self._loop(pending, workers, on_result)
+        finally:
+            for w in workers:
+                if w.task is None:
+                    w.stop()
+                else:
+                    w.kill()
+            self._directory.cleanup()
+
+    def _loop(self, pending: deque, workers: list, on_result) -> None:
+        for w in workers:
+            if pending:
+                w.send(*pending.popleft())
+        while any(w.task is not None for w in workers):
+            busy = [w for w in workers if w.task is not None]
+            ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy],
+                         timeout=self._wait_time(busy))
+            now = time.monotonic()
+            for index, w in enumerate(workers):
+                if w.task is None:
+                    continue
+                key, _ = w.task
+                if w.connection in ready:
+                    try:
+                        result = w.connection.recv()
+                    except (EOFError, OSError):
+                        result = None
+                    if result is not None:
+                        w.task = None
+                        on_result(key, result)
+                        if pending:
+                            w.send(*pending.popleft())
+                        continue
+                if w.process.sentinel in ready or not w.process.is_alive():
+                    w.process.join(1)
+                    message = f"worker process died ({_describe_exit(w.process.exitcode)})"
+                    output = w.last_output()
+                    if output:
+                        message += f"; its last output: {output}"
+                    on_result(key, ("error", message, now - w.started))
+                elif self.timeout is not None and now - w.started > self.timeout:
+                    on_result(key, ("timeout", f"no result after {self.timeout:g} s", now - w.started))
+                else:
+                    continue
+                w.task = None
+                w.kill()
+                workers[index] = w = self._new_worker()
+                if pending:
+                    w.send(*pending.popleft())
+
+    def _wait_time(self, busy: list) -> float | None:
+        if self.timeout is None:
+            return None
+        now = time.monotonic()
+        return max(0.0, min(w.started + self.timeout - now for w in busy)) + 0.01

@@ -1,0 +1,175 @@
+"""Run one test case in this process and classify how it ended.
+
+`run_case(task)` parses the case's chunk (cached: a chunk's cases often come
+one after another), plans the case's function, runs it without arguments and
+returns `(status, message, seconds)`, where status is one of
+
+* "pass": the function ran and every check held;
+* "fail": a check did not hold (`CheckFailure`);
+* "unsupported": pjrt-ref does not implement something the case needs
+  (`Unimplemented`, at load or at run time; or an op of a dialect jaxlib
+  cannot parse), or the function needs arguments, so it is no test case;
+* "error": any other exception (the message names the op and location).
+
+`serve(connection)` is the loop of a worker process: it receives tasks and
+sends back results until it receives None. Timeouts and crashes are the
+pool's business (`pool.py`).
+"""
+from __future__ import annotations
+
+import os
+import re
+import resource
+import time
+import traceback
+
+from ..errors import PjrtRefError, Unimplemented
+from .generic_form import to_generic_form
+from .testfile import read_text, split_chunks
+
+PASS, FAIL, ERROR, UNSUPPORTED, TIMEOUT = "pass", "fail", "error", "unsupported", "timeout"
+
+# Parse errors that mean "jaxlib's MLIR does not know this op".
+_UNKNOWN_OP = re.compile(r"custom op '(?P<a>[\w.]+)' is unknown|"
+                         r"Dialect `\w+' not found for custom op '(?P<b>[\w.]+)'|"
+                         r"unregistered operation '(?P<c>[\w.]+)' found in dialect")
+
+
+_STRING_LOCATION = re.compile(r'(?<=at )-:(?=\d)|"-":(?=\d)')
+
+
+class _ChunkCache:
+    """The last few parsed chunks: (file, chunk) -> (module, plan) or error."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self.entries: dict = {}
+
+    def get(self, path: str, chunk_index: int):
+        key = (path, chunk_index)
+        if key not in self.entries:
+            if len(self.entries) >= self.size:
+                self.entries.pop(next(iter(self.entries)))
+            self.entries[key] = _load_chunk(path, chunk_index)
+        return self.entries[key]
+
+
+_CACHE = _ChunkCache()
+
+
+def _load_chunk(path: str, chunk_index: int):
+    """(context, module, ModulePlan), or the exception loading raised."""
+    from ..interpreter.loader import make_context, parse_module
+    from ..interpreter.plan import ModulePlan
+
+    try:
+        chunks = split_chunks(read_text(path))
+        chunk = next(c for c in chunks if c.index == chunk_index)
+        text = to_generic_form(chunk.padded_text())
+        context = make_context()
+        module = parse_module(text, context)
+        return context, module, ModulePlan(module)
+    except Exception as error:  # reported when a case of this chunk runs
+        return error
+
+
+def run_case(task: tuple) -> tuple[str, str, float]:
+    """Run `task` = (path, chunk_index, function) -> (status, message, seconds)."""
+    path, chunk_index, function = task
+    start = time.perf_counter()
+    try:
+        status, message = _run(path, chunk_index, function)
+    except BaseException as error:  # noqa: BLE001 - everything is a result here
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        status, message = classify(error)
+    # Chunks are parsed from a string, which MLIR names "-".
+    message = _STRING_LOCATION.sub(os.path.basename(path) + ":", message)
+    return status, message, time.perf_counter() - start
+
+
+def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
+    from ..interpreter.ops import checks
+
+    loaded = _CACHE.get(path, chunk_index)
+    if isinstance(loaded, BaseException):
+        raise loaded
+    _, _, module_plan = loaded
+    plan = module_plan.function(function)
+    if plan.input_types:
+        # Upstream's dynamic-shape testdata only round-trips through
+        # serialization; there is nothing to feed such a function.
+        return UNSUPPORTED, (f"@{function} loads, but takes {len(plan.input_types)} "
+                             "argument(s) and test cases run without arguments")
+    checks.reset_check_count()
+    plan.run([])
+    count = checks.checks_passed
+    return PASS, f"{count} check(s) passed" if count else "ran; no checks in the case"
+
+
+def classify(error: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception a case raised."""
+    from ..interpreter.ops.checks import CheckFailure
+
+    if isinstance(error, CheckFailure):
+        return FAIL, str(error)
+    if isinstance(error, (Unimplemented, NotImplementedError)):
+        return UNSUPPORTED, _message(error)
+    text = str(error)
+    unknown = _UNKNOWN_OP.search(text)
+    if unknown and "cannot parse" in text:
+        op = unknown["a"] or unknown["b"] or unknown["c"]
+        return UNSUPPORTED, f"'{op}': jaxlib's MLIR cannot parse this op"
+    return ERROR, _message(error)
+
+
+def _message(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, PjrtRefError) and error.op:
+        return text
+    # Not an error an op raised on purpose: say where it came from.
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" [at {os.path.basename(last.filename)}:{last.lineno} in {last.name}]"
+    return text
+
+
+def preload() -> None:
+    """Import the interpreter, jaxlib's MLIR and every op family."""
+    from ..interpreter import registry
+
+    registry.lookup("stablehlo.constant")
+    from jaxlib.mlir import ir  # noqa: F401
+    from jaxlib.mlir.dialects import chlo, sdy, stablehlo  # noqa: F401
+
+
+def serve(connection, output_path: str | None = None, run=run_case) -> None:
+    """Worker loop: receive tasks, send `run(task)`, until None arrives.
+
+    The worker's stdout and stderr (MLIR diagnostics, prints, a crash's last
+    words) go to `output_path`, emptied before each task, so the pool can
+    quote it when the worker dies.
+    """
+    # A crashing case must not leave a core file behind.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    output_fd = None
+    if output_path:
+        output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+    try:
+        preload()
+    except Exception:  # noqa: BLE001 - each case will report the import error
+        pass
+    while True:
+        try:
+            task = connection.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        if output_fd is not None:
+            os.ftruncate(output_fd, 0)
+            os.lseek(output_fd, 0, os.SEEK_SET)
+        connection.send(run(task))
