@@ -1,0 +1,104 @@
+"""CHLO trigonometric and hyperbolic ops: acos, acosh, asin, asinh, atan,
+atanh, cosh, sinh and tan, on float and complex tensors.
+
+CHLO ops have no section in the StableHLO spec (see ChloOps.td in
+openxla/stablehlo). Values are the principal branches of the functions,
+as in C99/numpy: for complex arguments the branch cuts are the usual ones
+(asin/acos/atanh on the real axis outside [-1, 1], asinh/atan on the
+imaginary axis outside [-i, i], acosh on the real axis below 1).
+
+Precision follows XLA CPU: bf16, f16 (and the other narrow floats) are
+computed in f32 and rounded; f32 is computed in f64 and rounded once
+(within an ulp or two of XLA's own approximations). Where XLA's expansion of
+the op is a formula with a rounding behaviour of its own, we evaluate that
+formula instead, so the edge cases agree:
+
+* cosh(x) = e^(x + log 1/2) + e^(-x + log 1/2), which does not overflow
+  before cosh itself does; sinh likewise, with
+  (expm1(x) + expm1(x) / (expm1(x) + 1)) / 2 for |x| < 1;
+* atanh(x) = (log1p(x) - log1p(-x)) / 2 for real x, NaN for |x| > 1.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import Unimplemented
+from ..registry import register
+from ..types import is_complex, is_float
+
+
+def _computation_dtype(dtype: np.dtype) -> np.dtype:
+    """f64/complex128 as themselves; f32 in f64; narrower floats in f32."""
+    if dtype in (np.float64, np.complex128):
+        return dtype
+    if dtype == np.complex64:
+        return np.dtype(np.complex128)
+    if dtype == np.float32:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def _cosh(x: np.ndarray) -> np.ndarray:
+    f = x.dtype.type
+    log_half = f(math.log(0.5)) if not is_complex(x.dtype) else math.log(0.5)
+    return np.exp(x + log_half) + np.exp(log_half - x)
+
+
+def _sinh_large(x: np.ndarray) -> np.ndarray:
+    log_half = math.log(0.5)
+    return np.exp(x + log_half) - np.exp(log_half - x)
+
+
+def _sinh(x: np.ndarray) -> np.ndarray:
+    if is_complex(x.dtype):
+        return _sinh_large(x)
+    expm1 = np.expm1(x)
+    small = 0.5 * (expm1 + expm1 / (expm1 + 1))
+    return np.where(np.abs(x) < 1, small, _sinh_large(x))
+
+
+def _atanh(x: np.ndarray) -> np.ndarray:
+    if is_complex(x.dtype):
+        return np.arctanh(x)
+    value = (np.log1p(x) - np.log1p(-x)) * 0.5
+    return np.where(np.abs(x) > 1, np.nan, value)
+
+
+TRIGONOMETRIC = {
+    "chlo.acos": np.arccos,
+    "chlo.acosh": np.arccosh,
+    "chlo.asin": np.arcsin,
+    "chlo.asinh": np.arcsinh,
+    "chlo.atan": np.arctan,
+    "chlo.atanh": _atanh,
+    "chlo.cosh": _cosh,
+    "chlo.sinh": _sinh,
+    "chlo.tan": np.tan,
+}
+
+# The formulas XLA itself evaluates are rounded as XLA rounds them: in the
+# operand's own precision (narrow floats in f32), not in double.
+_XLA_FORMULAS = ("chlo.atanh", "chlo.cosh", "chlo.sinh")
+
+
+def _validate_trigonometric(op) -> None:
+    dtype = op.operand_types[0].dtype
+    if not (is_float(dtype) or is_complex(dtype)) or op.operand_types[0].quant is not None:
+        raise op.error(f"{op.name} needs a floating-point or complex operand, not "
+                       f"{op.operand_types[0].element_type}", cls=Unimplemented)
+
+
+@register(*TRIGONOMETRIC, validate=_validate_trigonometric)
+def trigonometric(op, x):
+    """ChloOps.td "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh",
+    "sinh", "tan": elementwise, principal branches; NaN outside the real
+    domain (e.g. acos(2), acosh(0.5), atanh(2)); +-inf where the function
+    overflows; the XLA formulas listed in the module docstring."""
+    dtype = _computation_dtype(x.dtype)
+    if op.name in _XLA_FORMULAS and x.dtype in (np.float32, np.complex64):
+        dtype = x.dtype
+    with np.errstate(all="ignore"):
+        result = TRIGONOMETRIC[op.name](np.asarray(x).astype(dtype))
+    return np.asarray(result).astype(op.result_type.dtype)
