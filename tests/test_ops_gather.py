@@ -2,11 +2,11 @@
 and the StableHLO reference interpreter."""
 from __future__ import annotations
 
+from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import numpy as np
 import pytest
 from jax import lax
 
-from oracle import assert_same_as_jax, run_reference_interpreter
 from pjrt_ref.interpreter import load
 
 PROMISE = lax.GatherScatterMode.PROMISE_IN_BOUNDS

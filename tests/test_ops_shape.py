@@ -2,12 +2,12 @@
 reference interpreter where JAX cannot emit the op)."""
 from __future__ import annotations
 
+from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import ml_dtypes
 import numpy as np
 import pytest
 from jax import lax
 
-from oracle import assert_same_as_jax, run_reference_interpreter
 from pjrt_ref.interpreter import load
 
 DTYPES = [np.float32, np.int8, np.uint16, np.bool_, np.complex64, ml_dtypes.bfloat16]
