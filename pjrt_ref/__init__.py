@@ -1,2 +1,26 @@
-"""pjrt-ref: a reference PJRT plugin written in Python."""
+"""pjrt-ref: a reference PJRT plugin written in Python.
+
+`library_path()` is the PJRT plugin to hand to a framework (JAX registers it
+through the `jax_plugins` entry point, see `pjrt_ref.jax_plugin`).
+"""
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+SHIM_MODULE = "pjrt_ref.capi_shim._pjrt_ref_shim"
+
+
+def library_path() -> str:
+    """Absolute path of the built PJRT plugin shared library (the cffi shim).
+
+    Found without importing it, so a framework's dlopen is the first load.
+    """
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec(SHIM_MODULE)
+    if spec is None or not spec.origin:
+        raise FileNotFoundError(
+            "pjrt-ref's shim library is not built: reinstall with `pip install .` "
+            "(or `python capi_shim/build_shim.py` in a source tree)")
+    return os.path.realpath(spec.origin)

@@ -1,0 +1,1185 @@
+/* pjrt-ref's own declaration of the PJRT C API (ABI version 0.114).
+ *
+ * Written for pjrt-ref from the facts of OpenXLA's xla/pjrt/c/pjrt_c_api.h
+ * (names, field order, field types, enum values) and checked field by field
+ * against pypjrt's layout-checked description of the 0.114 ABI
+ * (tests/test_capi_abi.py compares every size and offset).
+ *
+ * This file is read twice:
+ *   - by the C compiler, as the header of the generated shim;
+ *   - by cffi's cdef parser, after build_shim.py strips the preprocessor
+ *     lines. So: no macros, no function bodies, only plain declarations.
+ *
+ * Only the Args structs of the entry points pjrt-ref implements are spelled
+ * out here. Every other entry point's Args struct is forward-declared by
+ * build_shim.py (from the slot table in entry_points.py): its slot still
+ * exists in PJRT_Api and answers UNIMPLEMENTED, but we never read its fields.
+ *
+ * Convention of the API: every Args struct begins with `struct_size` (the
+ * caller's sizeof up to its last known field) and `extension_start`; a plugin
+ * reads only the fields that fit in the caller's struct_size.
+ */
+#ifndef PJRT_REF_PJRT_C_API_H_
+#define PJRT_REF_PJRT_C_API_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------ extensions */
+
+typedef enum {
+  PJRT_Extension_Type_Gpu_Custom_Call = 0,
+  PJRT_Extension_Type_Profiler = 1,
+  PJRT_Extension_Type_Custom_Partitioner = 2,
+  PJRT_Extension_Type_Stream = 3,
+  PJRT_Extension_Type_Layouts = 4,
+  PJRT_Extension_Type_FFI = 5,
+  PJRT_Extension_Type_MemoryDescriptions = 6,
+  PJRT_Extension_Type_Triton = 7,
+  PJRT_Extension_Type_RawBuffer = 8,
+  PJRT_Extension_Type_PhaseCompile = 9,
+  PJRT_Extension_Type_Example = 10,
+  PJRT_Extension_Type_Unknown = 11,
+  PJRT_Extension_Type_CrossHostTransfers = 12,
+  PJRT_Extension_Type_ExecutableMetadata = 13,
+  PJRT_Extension_Type_Callback = 14,
+  PJRT_Extension_Type_HostAllocator = 15,
+  PJRT_Extension_Type_TpuTopology = 16,
+  PJRT_Extension_Type_TpuExecutable = 17,
+  PJRT_Extension_Type_Megascale = 18,
+  PJRT_Extension_Type_Shardings = 19,
+  PJRT_Extension_Type_AbiVersion = 20,
+  PJRT_Extension_Type_Collectives = 21,
+  PJRT_Extension_Type_MultiSlice = 22,
+  PJRT_Extension_Type_HostMemoryAllocator = 23,
+  PJRT_Extension_Type_XlaTransform = 24
+} PJRT_Extension_Type;
+
+/* Every extension struct starts with this; they form a singly linked list
+ * hanging off PJRT_Api.extension_start (pjrt-ref offers none: NULL). */
+typedef struct PJRT_Extension_Base {
+  size_t struct_size;
+  PJRT_Extension_Type type;
+  struct PJRT_Extension_Base* next;
+} PJRT_Extension_Base;
+
+/* --------------------------------------------------------------- version */
+
+typedef struct PJRT_Api_Version {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  int major_version;
+  int minor_version;
+} PJRT_Api_Version;
+
+/* ------------------------------------------------------- opaque handles */
+/* The plugin hands these out; callers never look inside. In pjrt-ref each
+ * one is a small allocation owned by a Python object (pjrt_ref/handles.py). */
+
+typedef struct PJRT_Error PJRT_Error;
+typedef struct PJRT_Client PJRT_Client;
+typedef struct PJRT_Device PJRT_Device;
+typedef struct PJRT_DeviceDescription PJRT_DeviceDescription;
+typedef struct PJRT_Memory PJRT_Memory;
+typedef struct PJRT_TopologyDescription PJRT_TopologyDescription;
+typedef struct PJRT_Executable PJRT_Executable;
+typedef struct PJRT_LoadedExecutable PJRT_LoadedExecutable;
+typedef struct PJRT_Buffer PJRT_Buffer;
+typedef struct PJRT_Event PJRT_Event;
+typedef struct PJRT_ExecuteContext PJRT_ExecuteContext;
+typedef struct PJRT_SerializedExecutable PJRT_SerializedExecutable;
+typedef struct PJRT_SerializedTopology PJRT_SerializedTopology;
+typedef struct PJRT_SerializedCompileOptions PJRT_SerializedCompileOptions;
+
+/* ---------------------------------------------------------------- errors */
+
+typedef enum {
+  PJRT_Error_Code_OK = 0,
+  PJRT_Error_Code_CANCELLED = 1,
+  PJRT_Error_Code_UNKNOWN = 2,
+  PJRT_Error_Code_INVALID_ARGUMENT = 3,
+  PJRT_Error_Code_DEADLINE_EXCEEDED = 4,
+  PJRT_Error_Code_NOT_FOUND = 5,
+  PJRT_Error_Code_ALREADY_EXISTS = 6,
+  PJRT_Error_Code_PERMISSION_DENIED = 7,
+  PJRT_Error_Code_RESOURCE_EXHAUSTED = 8,
+  PJRT_Error_Code_FAILED_PRECONDITION = 9,
+  PJRT_Error_Code_ABORTED = 10,
+  PJRT_Error_Code_OUT_OF_RANGE = 11,
+  PJRT_Error_Code_UNIMPLEMENTED = 12,
+  PJRT_Error_Code_INTERNAL = 13,
+  PJRT_Error_Code_UNAVAILABLE = 14,
+  PJRT_Error_Code_DATA_LOSS = 15,
+  PJRT_Error_Code_UNAUTHENTICATED = 16
+} PJRT_Error_Code;
+
+typedef struct PJRT_Error_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Error* error;
+} PJRT_Error_Destroy_Args;
+
+typedef struct PJRT_Error_Message_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Error* error;
+  const char* message;          /* out, owned by the error */
+  size_t message_size;          /* out */
+} PJRT_Error_Message_Args;
+
+typedef struct PJRT_Error_GetCode_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Error* error;
+  PJRT_Error_Code code;         /* out */
+} PJRT_Error_GetCode_Args;
+
+/* Calls `visitor` once per payload (key/value byte strings) of the error. */
+typedef struct PJRT_Error_ForEachPayload_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Error* error;
+  void* visitor;                /* PJRT_Error_PayloadVisitor; pjrt-ref errors carry no payloads */
+  void* user_arg;
+} PJRT_Error_ForEachPayload_Args;
+
+/* ---------------------------------------------------------- named values */
+
+typedef enum {
+  PJRT_NamedValue_kString = 0,
+  PJRT_NamedValue_kInt64 = 1,
+  PJRT_NamedValue_kInt64List = 2,
+  PJRT_NamedValue_kFloat = 3,
+  PJRT_NamedValue_kBool = 4
+} PJRT_NamedValue_Type;
+
+typedef struct PJRT_NamedValue {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* name;
+  size_t name_size;
+  PJRT_NamedValue_Type type;
+  union {
+    const char* string_value;
+    int64_t int64_value;
+    const int64_t* int64_array_value;
+    float float_value;
+    bool bool_value;
+  };
+  size_t value_size;            /* string length, list length, or 1 */
+} PJRT_NamedValue;
+
+/* ---------------------------------------------------------------- plugin */
+
+typedef struct PJRT_Plugin_Initialize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+} PJRT_Plugin_Initialize_Args;
+
+typedef struct PJRT_Plugin_Attributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_NamedValue* attributes;  /* out, owned by the plugin */
+  size_t num_attributes;              /* out */
+} PJRT_Plugin_Attributes_Args;
+
+/* ---------------------------------------------------------------- events */
+
+typedef struct PJRT_Event_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+} PJRT_Event_Destroy_Args;
+
+typedef struct PJRT_Event_IsReady_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+  bool is_ready;                /* out */
+} PJRT_Event_IsReady_Args;
+
+typedef struct PJRT_Event_Error_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+} PJRT_Event_Error_Args;
+
+typedef struct PJRT_Event_Await_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+} PJRT_Event_Await_Args;
+
+/* The callback owns `error` (NULL on success) and must destroy it. */
+typedef void (*PJRT_Event_OnReadyCallback)(PJRT_Error* error, void* user_arg);
+
+typedef struct PJRT_Event_OnReady_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+  PJRT_Event_OnReadyCallback callback;
+  void* user_arg;
+} PJRT_Event_OnReady_Args;
+
+typedef struct PJRT_Event_Create_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;            /* out */
+} PJRT_Event_Create_Args;
+
+typedef struct PJRT_Event_Set_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+  PJRT_Error_Code error_code;
+  const char* error_message;
+  size_t error_message_size;
+} PJRT_Event_Set_Args;
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct PJRT_Client_Create_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_NamedValue* create_options;
+  size_t num_options;
+  void* kv_get_callback;        /* PJRT_KeyValueGetCallback (unused here) */
+  void* kv_get_user_arg;
+  void* kv_put_callback;        /* PJRT_KeyValuePutCallback (unused here) */
+  void* kv_put_user_arg;
+  PJRT_Client* client;          /* out */
+  void* kv_try_get_callback;    /* PJRT_KeyValueTryGetCallback (unused here) */
+  void* kv_try_get_user_arg;
+} PJRT_Client_Create_Args;
+
+typedef struct PJRT_Client_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+} PJRT_Client_Destroy_Args;
+
+typedef struct PJRT_Client_PlatformName_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const char* platform_name;    /* out, owned by the client */
+  size_t platform_name_size;
+} PJRT_Client_PlatformName_Args;
+
+typedef struct PJRT_Client_ProcessIndex_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  int process_index;            /* out */
+} PJRT_Client_ProcessIndex_Args;
+
+typedef struct PJRT_Client_PlatformVersion_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const char* platform_version; /* out, owned by the client */
+  size_t platform_version_size;
+} PJRT_Client_PlatformVersion_Args;
+
+typedef struct PJRT_Client_TopologyDescription_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_TopologyDescription* topology;  /* out, owned by the client */
+} PJRT_Client_TopologyDescription_Args;
+
+typedef struct PJRT_Client_Devices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Device* const* devices;  /* out, owned by the client */
+  size_t num_devices;
+} PJRT_Client_Devices_Args;
+
+typedef struct PJRT_Client_AddressableDevices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Device* const* addressable_devices;
+  size_t num_addressable_devices;
+} PJRT_Client_AddressableDevices_Args;
+
+typedef struct PJRT_Client_LookupDevice_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  int id;
+  PJRT_Device* device;          /* out */
+} PJRT_Client_LookupDevice_Args;
+
+typedef struct PJRT_Client_LookupAddressableDevice_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  int local_hardware_id;
+  PJRT_Device* addressable_device;  /* out */
+} PJRT_Client_LookupAddressableDevice_Args;
+
+typedef struct PJRT_Client_AddressableMemories_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Memory* const* addressable_memories;
+  size_t num_addressable_memories;
+} PJRT_Client_AddressableMemories_Args;
+
+typedef struct PJRT_Program {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  char* code;                   /* in for Compile; out for OptimizedProgram */
+  size_t code_size;
+  const char* format;           /* "mlir" or "hlo" */
+  size_t format_size;
+} PJRT_Program;
+
+typedef struct PJRT_Client_Compile_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const PJRT_Program* program;
+  const char* compile_options;  /* serialized xla.CompileOptionsProto */
+  size_t compile_options_size;
+  PJRT_LoadedExecutable* executable;  /* out */
+} PJRT_Client_Compile_Args;
+
+typedef struct PJRT_Client_DefaultDeviceAssignment_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  int num_replicas;
+  int num_partitions;
+  size_t default_assignment_size;   /* capacity of default_assignment */
+  int* default_assignment;          /* caller-owned, row-major [replica][partition] */
+} PJRT_Client_DefaultDeviceAssignment_Args;
+
+/* ---------------------------------------------------------- buffer types */
+
+typedef enum {
+  PJRT_Buffer_Type_INVALID = 0,
+  PJRT_Buffer_Type_PRED = 1,
+  PJRT_Buffer_Type_S8 = 2,
+  PJRT_Buffer_Type_S16 = 3,
+  PJRT_Buffer_Type_S32 = 4,
+  PJRT_Buffer_Type_S64 = 5,
+  PJRT_Buffer_Type_U8 = 6,
+  PJRT_Buffer_Type_U16 = 7,
+  PJRT_Buffer_Type_U32 = 8,
+  PJRT_Buffer_Type_U64 = 9,
+  PJRT_Buffer_Type_F16 = 10,
+  PJRT_Buffer_Type_F32 = 11,
+  PJRT_Buffer_Type_F64 = 12,
+  PJRT_Buffer_Type_BF16 = 13,
+  PJRT_Buffer_Type_C64 = 14,
+  PJRT_Buffer_Type_C128 = 15,
+  PJRT_Buffer_Type_F8E5M2 = 16,
+  PJRT_Buffer_Type_F8E4M3FN = 17,
+  PJRT_Buffer_Type_F8E4M3B11FNUZ = 18,
+  PJRT_Buffer_Type_F8E5M2FNUZ = 19,
+  PJRT_Buffer_Type_F8E4M3FNUZ = 20,
+  PJRT_Buffer_Type_S4 = 21,
+  PJRT_Buffer_Type_U4 = 22,
+  PJRT_Buffer_Type_TOKEN = 23,
+  PJRT_Buffer_Type_S2 = 24,
+  PJRT_Buffer_Type_U2 = 25,
+  PJRT_Buffer_Type_F8E4M3 = 26,
+  PJRT_Buffer_Type_F8E3M4 = 27,
+  PJRT_Buffer_Type_F8E8M0FNU = 28,
+  PJRT_Buffer_Type_F4E2M1FN = 29,
+  PJRT_Buffer_Type_S1 = 30,
+  PJRT_Buffer_Type_U1 = 31,
+  PJRT_Buffer_Type_F6E2M3FN = 32,
+  PJRT_Buffer_Type_F6E3M2FN = 33
+} PJRT_Buffer_Type;
+
+typedef enum {
+  PJRT_HostBufferSemantics_kImmutableOnlyDuringCall = 0,
+  PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes = 1,
+  PJRT_HostBufferSemantics_kImmutableZeroCopy = 2,
+  PJRT_HostBufferSemantics_kMutableZeroCopy = 3
+} PJRT_HostBufferSemantics;
+
+typedef enum {
+  PJRT_Buffer_MemoryLayout_Type_Tiled = 0,
+  PJRT_Buffer_MemoryLayout_Type_Strides = 1
+} PJRT_Buffer_MemoryLayout_Type;
+
+typedef struct PJRT_Buffer_MemoryLayout_Tiled {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const int64_t* minor_to_major;
+  size_t minor_to_major_size;
+  const int64_t* tile_dims;     /* all tiles' dims, concatenated */
+  const size_t* tile_dim_sizes; /* rank of each tile */
+  size_t num_tiles;
+} PJRT_Buffer_MemoryLayout_Tiled;
+
+typedef struct PJRT_Buffer_MemoryLayout_Strides {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const int64_t* byte_strides;
+  size_t num_byte_strides;
+} PJRT_Buffer_MemoryLayout_Strides;
+
+typedef struct PJRT_Buffer_MemoryLayout {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  union {
+    PJRT_Buffer_MemoryLayout_Tiled tiled;
+    PJRT_Buffer_MemoryLayout_Strides strides;
+  };
+  PJRT_Buffer_MemoryLayout_Type type;
+} PJRT_Buffer_MemoryLayout;
+
+typedef struct PJRT_Client_BufferFromHostBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const void* data;
+  PJRT_Buffer_Type type;
+  const int64_t* dims;
+  size_t num_dims;
+  const int64_t* byte_strides;  /* NULL: dense row-major */
+  size_t num_byte_strides;
+  PJRT_HostBufferSemantics host_buffer_semantics;
+  PJRT_Device* device;          /* exactly one of device/memory */
+  PJRT_Memory* memory;
+  PJRT_Buffer_MemoryLayout* device_layout;  /* NULL: default layout */
+  PJRT_Event* done_with_host_buffer;        /* out */
+  PJRT_Buffer* buffer;                      /* out */
+} PJRT_Client_BufferFromHostBuffer_Args;
+
+typedef struct PJRT_Client_CreateUninitializedBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const int64_t* shape_dims;
+  size_t shape_num_dims;
+  PJRT_Buffer_Type shape_element_type;
+  PJRT_Buffer_MemoryLayout* shape_layout;
+  PJRT_Device* device;
+  PJRT_Memory* memory;
+  PJRT_Buffer* buffer;          /* out */
+} PJRT_Client_CreateUninitializedBuffer_Args;
+
+/* ---------------------------------------------------- device description */
+
+typedef struct PJRT_DeviceDescription_Id_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  int id;                       /* out */
+} PJRT_DeviceDescription_Id_Args;
+
+typedef struct PJRT_DeviceDescription_ProcessIndex_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  int process_index;            /* out */
+} PJRT_DeviceDescription_ProcessIndex_Args;
+
+typedef struct PJRT_DeviceDescription_Attributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  size_t num_attributes;              /* out */
+  const PJRT_NamedValue* attributes;  /* out */
+} PJRT_DeviceDescription_Attributes_Args;
+
+typedef struct PJRT_DeviceDescription_Kind_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  const char* device_kind;      /* out */
+  size_t device_kind_size;
+} PJRT_DeviceDescription_Kind_Args;
+
+typedef struct PJRT_DeviceDescription_DebugString_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  const char* debug_string;     /* out */
+  size_t debug_string_size;
+} PJRT_DeviceDescription_DebugString_Args;
+
+typedef struct PJRT_DeviceDescription_ToString_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  const char* to_string;        /* out */
+  size_t to_string_size;
+} PJRT_DeviceDescription_ToString_Args;
+
+/* ---------------------------------------------------------------- device */
+
+typedef struct PJRT_Device_GetDescription_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  PJRT_DeviceDescription* device_description;  /* out */
+} PJRT_Device_GetDescription_Args;
+
+typedef struct PJRT_Device_IsAddressable_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  bool is_addressable;          /* out */
+} PJRT_Device_IsAddressable_Args;
+
+typedef struct PJRT_Device_LocalHardwareId_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  int local_hardware_id;        /* out */
+} PJRT_Device_LocalHardwareId_Args;
+
+typedef struct PJRT_Device_AddressableMemories_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  PJRT_Memory* const* memories; /* out */
+  size_t num_memories;
+} PJRT_Device_AddressableMemories_Args;
+
+typedef struct PJRT_Device_DefaultMemory_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  PJRT_Memory* memory;          /* out */
+} PJRT_Device_DefaultMemory_Args;
+
+/* Each optional statistic has an `_is_set` flag. */
+typedef struct PJRT_Device_MemoryStats_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  int64_t bytes_in_use;
+  int64_t peak_bytes_in_use;
+  bool peak_bytes_in_use_is_set;
+  int64_t num_allocs;
+  bool num_allocs_is_set;
+  int64_t largest_alloc_size;
+  bool largest_alloc_size_is_set;
+  int64_t bytes_limit;
+  bool bytes_limit_is_set;
+  int64_t bytes_reserved;
+  bool bytes_reserved_is_set;
+  int64_t peak_bytes_reserved;
+  bool peak_bytes_reserved_is_set;
+  int64_t bytes_reservable_limit;
+  bool bytes_reservable_limit_is_set;
+  int64_t largest_free_block_bytes;
+  bool largest_free_block_bytes_is_set;
+  int64_t pool_bytes;
+  bool pool_bytes_is_set;
+  int64_t peak_pool_bytes;
+  bool peak_pool_bytes_is_set;
+  int64_t peak_allocated_bytes;
+  bool peak_allocated_bytes_is_set;
+} PJRT_Device_MemoryStats_Args;
+
+typedef struct PJRT_Device_ClearMemoryStats_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+} PJRT_Device_ClearMemoryStats_Args;
+
+typedef struct PJRT_DeviceAttributes PJRT_DeviceAttributes;
+
+/* The attributes live until the caller calls attributes_deleter(device_attributes). */
+typedef struct PJRT_Device_GetAttributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  const PJRT_NamedValue* attributes;        /* out */
+  size_t num_attributes;                    /* out */
+  PJRT_DeviceAttributes* device_attributes; /* out: backs the attributes */
+  void (*attributes_deleter)(PJRT_DeviceAttributes* attributes);
+} PJRT_Device_GetAttributes_Args;
+
+/* ---------------------------------------------------------------- memory */
+
+typedef struct PJRT_Memory_Id_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Memory* memory;
+  int id;                       /* out */
+} PJRT_Memory_Id_Args;
+
+typedef struct PJRT_Memory_Kind_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Memory* memory;
+  const char* kind;             /* out */
+  size_t kind_size;
+} PJRT_Memory_Kind_Args;
+
+typedef struct PJRT_Memory_Kind_Id_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Memory* memory;
+  int kind_id;                  /* out */
+} PJRT_Memory_Kind_Id_Args;
+
+typedef struct PJRT_Memory_DebugString_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Memory* memory;
+  const char* debug_string;     /* out */
+  size_t debug_string_size;
+} PJRT_Memory_DebugString_Args;
+
+typedef struct PJRT_Memory_ToString_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Memory* memory;
+  const char* to_string;        /* out */
+  size_t to_string_size;
+} PJRT_Memory_ToString_Args;
+
+typedef struct PJRT_Memory_AddressableByDevices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Memory* memory;
+  PJRT_Device* const* devices;  /* out */
+  size_t num_devices;
+} PJRT_Memory_AddressableByDevices_Args;
+
+/* ------------------------------------------------------------ topology */
+
+typedef struct PJRT_TopologyDescription_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_TopologyDescription* topology;
+} PJRT_TopologyDescription_Destroy_Args;
+
+typedef struct PJRT_TopologyDescription_PlatformName_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_TopologyDescription* topology;
+  const char* platform_name;    /* out */
+  size_t platform_name_size;
+} PJRT_TopologyDescription_PlatformName_Args;
+
+typedef struct PJRT_TopologyDescription_PlatformVersion_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_TopologyDescription* topology;
+  const char* platform_version; /* out */
+  size_t platform_version_size;
+} PJRT_TopologyDescription_PlatformVersion_Args;
+
+typedef struct PJRT_TopologyDescription_GetDeviceDescriptions_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_TopologyDescription* topology;
+  PJRT_DeviceDescription* const* descriptions;  /* out */
+  size_t num_descriptions;
+} PJRT_TopologyDescription_GetDeviceDescriptions_Args;
+
+typedef struct PJRT_TopologyDescription_Attributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_TopologyDescription* topology;
+  const PJRT_NamedValue* attributes;  /* out */
+  size_t num_attributes;
+} PJRT_TopologyDescription_Attributes_Args;
+
+typedef struct PJRT_TopologyDescription_Fingerprint_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_TopologyDescription* topology;
+  uint64_t fingerprint;         /* out */
+} PJRT_TopologyDescription_Fingerprint_Args;
+
+typedef struct PJRT_TopologyDescription_Create_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* topology_name;
+  size_t topology_name_size;
+  const PJRT_NamedValue* create_options;
+  size_t num_options;
+  PJRT_TopologyDescription* topology;  /* out, the caller destroys it */
+} PJRT_TopologyDescription_Create_Args;
+
+typedef struct PJRT_TopologyDescription_Serialize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_TopologyDescription* topology;
+  const char* serialized_bytes;                   /* out */
+  size_t serialized_bytes_size;                   /* out */
+  PJRT_SerializedTopology* serialized_topology;   /* out: backs the bytes */
+  void (*serialized_topology_deleter)(PJRT_SerializedTopology* topology);
+} PJRT_TopologyDescription_Serialize_Args;
+
+typedef struct PJRT_TopologyDescription_Deserialize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* serialized_topology;
+  size_t serialized_topology_size;
+  PJRT_TopologyDescription* topology;  /* out, the caller destroys it */
+} PJRT_TopologyDescription_Deserialize_Args;
+
+typedef struct PJRT_Compile_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_TopologyDescription* topology;
+  const PJRT_Program* program;
+  const char* compile_options;
+  size_t compile_options_size;
+  PJRT_Client* client;          /* optional */
+  PJRT_Executable* executable;  /* out */
+} PJRT_Compile_Args;
+
+/* ------------------------------------------------------------ executable */
+
+typedef struct PJRT_Executable_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+} PJRT_Executable_Destroy_Args;
+
+typedef struct PJRT_Executable_Name_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  const char* executable_name;  /* out */
+  size_t executable_name_size;
+} PJRT_Executable_Name_Args;
+
+typedef struct PJRT_Executable_NumReplicas_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_replicas;          /* out */
+} PJRT_Executable_NumReplicas_Args;
+
+typedef struct PJRT_Executable_NumPartitions_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_partitions;        /* out */
+} PJRT_Executable_NumPartitions_Args;
+
+typedef struct PJRT_Executable_NumOutputs_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_outputs;           /* out */
+} PJRT_Executable_NumOutputs_Args;
+
+typedef struct PJRT_Executable_SizeOfGeneratedCodeInBytes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  int64_t size_in_bytes;        /* out */
+} PJRT_Executable_SizeOfGeneratedCodeInBytes_Args;
+
+typedef struct PJRT_Executable_GetCostAnalysis_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_properties;              /* out */
+  const PJRT_NamedValue* properties;  /* out */
+} PJRT_Executable_GetCostAnalysis_Args;
+
+typedef struct PJRT_Executable_OutputMemoryKinds_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_outputs;                 /* out */
+  const char* const* memory_kinds;    /* out */
+  const size_t* memory_kind_sizes;    /* out */
+} PJRT_Executable_OutputMemoryKinds_Args;
+
+typedef struct PJRT_Executable_ParameterMemoryKinds_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_parameters;              /* out */
+  const char* const* memory_kinds;    /* out */
+  const size_t* memory_kind_sizes;    /* out */
+} PJRT_Executable_ParameterMemoryKinds_Args;
+
+/* Two-call protocol: with program->code == NULL the plugin reports
+ * code_size; the caller allocates and calls again. */
+typedef struct PJRT_Executable_OptimizedProgram_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  PJRT_Program* program;        /* in/out */
+} PJRT_Executable_OptimizedProgram_Args;
+
+typedef struct PJRT_Executable_Serialize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_Executable* executable;
+  const char* serialized_bytes;                 /* out */
+  size_t serialized_bytes_size;                 /* out */
+  PJRT_SerializedExecutable* serialized_executable;  /* out: backs the bytes */
+  void (*serialized_executable_deleter)(PJRT_SerializedExecutable* exec);
+} PJRT_Executable_Serialize_Args;
+
+typedef struct PJRT_Executable_OutputElementTypes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  PJRT_Buffer_Type* output_types;   /* out */
+  size_t num_output_types;          /* out */
+} PJRT_Executable_OutputElementTypes_Args;
+
+typedef struct PJRT_Executable_OutputDimensions_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  size_t num_outputs;           /* out */
+  const int64_t* dims;          /* out: all outputs' dims, concatenated */
+  const size_t* dim_sizes;      /* out: rank of each output */
+} PJRT_Executable_OutputDimensions_Args;
+
+typedef struct PJRT_Executable_Fingerprint_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  const char* executable_fingerprint;  /* out */
+  size_t executable_fingerprint_size;
+} PJRT_Executable_Fingerprint_Args;
+
+typedef struct PJRT_Executable_GetCompiledMemoryStats_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  int64_t generated_code_size_in_bytes;  /* all out */
+  int64_t argument_size_in_bytes;
+  int64_t output_size_in_bytes;
+  int64_t alias_size_in_bytes;
+  int64_t temp_size_in_bytes;
+  int64_t host_generated_code_size_in_bytes;
+  int64_t host_argument_size_in_bytes;
+  int64_t host_output_size_in_bytes;
+  int64_t host_alias_size_in_bytes;
+  int64_t host_temp_size_in_bytes;
+  int64_t peak_memory_in_bytes;
+  int64_t total_size_in_bytes;
+  int64_t total_allocation_bytes;
+  int64_t indefinite_allocations;
+  int64_t peak_unpadded_heap_bytes;
+} PJRT_Executable_GetCompiledMemoryStats_Args;
+
+typedef struct PJRT_Executable_GetCompileOptions_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Executable* executable;
+  const char* serialized_bytes;                     /* out */
+  size_t serialized_bytes_size;                     /* out */
+  PJRT_SerializedCompileOptions* serialized_compile_options;  /* out */
+  void (*serialized_compile_options_deleter)(
+      PJRT_SerializedCompileOptions* options);
+} PJRT_Executable_GetCompileOptions_Args;
+
+typedef struct PJRT_LoadOptions PJRT_LoadOptions;
+
+typedef struct PJRT_Executable_DeserializeAndLoad_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  const char* serialized_executable;
+  size_t serialized_executable_size;
+  PJRT_LoadedExecutable* loaded_executable;         /* out */
+  const char* overridden_serialized_compile_options;
+  size_t overridden_serialized_compile_options_size;
+  const PJRT_LoadOptions* load_options;
+} PJRT_Executable_DeserializeAndLoad_Args;
+
+typedef struct PJRT_Client_Load_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Executable* executable;
+  const char* compile_options;
+  size_t compile_options_size;
+  PJRT_LoadedExecutable* loaded_executable;  /* out */
+} PJRT_Client_Load_Args;
+
+/* ----------------------------------------------------- loaded executable */
+
+typedef struct PJRT_LoadedExecutable_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+} PJRT_LoadedExecutable_Destroy_Args;
+
+typedef struct PJRT_LoadedExecutable_GetExecutable_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* loaded_executable;
+  PJRT_Executable* executable;  /* out: a new handle the caller destroys */
+} PJRT_LoadedExecutable_GetExecutable_Args;
+
+typedef struct PJRT_LoadedExecutable_AddressableDevices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  PJRT_Device* const* addressable_devices;  /* out */
+  size_t num_addressable_devices;
+} PJRT_LoadedExecutable_AddressableDevices_Args;
+
+typedef struct PJRT_LoadedExecutable_Delete_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+} PJRT_LoadedExecutable_Delete_Args;
+
+typedef struct PJRT_LoadedExecutable_IsDeleted_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  bool is_deleted;              /* out */
+} PJRT_LoadedExecutable_IsDeleted_Args;
+
+typedef struct PJRT_LoadedExecutable_Fingerprint_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  const char* executable_fingerprint;  /* out */
+  size_t executable_fingerprint_size;
+} PJRT_LoadedExecutable_Fingerprint_Args;
+
+typedef struct PJRT_LogicalDeviceIds {
+  int replica;
+  int partition;
+} PJRT_LogicalDeviceIds;
+
+typedef struct PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  PJRT_LogicalDeviceIds* addressable_device_logical_ids;  /* out, owned by the executable */
+  size_t num_addressable_device_logical_ids;
+} PJRT_LoadedExecutable_AddressableDeviceLogicalIds_Args;
+
+typedef struct PJRT_DeviceAssignmentSerialized PJRT_DeviceAssignmentSerialized;
+
+/* A serialized xla.DeviceAssignmentProto, freed by the deleter. */
+typedef struct PJRT_LoadedExecutable_GetDeviceAssignment_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  const char* serialized_bytes;                               /* out */
+  size_t serialized_bytes_size;                               /* out */
+  PJRT_DeviceAssignmentSerialized* serialized_device_assignment;  /* out */
+  void (*serialized_device_assignment_deleter)(
+      PJRT_DeviceAssignmentSerialized* device_assignment);
+} PJRT_LoadedExecutable_GetDeviceAssignment_Args;
+
+typedef struct PJRT_ExecuteOptions {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  void** send_callbacks;        /* PJRT_SendCallbackInfo** (unsupported) */
+  void** recv_callbacks;        /* PJRT_RecvCallbackInfo** (unsupported) */
+  size_t num_send_ops;
+  size_t num_recv_ops;
+  int launch_id;
+  const int64_t* non_donatable_input_indices;
+  size_t num_non_donatable_input_indices;
+  PJRT_ExecuteContext* context;
+  const char* call_location;
+  size_t num_tasks;
+  int* task_ids;
+  int64_t* incarnation_ids;
+  const void* multi_slice_config;
+  bool use_major_to_minor_data_layout_for_callbacks;
+  void* hlo_output_callbacks;
+  size_t num_hlo_output_callbacks;
+} PJRT_ExecuteOptions;
+
+typedef struct PJRT_LoadedExecutable_Execute_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  PJRT_ExecuteOptions* options;
+  PJRT_Buffer* const* const* argument_lists;  /* [num_devices][num_args] */
+  size_t num_devices;
+  size_t num_args;
+  PJRT_Buffer** const* output_lists;          /* [num_devices][num_outputs], caller-allocated */
+  PJRT_Event** device_complete_events;        /* [num_devices] or NULL */
+  PJRT_Device* execute_device;                /* NULL: the executable's devices */
+} PJRT_LoadedExecutable_Execute_Args;
+
+/* ---------------------------------------------------------------- buffer */
+
+typedef struct PJRT_Buffer_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+} PJRT_Buffer_Destroy_Args;
+
+typedef struct PJRT_Buffer_ElementType_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Buffer_Type type;        /* out */
+} PJRT_Buffer_ElementType_Args;
+
+typedef struct PJRT_Buffer_Dimensions_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  const int64_t* dims;          /* out, owned by the buffer */
+  size_t num_dims;
+} PJRT_Buffer_Dimensions_Args;
+
+typedef struct PJRT_Buffer_UnpaddedDimensions_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  const int64_t* unpadded_dims; /* out */
+  size_t num_dims;
+} PJRT_Buffer_UnpaddedDimensions_Args;
+
+typedef struct PJRT_Buffer_DynamicDimensionIndices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  const size_t* dynamic_dim_indices;  /* out */
+  size_t num_dynamic_dims;
+} PJRT_Buffer_DynamicDimensionIndices_Args;
+
+typedef struct PJRT_Buffer_GetMemoryLayout_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Buffer_MemoryLayout layout;  /* out; arrays owned by the buffer */
+} PJRT_Buffer_GetMemoryLayout_Args;
+
+typedef struct PJRT_Buffer_OnDeviceSizeInBytes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  size_t on_device_size_in_bytes;  /* out */
+} PJRT_Buffer_OnDeviceSizeInBytes_Args;
+
+typedef struct PJRT_Buffer_Device_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Device* device;          /* out */
+} PJRT_Buffer_Device_Args;
+
+typedef struct PJRT_Buffer_Memory_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Memory* memory;          /* out */
+} PJRT_Buffer_Memory_Args;
+
+typedef struct PJRT_Buffer_Delete_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+} PJRT_Buffer_Delete_Args;
+
+typedef struct PJRT_Buffer_IsDeleted_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  bool is_deleted;              /* out */
+} PJRT_Buffer_IsDeleted_Args;
+
+typedef struct PJRT_Buffer_CopyToDevice_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Device* dst_device;
+  PJRT_Buffer* dst_buffer;      /* out */
+} PJRT_Buffer_CopyToDevice_Args;
+
+typedef struct PJRT_Buffer_CopyToMemory_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Memory* dst_memory;
+  PJRT_Buffer* dst_buffer;      /* out */
+} PJRT_Buffer_CopyToMemory_Args;
+
+/* Two-call protocol: dst == NULL asks for dst_size. */
+typedef struct PJRT_Buffer_ToHostBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* src;
+  PJRT_Buffer_MemoryLayout* host_layout;  /* NULL: dense row-major */
+  void* dst;
+  size_t dst_size;
+  PJRT_Event* event;            /* out */
+} PJRT_Buffer_ToHostBuffer_Args;
+
+typedef struct PJRT_Buffer_CopyRawToHost_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  void* dst;
+  int64_t offset;
+  int64_t transfer_size;
+  PJRT_Event* event;            /* out */
+} PJRT_Buffer_CopyRawToHost_Args;
+
+typedef struct PJRT_Buffer_IsOnCpu_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  bool is_on_cpu;               /* out */
+} PJRT_Buffer_IsOnCpu_Args;
+
+typedef struct PJRT_Buffer_ReadyEvent_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Event* event;            /* out: a new event the caller destroys */
+} PJRT_Buffer_ReadyEvent_Args;
+
+typedef struct PJRT_Buffer_UnsafePointer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  uintptr_t buffer_pointer;     /* out */
+} PJRT_Buffer_UnsafePointer_Args;
+
+typedef struct PJRT_Buffer_IncreaseExternalReferenceCount_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+} PJRT_Buffer_IncreaseExternalReferenceCount_Args;
+
+typedef struct PJRT_Buffer_DecreaseExternalReferenceCount_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+} PJRT_Buffer_DecreaseExternalReferenceCount_Args;
+
+typedef struct PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  void* device_memory_ptr;      /* out */
+} PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args;
+
+/* ------------------------------------------------------ execute context */
+
+typedef struct PJRT_ExecuteContext_Create_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_ExecuteContext* context; /* out */
+} PJRT_ExecuteContext_Create_Args;
+
+typedef struct PJRT_ExecuteContext_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_ExecuteContext* context;
+} PJRT_ExecuteContext_Destroy_Args;
+
+#endif  /* PJRT_REF_PJRT_C_API_H_ */

@@ -1,0 +1,46 @@
+"""The PJRT C API in Python: one function per entry point, grouped by object.
+
+`install(ffi, lib)` is called once by the shim's embedding init code. It
+binds every slot of the `PJRT_Api` table (capi_shim/entry_points.py) to
+its implementation here, or to a stub answering UNIMPLEMENTED with the entry
+point's name.
+
+Modules: error, plugin, event, client, device, memory, topology, executable,
+buffer; `_boundary` holds what they share (Args access within the caller's
+struct_size, PJRT_Error creation, C memory owned by Python objects).
+"""
+from __future__ import annotations
+
+from . import _boundary
+
+_installed = False
+
+
+def _slot_table():
+    from ..capi_shim import entry_points
+    return entry_points
+
+
+def install(ffi, lib) -> None:
+    """Bind every `extern "Python"` slot callback of the shim."""
+    global _installed
+    if _installed:
+        return
+    _boundary.bind(ffi, lib)
+    from . import buffer, client, device, error, event, executable, memory, plugin, topology  # noqa: F401  (registers)
+
+    table = _slot_table()
+    for name in table.SLOTS:
+        fn = _boundary.REGISTRY.get(name)
+        if fn is None:
+            callback = _boundary.unimplemented_callback(name)
+        else:
+            callback = _boundary.make_callback(name, fn, returns_void=name in table.RETURNS_VOID)
+        ffi.def_extern(name=table.callback_name(name))(callback)
+    ffi.def_extern(name="pjrt_ref_release_blob")(executable.release_blob)
+    _installed = True
+
+
+def implemented() -> list[str]:
+    """Entry points with a real implementation (the rest answer UNIMPLEMENTED)."""
+    return sorted(_boundary.REGISTRY)

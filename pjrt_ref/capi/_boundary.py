@@ -1,0 +1,260 @@
+"""The C/Python boundary: Args access, PJRT_Error creation, owned C memory.
+
+Every entry point is a Python function `fn(args)` registered with
+`@entry_point("PJRT_...")`. `make_callback` wraps it into the function cffi
+calls from C: it views the Args struct through `Args` (which respects the
+caller's `struct_size`), runs `fn`, and turns any exception into a
+`PJRT_Error*` (a `PjrtRefError` keeps its code, anything else is INTERNAL).
+Nothing escapes into C.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+from .. import handles
+from ..errors import ErrorCode, InvalidArgument, PjrtRefError, Unimplemented
+
+ffi: Any = None            # the shim's FFI, set by bind()
+lib: Any = None
+NULL: Any = None
+
+REGISTRY: dict[str, Callable[["Args"], None]] = {}
+
+
+def bind(shim_ffi, shim_lib) -> None:
+    global ffi, lib, NULL
+    ffi, lib, NULL = shim_ffi, shim_lib, shim_ffi.NULL
+    handles.bind(shim_ffi)
+
+
+def entry_point(name: str):
+    """Register `fn` as the implementation of the PJRT entry point `name`."""
+    def register(fn):
+        fn.entry_point = name
+        REGISTRY[name] = fn
+        return fn
+    return register
+
+
+# ------------------------------------------------------------------ errors
+class ErrorObject:
+    """What a `PJRT_Error*` points to: a code and a message (pjrt_c_api.h `PJRT_Error`)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = int(code)
+        self.message = message
+        data = message.encode("utf-8", "replace")
+        self.c_message = ffi.new("char[]", data)
+        self.c_message_size = len(data)
+
+
+def new_error(code: int, message: str):
+    """A fresh `PJRT_Error*`, owned by the caller (freed by PJRT_Error_Destroy)."""
+    return handles.add(ErrorObject(code, message))
+
+
+def error_from_exception(name: str, exc: BaseException):
+    if isinstance(exc, PjrtRefError):
+        return new_error(exc.code, str(exc))
+    detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return new_error(ErrorCode.INTERNAL, f"{name}: internal error in pjrt-ref: {detail}")
+
+
+# -------------------------------------------------------------------- args
+_FIELD_ENDS: dict[Any, dict[str, int]] = {}
+
+
+def _field_ends(ctype) -> dict[str, int]:
+    ends = _FIELD_ENDS.get(ctype)
+    if ends is None:
+        ends = {name: f.offset + ffi.sizeof(f.type) for name, f in ctype.fields}
+        _FIELD_ENDS[ctype] = ends
+    return ends
+
+
+class Args:
+    """A view of one `PJRT_*_Args` struct that stays inside the caller's struct_size.
+
+    `args.field` reads a field the caller must provide (InvalidArgument if its
+    struct is too short); `args.get(field, default)` reads an optional one;
+    `args.field = value` writes an output, silently skipped if the caller's
+    (older) struct has no room for it.
+    """
+
+    __slots__ = ("_raw", "_size", "_ends", "_name")
+
+    def __init__(self, raw, name: str) -> None:
+        if raw == NULL:
+            raise InvalidArgument(f"{name}: Args pointer is NULL")
+        object.__setattr__(self, "_raw", raw)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_size", int(raw.struct_size))
+        object.__setattr__(self, "_ends", _field_ends(ffi.typeof(raw).item))
+
+    def has(self, field: str) -> bool:
+        return self._ends[field] <= self._size
+
+    def get(self, field: str, default: Any = None) -> Any:
+        return getattr(self._raw, field) if self.has(field) else default
+
+    def __getattr__(self, field: str) -> Any:
+        if not self.has(field):
+            raise InvalidArgument(
+                f"{self._name}: struct_size {self._size} is too small to hold field '{field}'")
+        return getattr(self._raw, field)
+
+    def __setattr__(self, field: str, value: Any) -> None:
+        if self.has(field):
+            setattr(self._raw, field, value)
+
+    @property
+    def raw(self):
+        return self._raw
+
+
+TRACE = bool(os.environ.get("PJRT_REF_TRACE"))
+
+
+def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = False):
+    """The Python function cffi runs for slot `name` (PJRT_REF_TRACE=1 logs each call)."""
+    if TRACE:
+        fn = _traced(name, fn)
+    if returns_void:
+        def void_callback(raw):
+            try:
+                fn(Args(raw, name))
+            except BaseException:  # nowhere to report it: print, never raise into C
+                print(f"pjrt-ref: {name} failed:", file=sys.stderr)
+                traceback.print_exc()
+        return void_callback
+
+    def callback(raw):
+        try:
+            fn(Args(raw, name))
+            return NULL
+        except BaseException as exc:
+            try:
+                return error_from_exception(name, exc)
+            except BaseException:  # pragma: no cover - even error creation failed
+                traceback.print_exc()
+                return NULL
+    return callback
+
+
+def _traced(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:
+    def traced(args: Args) -> None:
+        print(f"pjrt-ref: -> {name}", file=sys.stderr, flush=True)
+        try:
+            fn(args)
+        except BaseException as exc:
+            print(f"pjrt-ref: <- {name} raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            raise
+    return traced
+
+
+def unimplemented_callback(name: str):
+    """Slot stub: an UNIMPLEMENTED error naming the entry point."""
+    message = f"{name} is not implemented by pjrt-ref"
+
+    def callback(raw):
+        if TRACE:
+            print(f"pjrt-ref: -> {name} (UNIMPLEMENTED)", file=sys.stderr, flush=True)
+        try:
+            return new_error(ErrorCode.UNIMPLEMENTED, message)
+        except BaseException:  # pragma: no cover
+            return NULL
+    return callback
+
+
+# ------------------------------------------------- memory owned by objects
+def owned(owner: Any, key: Any, make: Callable[[], Any]) -> Any:
+    """C memory cached on `owner`: lives exactly as long as the owner does."""
+    cache = owner.__dict__.setdefault("_c_owned", {})
+    value = cache.get(key)
+    if value is None:
+        value = cache.setdefault(key, make())
+    return value
+
+
+def owned_text(owner: Any, key: Any, text: str) -> tuple[Any, int]:
+    """(`const char*`, size) for `text`, owned by `owner`."""
+    def make():
+        data = text.encode()
+        return ffi.new("char[]", data), len(data)
+    return owned(owner, ("text", key), make)
+
+
+def owned_array(owner: Any, key: Any, ctype: str, values: list) -> Any:
+    """A C array of `ctype` owned by `owner`, as a `void*` (assignable to any pointer field)."""
+    array = owned(owner, ("array", key), lambda: ffi.new(f"{ctype}[]", list(values) or [0]))
+    return ffi.cast("void*", array)
+
+
+def owned_named_values(owner: Any, key: Any, values: dict) -> tuple[Any, int]:
+    """A `PJRT_NamedValue[]` for `values` (str, bool, int, float, list of int), owned by `owner`."""
+    def make():
+        keep: list = []
+        array = ffi.new("PJRT_NamedValue[]", max(len(values), 1))
+        for item, (name, value) in zip(array, values.items()):
+            _fill_named_value(item, name, value, keep)
+        return array, len(values), keep
+    array, count, _ = owned(owner, ("named", key), make)
+    return array, count
+
+
+def _fill_named_value(item, name: str, value: Any, keep: list) -> None:
+    encoded = name.encode()
+    c_name = ffi.new("char[]", encoded)
+    keep.append(c_name)
+    item.struct_size = ffi.sizeof("PJRT_NamedValue")
+    item.name, item.name_size = c_name, len(encoded)
+    if isinstance(value, str):
+        data = value.encode()
+        c_value = ffi.new("char[]", data)
+        keep.append(c_value)
+        item.type, item.string_value, item.value_size = lib.PJRT_NamedValue_kString, c_value, len(data)
+    elif isinstance(value, bool):
+        item.type, item.bool_value, item.value_size = lib.PJRT_NamedValue_kBool, value, 1
+    elif isinstance(value, int):
+        item.type, item.int64_value, item.value_size = lib.PJRT_NamedValue_kInt64, value, 1
+    elif isinstance(value, float):
+        item.type, item.float_value, item.value_size = lib.PJRT_NamedValue_kFloat, value, 1
+    else:
+        c_list = ffi.new("int64_t[]", [int(v) for v in value] or [0])
+        keep.append(c_list)
+        item.type, item.int64_array_value, item.value_size = lib.PJRT_NamedValue_kInt64List, c_list, len(value)
+
+
+def read_named_values(array, count: int) -> dict:
+    """Decode a caller's `PJRT_NamedValue[count]` into a dict."""
+    out: dict = {}
+    for i in range(count):
+        item = array[i]
+        name = ffi.string(item.name, item.name_size).decode()
+        kind = item.type
+        if kind == lib.PJRT_NamedValue_kString:
+            out[name] = ffi.string(item.string_value, item.value_size).decode()
+        elif kind == lib.PJRT_NamedValue_kInt64:
+            out[name] = int(item.int64_value)
+        elif kind == lib.PJRT_NamedValue_kInt64List:
+            out[name] = [int(item.int64_array_value[j]) for j in range(item.value_size)]
+        elif kind == lib.PJRT_NamedValue_kFloat:
+            out[name] = float(item.float_value)
+        elif kind == lib.PJRT_NamedValue_kBool:
+            out[name] = bool(item.bool_value)
+    return out
+
+
+def text_arg(ptr, size: int) -> str:
+    return ffi.string(ptr, size).decode() if size else ""
+
+
+def bytes_arg(ptr, size: int) -> bytes:
+    return bytes(ffi.buffer(ptr, size)) if size else b""
+
+
+__all__ = ["Args", "entry_point", "new_error", "owned", "owned_text", "owned_array",
+           "text_arg", "bytes_arg", "Unimplemented", "REGISTRY"]

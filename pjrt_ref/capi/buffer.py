@@ -1,0 +1,321 @@
+"""PJRT_Buffer_* entry points and host <-> device transfers (pjrt_c_api.h "Buffer")."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import handles
+from ..buffer import Buffer
+from ..device import Device
+from ..dtypes import to_numpy
+from ..errors import InvalidArgument, Unimplemented
+from ..memory import Memory
+from . import _boundary
+from ._boundary import Args, entry_point, owned_array
+from .client import client_of
+from .event import new_event_handle
+
+
+def _buffer(args: Args, field: str = "buffer") -> Buffer:
+    return handles.get(getattr(args, field), Buffer, "PJRT_Buffer")
+
+
+def _optional(ptr, kind, what):
+    return None if ptr == _boundary.NULL else handles.get(ptr, kind, what)
+
+
+def _int_list(ptr, count: int) -> list[int]:
+    return [int(ptr[i]) for i in range(count)] if count else []
+
+
+def register_buffer(buffer: Buffer):
+    buffer.handle = handles.add(buffer)
+    return buffer.handle
+
+
+# ------------------------------------------------------------- layouts
+def _strides_from_layout(layout, dims: list[int], itemsize: int) -> list[int] | None:
+    """Byte strides a `PJRT_Buffer_MemoryLayout` describes (None: dense row-major)."""
+    if layout == _boundary.NULL:
+        return None
+    if layout.type == _boundary.lib.PJRT_Buffer_MemoryLayout_Type_Strides:
+        strides = _int_list(layout.strides.byte_strides, layout.strides.num_byte_strides)
+        if len(strides) != len(dims):
+            raise InvalidArgument(f"layout has {len(strides)} byte strides for rank {len(dims)}")
+        return strides
+    tiled = layout.tiled
+    if tiled.num_tiles:
+        raise Unimplemented("tiled layouts are not supported by pjrt-ref (dense layouts only)")
+    minor_to_major = _int_list(tiled.minor_to_major, tiled.minor_to_major_size)
+    if sorted(minor_to_major) != list(range(len(dims))):
+        raise InvalidArgument(f"minor_to_major {minor_to_major} is not a permutation of rank {len(dims)}")
+    strides = [0] * len(dims)
+    step = itemsize
+    for dim in minor_to_major:
+        strides[dim] = step
+        step *= dims[dim]
+    return strides
+
+
+def _dense_strides(dims: list[int], itemsize: int) -> list[int]:
+    strides, step = [], itemsize
+    for d in reversed(dims):
+        strides.append(step)
+        step *= max(d, 1)
+    return strides[::-1]
+
+
+def _extent(dims: list[int], strides: list[int], itemsize: int) -> int:
+    """Bytes spanned by an array with these (non-negative) strides."""
+    if any(d == 0 for d in dims):
+        return 0
+    return itemsize + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+def host_to_array(data, dtype: np.dtype, dims: list[int], strides: list[int] | None) -> np.ndarray:
+    """Copy the caller's host memory (any non-negative strides) into a fresh array."""
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"negative dimension in {dims}")
+    strides = strides if strides is not None else _dense_strides(dims, dtype.itemsize)
+    if any(s < 0 for s in strides):
+        raise Unimplemented("negative byte strides are not supported")
+    size = _extent(dims, strides, dtype.itemsize)
+    if size == 0:
+        return np.zeros(dims, dtype)
+    if data == _boundary.NULL:
+        raise InvalidArgument("host data pointer is NULL")
+    raw = np.frombuffer(_boundary.ffi.buffer(data, size), np.uint8)
+    typed = np.ndarray(shape=dims, dtype=dtype, buffer=raw, strides=strides)
+    return np.array(typed, copy=True, order="C")
+
+
+def array_to_host(array: np.ndarray, dst, dst_size: int, strides: list[int] | None) -> None:
+    """Write `array` into the caller's memory, densely or with the given byte strides."""
+    itemsize = array.dtype.itemsize
+    dims = list(array.shape)
+    strides = strides if strides is not None else _dense_strides(dims, itemsize)
+    size = _extent(dims, strides, itemsize)
+    if dst_size < size:
+        raise InvalidArgument(f"destination has {dst_size} bytes, {size} needed")
+    if size == 0:
+        return
+    raw = np.frombuffer(_boundary.ffi.buffer(dst, size), np.uint8)
+    target = np.ndarray(shape=dims, dtype=array.dtype, buffer=raw, strides=strides)
+    target[...] = array
+
+
+# ------------------------------------------------------ host -> device
+@entry_point("PJRT_Client_BufferFromHostBuffer")
+def client_buffer_from_host_buffer(args: Args) -> None:
+    """PJRT_Client_BufferFromHostBuffer: copies at once, whatever the semantics.
+
+    Because the copy is complete before we return, `done_with_host_buffer` is
+    born ready: the caller may reuse its memory immediately.
+    """
+    client = client_of(args)
+    dtype = to_numpy(args.type)
+    dims = _int_list(args.dims, args.num_dims)
+    strides = None
+    if args.byte_strides != _boundary.NULL and args.num_byte_strides:
+        strides = _int_list(args.byte_strides, args.num_byte_strides)
+        if len(strides) != len(dims):
+            raise InvalidArgument(f"{len(strides)} byte strides for {len(dims)} dimensions")
+    _check_dense_device_layout(args.get("device_layout", _boundary.NULL), dims, dtype.itemsize)
+    device = _optional(args.device, Device, "PJRT_Device")
+    memory = _optional(args.get("memory", _boundary.NULL), Memory, "PJRT_Memory")
+    array = host_to_array(args.data, dtype, dims, strides)
+    buffer = client.buffer_from_array(array, device, memory)
+    args.done_with_host_buffer = new_event_handle()
+    args.buffer = register_buffer(buffer)
+
+
+def _check_dense_device_layout(layout, dims: list[int], itemsize: int) -> None:
+    strides = _strides_from_layout(layout, dims, itemsize)
+    if strides is not None and any(d > 1 for d in dims) and strides != _dense_strides(dims, itemsize):
+        raise Unimplemented("pjrt-ref buffers are dense row-major; other device layouts are not supported")
+
+
+@entry_point("PJRT_Client_CreateUninitializedBuffer")
+def client_create_uninitialized_buffer(args: Args) -> None:
+    """PJRT_Client_CreateUninitializedBuffer: zero-filled."""
+    client = client_of(args)
+    dtype = to_numpy(args.shape_element_type)
+    dims = _int_list(args.shape_dims, args.shape_num_dims)
+    device = _optional(args.device, Device, "PJRT_Device")
+    memory = _optional(args.memory, Memory, "PJRT_Memory")
+    args.buffer = register_buffer(client.buffer_from_array(np.zeros(dims, dtype), device, memory))
+
+
+# ------------------------------------------------------ device -> host
+@entry_point("PJRT_Buffer_ToHostBuffer")
+def buffer_to_host_buffer(args: Args) -> None:
+    """PJRT_Buffer_ToHostBuffer: `dst == NULL` reports `dst_size`; else copy (honouring host_layout)."""
+    buffer = _buffer(args, "src")
+    array = buffer.array
+    strides = _strides_from_layout(args.host_layout, list(buffer.dims), buffer.dtype.itemsize)
+    needed = _extent(list(buffer.dims), strides or _dense_strides(list(buffer.dims), buffer.dtype.itemsize),
+                     buffer.dtype.itemsize)
+    if args.dst == _boundary.NULL:
+        args.dst_size = needed
+        return
+    array_to_host(array, args.dst, args.dst_size, strides)
+    args.event = new_event_handle()
+
+
+@entry_point("PJRT_Buffer_CopyRawToHost")
+def buffer_copy_raw_to_host(args: Args) -> None:
+    """PJRT_Buffer_CopyRawToHost: bytes [offset, offset+size) of the dense row-major data."""
+    raw = _buffer(args).array.tobytes()
+    offset, size = int(args.offset), int(args.transfer_size)
+    if offset < 0 or size < 0 or offset + size > len(raw):
+        raise InvalidArgument(f"range [{offset}, {offset + size}) outside the buffer's {len(raw)} bytes")
+    _boundary.ffi.memmove(args.dst, raw[offset:offset + size], size)
+    args.event = new_event_handle()
+
+
+# --------------------------------------------------------------- queries
+@entry_point("PJRT_Buffer_Destroy")
+def buffer_destroy(args: Args) -> None:
+    """PJRT_Buffer_Destroy: frees the handle and the data."""
+    handles.remove(args.buffer, Buffer, "PJRT_Buffer").delete()
+
+
+@entry_point("PJRT_Buffer_ElementType")
+def buffer_element_type(args: Args) -> None:
+    """PJRT_Buffer_ElementType."""
+    args.type = int(_buffer(args).buffer_type)
+
+
+@entry_point("PJRT_Buffer_Dimensions")
+def buffer_dimensions(args: Args) -> None:
+    """PJRT_Buffer_Dimensions: owned by the buffer."""
+    buffer = _buffer(args)
+    args.dims = owned_array(buffer, "dims", "int64_t", list(buffer.dims))
+    args.num_dims = len(buffer.dims)
+
+
+@entry_point("PJRT_Buffer_UnpaddedDimensions")
+def buffer_unpadded_dimensions(args: Args) -> None:
+    """PJRT_Buffer_UnpaddedDimensions: static shapes only, so the dimensions."""
+    buffer = _buffer(args)
+    args.unpadded_dims = owned_array(buffer, "dims", "int64_t", list(buffer.dims))
+    args.num_dims = len(buffer.dims)
+
+
+@entry_point("PJRT_Buffer_DynamicDimensionIndices")
+def buffer_dynamic_dimension_indices(args: Args) -> None:
+    """PJRT_Buffer_DynamicDimensionIndices: none."""
+    buffer = _buffer(args)
+    args.dynamic_dim_indices = owned_array(buffer, "dynamic", "size_t", [])
+    args.num_dynamic_dims = 0
+
+
+@entry_point("PJRT_Buffer_GetMemoryLayout")
+def buffer_get_memory_layout(args: Args) -> None:
+    """PJRT_Buffer_GetMemoryLayout: dense row-major, as a tiled layout with no tiles."""
+    buffer = _buffer(args)
+    rank = len(buffer.dims)
+    layout = args.raw.layout
+    layout.struct_size = _boundary.ffi.sizeof("PJRT_Buffer_MemoryLayout")
+    layout.type = _boundary.lib.PJRT_Buffer_MemoryLayout_Type_Tiled
+    tiled = layout.tiled
+    tiled.struct_size = _boundary.ffi.sizeof("PJRT_Buffer_MemoryLayout_Tiled")
+    tiled.minor_to_major = owned_array(buffer, "minor_to_major", "int64_t", list(range(rank - 1, -1, -1)))
+    tiled.minor_to_major_size = rank
+    tiled.tile_dims = _boundary.NULL
+    tiled.tile_dim_sizes = _boundary.NULL
+    tiled.num_tiles = 0
+
+
+@entry_point("PJRT_Buffer_OnDeviceSizeInBytes")
+def buffer_on_device_size_in_bytes(args: Args) -> None:
+    """PJRT_Buffer_OnDeviceSizeInBytes."""
+    args.on_device_size_in_bytes = _buffer(args).nbytes
+
+
+@entry_point("PJRT_Buffer_Device")
+def buffer_device(args: Args) -> None:
+    """PJRT_Buffer_Device."""
+    args.device = _buffer(args).device.handle
+
+
+@entry_point("PJRT_Buffer_Memory")
+def buffer_memory(args: Args) -> None:
+    """PJRT_Buffer_Memory."""
+    args.memory = _buffer(args).memory.handle
+
+
+@entry_point("PJRT_Buffer_Delete")
+def buffer_delete(args: Args) -> None:
+    """PJRT_Buffer_Delete: drop the data; the handle stays until Destroy."""
+    _buffer(args).delete()
+
+
+@entry_point("PJRT_Buffer_IsDeleted")
+def buffer_is_deleted(args: Args) -> None:
+    """PJRT_Buffer_IsDeleted."""
+    args.is_deleted = _buffer(args).is_deleted
+
+
+@entry_point("PJRT_Buffer_IsOnCpu")
+def buffer_is_on_cpu(args: Args) -> None:
+    """PJRT_Buffer_IsOnCpu: false, so frameworks copy out rather than alias our numpy memory."""
+    _buffer(args)
+    args.is_on_cpu = False
+
+
+@entry_point("PJRT_Buffer_ReadyEvent")
+def buffer_ready_event(args: Args) -> None:
+    """PJRT_Buffer_ReadyEvent: a new handle on the buffer's (already complete) event."""
+    args.event = new_event_handle(_buffer(args).ready_event)
+
+
+def _copy(buffer: Buffer, device: Device, memory: Memory):
+    copy = device.client.buffer_from_array(buffer.array, device, memory)
+    return register_buffer(copy)
+
+
+@entry_point("PJRT_Buffer_CopyToDevice")
+def buffer_copy_to_device(args: Args) -> None:
+    """PJRT_Buffer_CopyToDevice: a new buffer with the same contents."""
+    buffer = _buffer(args)
+    device = handles.get(args.dst_device, Device, "PJRT_Device")
+    args.dst_buffer = _copy(buffer, device, device.default_memory)
+
+
+@entry_point("PJRT_Buffer_CopyToMemory")
+def buffer_copy_to_memory(args: Args) -> None:
+    """PJRT_Buffer_CopyToMemory."""
+    buffer = _buffer(args)
+    memory = handles.get(args.dst_memory, Memory, "PJRT_Memory")
+    args.dst_buffer = _copy(buffer, memory.devices[0], memory)
+
+
+@entry_point("PJRT_Buffer_IncreaseExternalReferenceCount")
+def buffer_increase_external_reference_count(args: Args) -> None:
+    """PJRT_Buffer_IncreaseExternalReferenceCount."""
+    _buffer(args).external_references += 1
+
+
+@entry_point("PJRT_Buffer_DecreaseExternalReferenceCount")
+def buffer_decrease_external_reference_count(args: Args) -> None:
+    """PJRT_Buffer_DecreaseExternalReferenceCount."""
+    buffer = _buffer(args)
+    if buffer.external_references <= 0:
+        raise InvalidArgument("external reference count is already 0")
+    buffer.external_references -= 1
+
+
+def _data_pointer(buffer: Buffer) -> int:
+    return int(buffer.array.__array_interface__["data"][0])
+
+
+@entry_point("PJRT_Buffer_UnsafePointer")
+def buffer_unsafe_pointer(args: Args) -> None:
+    """PJRT_Buffer_UnsafePointer: address of the (read-only) numpy data."""
+    args.buffer_pointer = _data_pointer(_buffer(args))
+
+
+@entry_point("PJRT_Buffer_OpaqueDeviceMemoryDataPointer")
+def buffer_opaque_device_memory_data_pointer(args: Args) -> None:
+    """PJRT_Buffer_OpaqueDeviceMemoryDataPointer: the same address, as void*."""
+    args.device_memory_ptr = _boundary.ffi.cast("void*", _data_pointer(_buffer(args)))

@@ -1,0 +1,177 @@
+"""PJRT_Client_* entry points (pjrt_c_api.h "Client"), except buffer transfers (buffer.py)."""
+from __future__ import annotations
+
+from .. import handles
+from ..client import Client
+from ..executable import Executable
+from ..errors import InvalidArgument
+from . import _boundary
+from ._boundary import Args, bytes_arg, entry_point, owned_array, owned_text, read_named_values, text_arg
+
+
+def client_of(args: Args, field: str = "client") -> Client:
+    return handles.get(getattr(args, field), Client, "PJRT_Client")
+
+
+def register_client(client: Client):
+    """Give the client and everything it owns their C handles."""
+    client.handle = handles.add(client)
+    for device in client.devices:
+        device.handle = handles.add(device)
+        device.description.handle = handles.add(device.description)
+    for memory in client.memories:
+        memory.handle = handles.add(memory)
+    client.topology.handle = handles.add(client.topology)
+    return client.handle
+
+
+def unregister_client(client: Client) -> None:
+    for device in client.devices:
+        handles.remove(device.handle, object)
+        handles.remove(device.description.handle, object)
+    for memory in client.memories:
+        handles.remove(memory.handle, object)
+    handles.remove(client.topology.handle, object)
+    handles.remove(client.handle, Client)
+
+
+def device_list(owner, key: str, devices: list):
+    """A `PJRT_Device* const*` array owned by `owner`."""
+    return owned_array(owner, key, "void*", [d.handle for d in devices])
+
+
+@entry_point("PJRT_Client_Create")
+def client_create(args: Args) -> None:
+    """PJRT_Client_Create: options are accepted and recorded; KV callbacks unused (one process)."""
+    options = {}
+    if args.get("num_options", 0):
+        options = read_named_values(args.create_options, args.num_options)
+    args.client = register_client(Client(options))
+
+
+@entry_point("PJRT_Client_Destroy")
+def client_destroy(args: Args) -> None:
+    """PJRT_Client_Destroy: drops the client's device/memory/topology handles too."""
+    unregister_client(client_of(args))
+
+
+@entry_point("PJRT_Client_PlatformName")
+def client_platform_name(args: Args) -> None:
+    """PJRT_Client_PlatformName: "pjrt_ref" (JAX's platform name for our devices)."""
+    client = client_of(args)
+    args.platform_name, args.platform_name_size = owned_text(client, "platform_name", client.platform_name)
+
+
+@entry_point("PJRT_Client_PlatformVersion")
+def client_platform_version(args: Args) -> None:
+    """PJRT_Client_PlatformVersion."""
+    client = client_of(args)
+    args.platform_version, args.platform_version_size = owned_text(
+        client, "platform_version", client.platform_version)
+
+
+@entry_point("PJRT_Client_ProcessIndex")
+def client_process_index(args: Args) -> None:
+    """PJRT_Client_ProcessIndex: always 0 (single process)."""
+    args.process_index = client_of(args).process_index
+
+
+@entry_point("PJRT_Client_Devices")
+def client_devices(args: Args) -> None:
+    """PJRT_Client_Devices: all devices, owned by the client."""
+    client = client_of(args)
+    args.devices = device_list(client, "devices", client.devices)
+    args.num_devices = len(client.devices)
+
+
+@entry_point("PJRT_Client_AddressableDevices")
+def client_addressable_devices(args: Args) -> None:
+    """PJRT_Client_AddressableDevices."""
+    client = client_of(args)
+    args.addressable_devices = device_list(client, "addressable_devices", client.addressable_devices)
+    args.num_addressable_devices = len(client.addressable_devices)
+
+
+@entry_point("PJRT_Client_LookupDevice")
+def client_lookup_device(args: Args) -> None:
+    """PJRT_Client_LookupDevice: by global device id."""
+    args.device = client_of(args).lookup_device(args.id).handle
+
+
+@entry_point("PJRT_Client_LookupAddressableDevice")
+def client_lookup_addressable_device(args: Args) -> None:
+    """PJRT_Client_LookupAddressableDevice: by local hardware id."""
+    args.addressable_device = client_of(args).lookup_addressable_device(args.local_hardware_id).handle
+
+
+@entry_point("PJRT_Client_AddressableMemories")
+def client_addressable_memories(args: Args) -> None:
+    """PJRT_Client_AddressableMemories."""
+    client = client_of(args)
+    args.addressable_memories = owned_array(client, "memories", "void*", [m.handle for m in client.memories])
+    args.num_addressable_memories = len(client.memories)
+
+
+@entry_point("PJRT_Client_TopologyDescription")
+def client_topology_description(args: Args) -> None:
+    """PJRT_Client_TopologyDescription: owned by the client (callers do not destroy it)."""
+    args.topology = client_of(args).topology.handle
+
+
+@entry_point("PJRT_Client_DefaultDeviceAssignment")
+def client_default_device_assignment(args: Args) -> None:
+    """PJRT_Client_DefaultDeviceAssignment: fills the caller's int array."""
+    client = client_of(args)
+    assignment = client.default_device_assignment(args.num_replicas, args.num_partitions)
+    if args.default_assignment_size < len(assignment):
+        raise InvalidArgument(
+            f"default_assignment_size {args.default_assignment_size} < {len(assignment)} needed")
+    for i, device_id in enumerate(assignment):
+        args.default_assignment[i] = device_id
+
+
+def read_program(program) -> tuple[bytes, str]:
+    """(code, format) of a caller's `PJRT_Program`."""
+    if program == _boundary.NULL:
+        raise InvalidArgument("PJRT_Program is NULL")
+    fmt = text_arg(program.format, program.format_size)
+    return bytes_arg(program.code, program.code_size), fmt
+
+
+def register_loaded(loaded):
+    loaded.handle = handles.add(loaded)
+    return loaded.handle
+
+
+@entry_point("PJRT_Client_Compile")
+def client_compile(args: Args) -> None:
+    """PJRT_Client_Compile: StableHLO ("mlir": text, bytecode or portable artifact) -> executable.
+
+    The CompileOptionsProto bytes are kept (PJRT_Executable_GetCompileOptions
+    returns them) but not interpreted: pjrt-ref has one device and no
+    compiler options.
+    """
+    client = client_of(args)
+    code, fmt = read_program(args.program)
+    options = bytes_arg(args.compile_options, args.compile_options_size)
+    args.executable = register_loaded(client.compile(code, fmt, options))
+
+
+@entry_point("PJRT_Client_Load")
+def client_load(args: Args) -> None:
+    """PJRT_Client_Load: load an (AOT-compiled) executable onto this client."""
+    client = client_of(args)
+    executable = handles.get(args.executable, Executable, "PJRT_Executable")
+    args.loaded_executable = register_loaded(client.load(executable))
+
+
+@entry_point("PJRT_Executable_DeserializeAndLoad")
+def executable_deserialize_and_load(args: Args) -> None:
+    """PJRT_Executable_DeserializeAndLoad: the inverse of PJRT_Executable_Serialize."""
+    client = client_of(args)
+    blob = bytes_arg(args.serialized_executable, args.serialized_executable_size)
+    options = None
+    if args.get("overridden_serialized_compile_options_size", 0):
+        options = bytes_arg(args.overridden_serialized_compile_options,
+                            args.overridden_serialized_compile_options_size)
+    args.loaded_executable = register_loaded(client.load(Executable.deserialize(blob, options)))

@@ -1,0 +1,80 @@
+"""PJRT_Event_* entry points (pjrt_c_api.h "Events")."""
+from __future__ import annotations
+
+from .. import handles
+from ..errors import ErrorCode, InvalidArgument, PjrtRefError
+from ..event import Event
+from . import _boundary
+from ._boundary import Args, entry_point, error_from_exception, text_arg
+
+
+def new_event_handle(event: Event | None = None):
+    """A fresh `PJRT_Event*` the caller destroys (a ready event by default)."""
+    return handles.add(event if event is not None else Event.ready())
+
+
+def _event(args: Args) -> Event:
+    return handles.get(args.event, Event, "PJRT_Event")
+
+
+def _error_handle(error: PjrtRefError | None):
+    return _boundary.NULL if error is None else error_from_exception("PJRT_Event", error)
+
+
+@entry_point("PJRT_Event_Destroy")
+def event_destroy(args: Args) -> None:
+    """PJRT_Event_Destroy."""
+    handles.remove(args.event, Event, "PJRT_Event")
+
+
+@entry_point("PJRT_Event_IsReady")
+def event_is_ready(args: Args) -> None:
+    """PJRT_Event_IsReady."""
+    args.is_ready = _event(args).is_ready
+
+
+@entry_point("PJRT_Event_Error")
+def event_error(args: Args) -> None:
+    """PJRT_Event_Error: the event's error (its code and message), if it failed."""
+    error = _event(args).error
+    if error is not None:
+        raise error
+
+
+@entry_point("PJRT_Event_Await")
+def event_await(args: Args) -> None:
+    """PJRT_Event_Await: block until ready, then report its error, if any."""
+    error = _event(args).wait()
+    if error is not None:
+        raise error
+
+
+@entry_point("PJRT_Event_OnReady")
+def event_on_ready(args: Args) -> None:
+    """PJRT_Event_OnReady: call `callback(error, user_arg)` once ready.
+
+    The callback owns the error it gets. cffi releases the GIL around the call
+    into C, so the callback may block or call back into the plugin.
+    """
+    callback, user_arg = args.callback, args.user_arg
+    if callback == _boundary.NULL:
+        raise InvalidArgument("PJRT_Event_OnReady: callback is NULL")
+    _event(args).on_ready(lambda error: callback(_error_handle(error), user_arg))
+
+
+@entry_point("PJRT_Event_Create")
+def event_create(args: Args) -> None:
+    """PJRT_Event_Create: a pending event, completed by PJRT_Event_Set."""
+    args.event = new_event_handle(Event())
+
+
+@entry_point("PJRT_Event_Set")
+def event_set(args: Args) -> None:
+    """PJRT_Event_Set: complete an event made by PJRT_Event_Create."""
+    event = _event(args)
+    code = int(args.error_code)
+    error = None
+    if code != 0:
+        error = PjrtRefError(text_arg(args.error_message, args.error_message_size))
+        error.code = ErrorCode(code)
+    event.set(error)

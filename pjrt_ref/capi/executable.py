@@ -1,0 +1,316 @@
+"""PJRT_Executable_*, PJRT_LoadedExecutable_* and PJRT_ExecuteContext_* entry points."""
+from __future__ import annotations
+
+from .. import handles
+from ..buffer import Buffer
+from ..errors import InvalidArgument
+from ..executable import Executable, LoadedExecutable
+from . import _boundary
+from ._boundary import Args, entry_point, owned, owned_array, owned_named_values, owned_text
+from .event import new_event_handle
+
+
+class Blob:
+    """Bytes handed to the caller together with a deleter (Serialize, GetCompileOptions)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = _boundary.ffi.new("char[]", data or b"\0")
+        self.size = len(data)
+
+
+class ExecuteContext:
+    """PJRT_ExecuteContext: per-execution user data; pjrt-ref keeps none."""
+
+
+class Holder:
+    """Keeps C data alive until the caller's deleter call (e.g. device attributes)."""
+
+
+def release_blob(blob) -> None:
+    """The deleter behind `serialized_executable_deleter` & co. (extern "Python")."""
+    try:
+        handles.remove(blob, (Blob, Holder), "serialized blob")
+    except Exception:  # a deleter cannot report errors
+        pass
+
+
+def set_deleter(args: Args, field: str) -> None:
+    """Point the caller's deleter field at `pjrt_ref_release_blob`, cast to the field's type."""
+    deleter_type = dict(_boundary.ffi.typeof(args.raw).item.fields)[field].type
+    setattr(args, field, _boundary.ffi.cast(deleter_type, _boundary.lib.pjrt_ref_release_blob))
+
+
+def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field: str, data: bytes) -> None:
+    """Give the caller `data` plus a holder handle and the deleter that frees it."""
+    blob = Blob(data)
+    setattr(args, bytes_field, blob.data)
+    setattr(args, bytes_field + "_size", blob.size)
+    setattr(args, holder_field, handles.add(blob))
+    set_deleter(args, deleter_field)
+
+
+def _executable(args: Args) -> Executable:
+    return handles.get(args.executable, Executable, "PJRT_Executable")
+
+
+def _loaded(args: Args, field: str = "executable") -> LoadedExecutable:
+    return handles.get(getattr(args, field), LoadedExecutable, "PJRT_LoadedExecutable")
+
+
+# ------------------------------------------------------------ executable
+@entry_point("PJRT_Executable_Destroy")
+def executable_destroy(args: Args) -> None:
+    """PJRT_Executable_Destroy: frees this handle (the executable lives on while loaded)."""
+    handles.remove(args.executable, Executable, "PJRT_Executable")
+
+
+@entry_point("PJRT_Executable_Name")
+def executable_name(args: Args) -> None:
+    """PJRT_Executable_Name: the module's symbol name (JAX: "jit_<fn>")."""
+    exe = _executable(args)
+    args.executable_name, args.executable_name_size = owned_text(exe, "name", exe.name)
+
+
+_COUNTS = {
+    "PJRT_Executable_NumReplicas": ("num_replicas", "num_replicas"),
+    "PJRT_Executable_NumPartitions": ("num_partitions", "num_partitions"),
+    "PJRT_Executable_NumOutputs": ("num_outputs", "num_outputs"),
+}
+
+
+def _count_query(out_field: str, attribute: str):
+    def query(args: Args) -> None:
+        setattr(args, out_field, getattr(_executable(args), attribute))
+    return query
+
+
+for _name, (_field, _attribute) in _COUNTS.items():
+    entry_point(_name)(_count_query(_field, _attribute))
+
+
+@entry_point("PJRT_Executable_SizeOfGeneratedCodeInBytes")
+def executable_size_of_generated_code(args: Args) -> None:
+    """PJRT_Executable_SizeOfGeneratedCodeInBytes: the program's size (we generate no code)."""
+    args.size_in_bytes = len(_executable(args).code)
+
+
+@entry_point("PJRT_Executable_GetCostAnalysis")
+def executable_get_cost_analysis(args: Args) -> None:
+    """PJRT_Executable_GetCostAnalysis: no cost model; an empty property list."""
+    exe = _executable(args)
+    args.properties, args.num_properties = owned_named_values(exe, "cost", {})
+
+
+def _memory_kinds(args: Args, count: int, count_field: str) -> None:
+    exe = _executable(args)
+    kind, size = owned_text(exe, "memory_kind", "device")
+    setattr(args, count_field, count)
+    args.memory_kinds = owned_array(exe, ("kinds", count), "const char*", [kind] * count)
+    args.memory_kind_sizes = owned_array(exe, ("kind_sizes", count), "size_t", [size] * count)
+
+
+@entry_point("PJRT_Executable_OutputMemoryKinds")
+def executable_output_memory_kinds(args: Args) -> None:
+    """PJRT_Executable_OutputMemoryKinds: every output lives in "device" memory."""
+    _memory_kinds(args, _executable(args).num_outputs, "num_outputs")
+
+
+@entry_point("PJRT_Executable_ParameterMemoryKinds")
+def executable_parameter_memory_kinds(args: Args) -> None:
+    """PJRT_Executable_ParameterMemoryKinds: every parameter lives in "device" memory."""
+    _memory_kinds(args, len(_executable(args).program.input_types), "num_parameters")
+
+
+@entry_point("PJRT_Executable_OutputElementTypes")
+def executable_output_element_types(args: Args) -> None:
+    """PJRT_Executable_OutputElementTypes."""
+    exe = _executable(args)
+    types = [int(t) for t in exe.output_buffer_types()]
+    args.output_types = owned_array(exe, "output_types", "PJRT_Buffer_Type", types)
+    args.num_output_types = len(types)
+
+
+@entry_point("PJRT_Executable_OutputDimensions")
+def executable_output_dimensions(args: Args) -> None:
+    """PJRT_Executable_OutputDimensions: all dims concatenated, plus each output's rank."""
+    exe = _executable(args)
+    dims = exe.output_dims()
+    args.num_outputs = len(dims)
+    args.dims = owned_array(exe, "output_dims", "int64_t", [d for shape in dims for d in shape])
+    args.dim_sizes = owned_array(exe, "output_ranks", "size_t", [len(shape) for shape in dims])
+
+
+@entry_point("PJRT_Executable_OptimizedProgram")
+def executable_optimized_program(args: Args) -> None:
+    """PJRT_Executable_OptimizedProgram: the parsed StableHLO text ("mlir").
+
+    Two calls: with `program->code == NULL` report `code_size`; then copy.
+    """
+    exe = _executable(args)
+    program = args.program
+    if program == _boundary.NULL:
+        raise InvalidArgument("PJRT_Executable_OptimizedProgram: program is NULL")
+    text = exe.program.text.encode()
+    fmt, fmt_size = owned_text(exe, "format", "mlir")
+    program.format, program.format_size = fmt, fmt_size
+    if program.code == _boundary.NULL:
+        program.code_size = len(text)
+        return
+    if program.code_size < len(text):
+        raise InvalidArgument(f"program code buffer has {program.code_size} bytes, {len(text)} needed")
+    _boundary.ffi.memmove(program.code, text, len(text))
+    program.code_size = len(text)
+
+
+@entry_point("PJRT_Executable_Serialize")
+def executable_serialize(args: Args) -> None:
+    """PJRT_Executable_Serialize: our format (see Executable.serialize); freed by the deleter."""
+    hand_out_blob(args, "serialized_bytes", "serialized_executable", "serialized_executable_deleter",
+                  _executable(args).serialize())
+
+
+@entry_point("PJRT_Executable_GetCompileOptions")
+def executable_get_compile_options(args: Args) -> None:
+    """PJRT_Executable_GetCompileOptions: the CompileOptionsProto bytes we were given."""
+    hand_out_blob(args, "serialized_bytes", "serialized_compile_options",
+                  "serialized_compile_options_deleter", _executable(args).compile_options)
+
+
+def _fingerprint(owner, exe: Executable):
+    return owned_text(owner, "fingerprint", exe.fingerprint)
+
+
+@entry_point("PJRT_Executable_Fingerprint")
+def executable_fingerprint(args: Args) -> None:
+    """PJRT_Executable_Fingerprint: sha256 of program and compile options."""
+    exe = _executable(args)
+    args.executable_fingerprint, args.executable_fingerprint_size = _fingerprint(exe, exe)
+
+
+@entry_point("PJRT_Executable_GetCompiledMemoryStats")
+def executable_get_compiled_memory_stats(args: Args) -> None:
+    """PJRT_Executable_GetCompiledMemoryStats: argument and output sizes; no temporaries tracked."""
+    exe = _executable(args)
+    for field in ("generated_code_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+                  "host_generated_code_size_in_bytes", "host_argument_size_in_bytes",
+                  "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
+                  "total_allocation_bytes", "indefinite_allocations", "peak_unpadded_heap_bytes"):
+        setattr(args, field, 0)
+    args.argument_size_in_bytes = exe.input_bytes()
+    args.output_size_in_bytes = exe.output_bytes()
+    args.peak_memory_in_bytes = exe.input_bytes() + exe.output_bytes()
+    args.total_size_in_bytes = exe.input_bytes() + exe.output_bytes()
+
+
+# ----------------------------------------------------- loaded executable
+@entry_point("PJRT_LoadedExecutable_Destroy")
+def loaded_executable_destroy(args: Args) -> None:
+    """PJRT_LoadedExecutable_Destroy."""
+    handles.remove(args.executable, LoadedExecutable, "PJRT_LoadedExecutable")
+
+
+@entry_point("PJRT_LoadedExecutable_GetExecutable")
+def loaded_executable_get_executable(args: Args) -> None:
+    """PJRT_LoadedExecutable_GetExecutable: a new PJRT_Executable handle the caller destroys."""
+    args.executable = handles.add(_loaded(args, "loaded_executable").executable)
+
+
+@entry_point("PJRT_LoadedExecutable_AddressableDevices")
+def loaded_executable_addressable_devices(args: Args) -> None:
+    """PJRT_LoadedExecutable_AddressableDevices."""
+    loaded = _loaded(args)
+    args.addressable_devices = owned_array(loaded, "devices", "void*", [d.handle for d in loaded.devices])
+    args.num_addressable_devices = len(loaded.devices)
+
+
+@entry_point("PJRT_LoadedExecutable_Delete")
+def loaded_executable_delete(args: Args) -> None:
+    """PJRT_LoadedExecutable_Delete: later executions fail; the handle stays valid."""
+    _loaded(args).deleted = True
+
+
+@entry_point("PJRT_LoadedExecutable_IsDeleted")
+def loaded_executable_is_deleted(args: Args) -> None:
+    """PJRT_LoadedExecutable_IsDeleted."""
+    args.is_deleted = _loaded(args).deleted
+
+
+@entry_point("PJRT_LoadedExecutable_Fingerprint")
+def loaded_executable_fingerprint(args: Args) -> None:
+    """PJRT_LoadedExecutable_Fingerprint (deprecated in favour of the Executable one)."""
+    loaded = _loaded(args)
+    args.executable_fingerprint, args.executable_fingerprint_size = _fingerprint(loaded, loaded.executable)
+
+
+@entry_point("PJRT_LoadedExecutable_AddressableDeviceLogicalIds")
+def loaded_executable_addressable_device_logical_ids(args: Args) -> None:
+    """PJRT_LoadedExecutable_AddressableDeviceLogicalIds: (replica, partition) per device."""
+    loaded = _loaded(args)
+    ids = loaded.logical_ids()
+    array = owned(loaded, "logical_ids", lambda: _boundary.ffi.new("PJRT_LogicalDeviceIds[]", ids))
+    args.addressable_device_logical_ids = array
+    args.num_addressable_device_logical_ids = len(ids)
+
+
+@entry_point("PJRT_LoadedExecutable_GetDeviceAssignment")
+def loaded_executable_get_device_assignment(args: Args) -> None:
+    """PJRT_LoadedExecutable_GetDeviceAssignment: a serialized DeviceAssignmentProto."""
+    hand_out_blob(args, "serialized_bytes", "serialized_device_assignment",
+                  "serialized_device_assignment_deleter", _loaded(args).device_assignment_proto())
+
+
+def _non_donatable(options) -> set[int]:
+    if options == _boundary.NULL:
+        return set()
+    opts = Args(options, "PJRT_ExecuteOptions")
+    count = opts.get("num_non_donatable_input_indices", 0)
+    if not count:
+        return set()
+    indices = opts.non_donatable_input_indices
+    return {int(indices[i]) for i in range(count)}
+
+
+@entry_point("PJRT_LoadedExecutable_Execute")
+def loaded_executable_execute(args: Args) -> None:
+    """PJRT_LoadedExecutable_Execute: run synchronously on our one device.
+
+    Arguments come as `argument_lists[device][arg]`; outputs go to the
+    caller's `output_lists[device][output]`. Parameters the program marks
+    donatable (and the caller does not list in `non_donatable_input_indices`)
+    are deleted. Completion events, if asked for, are born ready.
+    """
+    loaded = _loaded(args)
+    num_devices, num_args = args.num_devices, args.num_args
+    if num_devices != len(loaded.devices):
+        raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), got {num_devices} argument lists")
+    execute_device = args.get("execute_device", _boundary.NULL)
+    device = loaded.devices[0]
+    if execute_device != _boundary.NULL:
+        device = handles.get(execute_device, type(device), "PJRT_Device")
+    non_donatable = _non_donatable(args.options)
+    for d in range(num_devices):
+        row = args.argument_lists[d]
+        arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
+        outputs = loaded.execute(arguments, device, non_donatable)
+        out_row = args.output_lists[d]
+        for j, buffer in enumerate(outputs):
+            loaded.client.track(buffer)
+            buffer.handle = handles.add(buffer)
+            out_row[j] = buffer.handle
+    events = args.get("device_complete_events", _boundary.NULL)
+    if events != _boundary.NULL:
+        for d in range(num_devices):
+            events[d] = new_event_handle()
+
+
+# ------------------------------------------------------- execute context
+@entry_point("PJRT_ExecuteContext_Create")
+def execute_context_create(args: Args) -> None:
+    """PJRT_ExecuteContext_Create."""
+    args.context = handles.add(ExecuteContext())
+
+
+@entry_point("PJRT_ExecuteContext_Destroy")
+def execute_context_destroy(args: Args) -> None:
+    """PJRT_ExecuteContext_Destroy."""
+    handles.remove(args.context, ExecuteContext, "PJRT_ExecuteContext")

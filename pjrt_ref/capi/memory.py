@@ -1,0 +1,50 @@
+"""PJRT_Memory_* entry points (pjrt_c_api.h "Memory")."""
+from __future__ import annotations
+
+from .. import handles
+from ..memory import Memory
+from ._boundary import Args, entry_point, owned_array, owned_text
+
+
+def _memory(args: Args) -> Memory:
+    return handles.get(args.memory, Memory, "PJRT_Memory")
+
+
+@entry_point("PJRT_Memory_Id")
+def memory_id(args: Args) -> None:
+    """PJRT_Memory_Id."""
+    args.id = _memory(args).id
+
+
+@entry_point("PJRT_Memory_Kind_Id")
+def memory_kind_id(args: Args) -> None:
+    """PJRT_Memory_Kind_Id: one kind, id 0."""
+    args.kind_id = _memory(args).kind_id
+
+
+_TEXT_QUERIES = {
+    "PJRT_Memory_Kind": ("kind", "kind"),
+    "PJRT_Memory_DebugString": ("debug_string", "debug_string"),
+    "PJRT_Memory_ToString": ("to_string", "to_string"),
+}
+
+
+def _text_query(out_field: str, attribute: str):
+    def query(args: Args) -> None:
+        memory = _memory(args)
+        pointer, size = owned_text(memory, attribute, getattr(memory, attribute))
+        setattr(args, out_field, pointer)
+        setattr(args, out_field + "_size", size)
+    return query
+
+
+for _name, (_field, _attribute) in _TEXT_QUERIES.items():
+    entry_point(_name)(_text_query(_field, _attribute))
+
+
+@entry_point("PJRT_Memory_AddressableByDevices")
+def memory_addressable_by_devices(args: Args) -> None:
+    """PJRT_Memory_AddressableByDevices: owned by the memory."""
+    memory = _memory(args)
+    args.devices = owned_array(memory, "devices", "void*", [d.handle for d in memory.devices])
+    args.num_devices = len(memory.devices)

@@ -1,0 +1,48 @@
+"""`PJRT_Device` and `PJRT_DeviceDescription`.
+
+pjrt-ref exposes one addressable device, `pjrt_ref:0`: a CPU-like device
+whose "memory" is numpy arrays in host RAM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .memory import Memory
+
+
+@dataclass(eq=False)
+class DeviceDescription:
+    """What is known about a device without a client (also in topologies)."""
+
+    id: int
+    process_index: int = 0
+    kind: str = "cpu"
+    attributes: dict[str, Any] = field(default_factory=dict)
+    handle: object = None          # our PJRT_DeviceDescription*
+
+    @property
+    def debug_string(self) -> str:
+        return f"pjrt_ref:{self.id}"
+
+    @property
+    def to_string(self) -> str:
+        return f"PjrtRefDevice(id={self.id}, kind={self.kind})"
+
+
+@dataclass(eq=False)
+class Device:
+    description: DeviceDescription
+    local_hardware_id: int
+    memories: list[Memory] = field(default_factory=list)
+    handle: object = None          # our PJRT_Device*
+    is_addressable: bool = True
+    client: object = None          # the Client that owns this device
+
+    @property
+    def id(self) -> int:
+        return self.description.id
+
+    @property
+    def default_memory(self) -> Memory:
+        return self.memories[0]

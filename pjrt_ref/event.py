@@ -1,0 +1,53 @@
+"""`PJRT_Event`: completion of asynchronous work, with an optional error.
+
+pjrt-ref computes synchronously, so almost every event is born complete.
+Events made by `PJRT_Event_Create` stay pending until `PJRT_Event_Set`.
+Callbacks registered with `on_ready` run once, on the thread that completes
+the event, or immediately if it is already complete.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from .errors import PjrtRefError
+
+
+class Event:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._callbacks: list[Callable[[PjrtRefError | None], None]] = []
+        self.error: PjrtRefError | None = None
+
+    @classmethod
+    def ready(cls, error: PjrtRefError | None = None) -> "Event":
+        event = cls()
+        event.set(error)
+        return event
+
+    @property
+    def is_ready(self) -> bool:
+        return self._done.is_set()
+
+    def set(self, error: PjrtRefError | None = None) -> None:
+        """Complete the event (once; later calls are ignored) and run callbacks."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.error = error
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(error)
+
+    def on_ready(self, callback: Callable[[PjrtRefError | None], None]) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self.error)
+
+    def wait(self, timeout: float | None = None) -> PjrtRefError | None:
+        self._done.wait(timeout)
+        return self.error

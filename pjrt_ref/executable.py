@@ -1,0 +1,202 @@
+"""`PJRT_Executable` and `PJRT_LoadedExecutable` around an interpreter Program.
+
+Compilation parses and plans the StableHLO program once
+(`pjrt_ref.interpreter.load`); execution calls the planned program on the
+argument buffers' numpy arrays. The interpreter is imported lazily: it pulls
+in jaxlib's MLIR bindings, which plugin registration must not pay for.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import threading
+
+import numpy as np
+
+from .buffer import Buffer
+from .dtypes import BufferType, from_numpy
+from .errors import Internal, InvalidArgument, Unimplemented
+
+_MAGIC = b"pjrt-ref executable v1\n"
+_DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
+
+
+class Executable:
+    """A compiled (planned) program; shared by its loaded executables."""
+
+    def __init__(self, code: bytes, compile_options: bytes = b"") -> None:
+        from .interpreter import load
+
+        self.code = bytes(code)
+        self.compile_options = bytes(compile_options)
+        self.program = load(self.code)
+        self.name = _module_name(self.program.text)
+        self.output_types = tuple(self.program.output_types)
+        self.donor_indices = _donor_indices(self.program)
+        self.fingerprint = hashlib.sha256(self.code + b"\0" + self.compile_options).hexdigest()
+
+    # -- queries ---------------------------------------------------------------
+    @property
+    def num_outputs(self) -> int:
+        return len(self.output_types)
+
+    @property
+    def num_replicas(self) -> int:
+        return int(self.program.num_replicas or 1)
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.program.num_partitions or 1)
+
+    def output_buffer_types(self) -> list[BufferType]:
+        return [_buffer_type(t) for t in self.output_types]
+
+    def output_dims(self) -> list[tuple[int, ...]]:
+        return [tuple(-1 if d is None else int(d) for d in getattr(t, "shape", ())) for t in self.output_types]
+
+    def input_bytes(self) -> int:
+        return sum(_nbytes(t) for t in self.program.input_types)
+
+    def output_bytes(self) -> int:
+        return sum(_nbytes(t) for t in self.output_types)
+
+    # -- serialization --------------------------------------------------------
+    def serialize(self) -> bytes:
+        """Our executable format: magic, two lengths, compile options, program."""
+        header = struct.pack("<QQ", len(self.compile_options), len(self.code))
+        return _MAGIC + header + self.compile_options + self.code
+
+    @classmethod
+    def deserialize(cls, blob: bytes, compile_options: bytes | None = None) -> "Executable":
+        blob = bytes(blob)
+        if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 16:
+            raise InvalidArgument("not a serialized pjrt-ref executable")
+        start = len(_MAGIC) + 16
+        n_options, n_code = struct.unpack_from("<QQ", blob, len(_MAGIC))
+        if start + n_options + n_code != len(blob):
+            raise InvalidArgument("truncated or corrupt serialized pjrt-ref executable")
+        options = blob[start:start + n_options]
+        code = blob[start + n_options:]
+        return cls(code, options if compile_options is None else compile_options)
+
+
+class LoadedExecutable:
+    """An executable bound to a client's devices, ready to run."""
+
+    def __init__(self, executable: Executable, client) -> None:
+        self.executable = executable
+        self.client = client
+        self.devices = list(client.addressable_devices[:1])
+        self.deleted = False
+        self.handle = None            # our PJRT_LoadedExecutable*
+        self._lock = threading.Lock()
+
+    def logical_ids(self) -> list[tuple[int, int]]:
+        """(replica, partition) of each addressable device: one device, (0, 0)."""
+        return [(0, 0)]
+
+    def device_assignment_proto(self) -> bytes:
+        """xla.DeviceAssignmentProto: replica_count=1, computation_count=1, device ids.
+
+        Encoded by hand (three fields) rather than pulling in protobuf.
+        """
+        ids = [d.id for d in self.devices]
+        computation = _proto_len(1, b"".join(_varint(i) for i in ids))   # packed replica_device_ids
+        return (_proto_varint(1, 1) + _proto_varint(2, 1) + _proto_len(3, computation))
+
+    def execute(self, arguments: list[Buffer], device, non_donatable: set[int]) -> list[Buffer]:
+        """Run once on `device`; donated arguments are deleted; returns outputs."""
+        if self.deleted:
+            raise InvalidArgument("executable has been deleted")
+        exe = self.executable
+        arrays = [buffer.array for buffer in arguments]
+        outputs = exe.program(*arrays)
+        if len(outputs) != exe.num_outputs:
+            raise Internal(f"program returned {len(outputs)} results, signature says {exe.num_outputs}")
+        for index in exe.donor_indices:
+            if index < len(arguments) and index not in non_donatable:
+                arguments[index].delete()
+        return [Buffer(_output_array(i, out, t), device) for i, (out, t) in enumerate(zip(outputs, exe.output_types))]
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _proto_varint(field: int, value: int) -> bytes:
+    return _varint(field << 3) + _varint(value)
+
+
+def _proto_len(field: int, payload: bytes) -> bytes:
+    return _varint((field << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _output_array(index: int, value, ttype) -> np.ndarray:
+    array = np.asarray(value)
+    expected = getattr(ttype, "dtype", None)
+    if expected is None:             # a token: a zero-size placeholder
+        return np.zeros((0,), np.bool_)
+    if array.dtype != expected:
+        raise Internal(f"result {index}: interpreter produced {array.dtype}, signature says {expected}")
+    return array
+
+
+def _buffer_type(ttype) -> BufferType:
+    dtype = getattr(ttype, "dtype", None)
+    return BufferType.TOKEN if dtype is None else from_numpy(dtype)
+
+
+def _nbytes(ttype) -> int:
+    dtype = getattr(ttype, "dtype", None)
+    if dtype is None:
+        return 0
+    size = np.dtype(dtype).itemsize
+    for d in ttype.shape:
+        size *= 0 if d is None else int(d)
+    return size
+
+
+def _module_name(text: str) -> str:
+    match = re.search(r"module\s+@\"?([\w.$-]+)", text)
+    return match.group(1) if match else "main"
+
+
+def _donor_indices(program) -> frozenset[int]:
+    """Entry-function parameters marked donatable (`tf.aliasing_output`, `jax.buffer_donor`).
+
+    Read from the parsed module once, at compile time.
+    """
+    module = getattr(program, "_module", None)
+    if module is None:
+        return frozenset()
+    try:
+        for op in module.body.operations:
+            if op.operation.name != "func.func":
+                continue
+            if op.attributes["sym_name"].value != program.entry:
+                continue
+            if "arg_attrs" not in op.attributes:
+                return frozenset()
+            arg_attrs = op.attributes["arg_attrs"]
+            return frozenset(i for i in range(len(arg_attrs))
+                             if any(name in arg_attrs[i] for name in _DONOR_ATTRIBUTES))
+    except Exception:  # pragma: no cover - donation is an optimisation; never fail compile on it
+        return frozenset()
+    return frozenset()
+
+
+def check_program_format(fmt: str) -> None:
+    if fmt == "hlo":
+        raise Unimplemented("PJRT_Program format 'hlo' (HloModuleProto) is not supported; send StableHLO ('mlir')")
+    if fmt != "mlir":
+        raise InvalidArgument(f"unknown PJRT_Program format {fmt!r} (expected 'mlir')")
