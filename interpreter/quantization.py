@@ -15,7 +15,7 @@ dequantize the operands, run the float op, quantize the results.
 way when its op has quantized types; the planner calls it for every op.
 Ops that only move or copy elements, and ops with regions (whose region
 ops are themselves quantized ops and convert on their own), work on the
-storage values directly and are left alone.
+storage values directly, and see the storage types.
 """
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ STORAGE_OPS = frozenset(f"stablehlo.{name}" for name in (
     "custom_call", "async_start", "async_done", "all_gather", "all_to_all",
     "collective_permute", "collective_broadcast", "infeed", "outfeed", "send", "recv",
 )) | {"func.call"}
+
+# Ops whose kernels read the quantization parameters themselves.
+QUANTIZATION_AWARE_OPS = frozenset(f"stablehlo.{name}" for name in (
+    "uniform_quantize", "uniform_dequantize", "collective_permute", "collective_broadcast"))
 
 
 def scales_and_zero_points(quant: QuantParams, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +105,14 @@ def expressed_type(ttype):
     return TensorType(ttype.shape, dtype, DTYPE_ELEMENT_NAMES[dtype], None, ttype.bounds)
 
 
+def storage_type(ttype):
+    """The integer tensor type a quantized tensor type is stored as."""
+    if not isinstance(ttype, TensorType) or ttype.quant is None:
+        return ttype
+    return TensorType(ttype.shape, ttype.dtype, DTYPE_ELEMENT_NAMES[ttype.dtype], None,
+                      ttype.bounds)
+
+
 def is_quantized(ttype) -> bool:
     return isinstance(ttype, TensorType) and ttype.quant is not None
 
@@ -110,23 +122,50 @@ def dequantize_op_quantize(kernel: Kernel, op, has_regions: bool) -> Kernel:
     `dequantize_op_quantize`, `dequantize_compare`, `dequantize_select_quantize`
     and `hybrid_dequantize_then_op`).
 
-    The returned kernel dequantizes quantized operands, runs `kernel` on a
-    float view of the op (the same op with every quantized type replaced by
-    its expressed type) and quantizes the quantized results. Non-quantized
-    operands (a `select` predicate, gather indices) and results (`compare`)
-    pass through. `kernel` itself is returned when `op` has no quantized
-    types, has regions, or is in `STORAGE_OPS`.
+    * Ops without quantized types, and `QUANTIZATION_AWARE_OPS`: `kernel`.
+    * `STORAGE_OPS` and ops with regions: `kernel` on the storage values,
+      shown a view of the op whose quantized types are their storage types.
+    * Any other op: the returned kernel dequantizes quantized operands, runs
+      `kernel` on a view of the op whose quantized types are their expressed
+      types, and quantizes the quantized results. Non-quantized operands (a
+      `select` predicate, gather indices) and results (`compare`) pass
+      through.
     """
-    types = (*op.operand_types, *op.result_types)
-    if has_regions or op.name in STORAGE_OPS or not any(map(is_quantized, types)):
+    if op.name in QUANTIZATION_AWARE_OPS or not any(
+            map(is_quantized, (*op.operand_types, *op.result_types))):
         return kernel
+    if has_regions or op.name in STORAGE_OPS:
+        return _on_storage(kernel, op)
+    return _in_float(kernel, op)
+
+
+def _retyped(kernel: Kernel, view, run) -> Kernel:
+    """A kernel whose validate sees `view` and whose fn is `run`."""
+
+    def validate(_):
+        if kernel.validate is not None:
+            kernel.validate(view)
+
+    return Kernel(kernel.name, run, validate)
+
+
+def _on_storage(kernel: Kernel, op) -> Kernel:
+    storage_op = dataclasses.replace(
+        op, operand_types=tuple(map(storage_type, op.operand_types)),
+        result_types=tuple(map(storage_type, op.result_types)), cache={})
+    storage_fn = kernel.fn
+
+    def run_on_storage(_, *operands, **regions):
+        return storage_fn(storage_op, *operands, **regions)
+
+    return _retyped(kernel, storage_op, run_on_storage)
+
+
+def _in_float(kernel: Kernel, op) -> Kernel:
     float_op = dataclasses.replace(
-        op,
-        operand_types=tuple(map(expressed_type, op.operand_types)),
+        op, operand_types=tuple(map(expressed_type, op.operand_types)),
         result_types=tuple(map(expressed_type, op.result_types)),
-        attrs=_float_attrs(op.attrs),
-        cache={},
-    )
+        attrs=_float_attrs(op.attrs), cache={})
     operand_quants = [t.quant if is_quantized(t) else None for t in op.operand_types]
     result_quants = [t.quant if is_quantized(t) else None for t in op.result_types]
     float_fn = kernel.fn
@@ -138,11 +177,7 @@ def dequantize_op_quantize(kernel: Kernel, op, has_regions: bool) -> Kernel:
             return result if result_quants[0] is None else quantize(result, result_quants[0])
         return tuple(r if q is None else quantize(r, q) for r, q in zip(result, result_quants))
 
-    def validate_in_float(_):
-        if kernel.validate is not None:
-            kernel.validate(float_op)
-
-    return Kernel(kernel.name, run_in_float, validate_in_float)
+    return _retyped(kernel, float_op, run_in_float)
 
 
 def _float_attrs(attrs: dict) -> dict:
