@@ -72,13 +72,22 @@ def dynamic_pad(op, operand, padding_value, edge_padding_low, edge_padding_high,
 
 @register("stablehlo.real_dynamic_slice")
 def real_dynamic_slice(op, operand, start_indices, limit_indices, strides):
-    """`real_dynamic_slice` (MHLO semantics): `slice` with run-time
-    start/limit/strides. Unlike dynamic_slice nothing is clamped: bounds
-    outside [0, dim] or non-positive strides are errors."""
+    """`real_dynamic_slice` (MHLO): `slice` with run-time start/limit/strides.
+
+    The result has ceil((limit - start) / stride) elements per dim. A window
+    that sticks out of the operand is moved inside, as dynamic_slice clamps
+    its starts (StableHLO canonicalises unit-stride real_dynamic_slice to
+    dynamic_slice; XLA clamps too); a window longer than the dim, a limit
+    below the start or a non-positive stride is an error.
+    """
     starts, limits, steps = (as_int64(v).reshape(-1).tolist()
                              for v in (start_indices, limit_indices, strides))
+    index = []
     for d, (start, limit, step, size) in enumerate(zip(starts, limits, steps, operand.shape)):
-        if not (0 <= start <= limit <= size and step > 0):
-            raise op.error(f"dimension {d}: slice {start}:{limit}:{step} is invalid for "
-                           f"size {size}")
-    return operand[tuple(slice(s, l, t) for s, l, t in zip(starts, limits, steps))]
+        count = -(-(limit - start) // step) if step > 0 else -1
+        span = (count - 1) * step + 1 if count > 0 else 0
+        if count < 0 or span > size:
+            raise op.error(f"dimension {d}: slice {start}:{limit}:{step} does not fit size {size}")
+        start = min(max(start, 0), size - span)
+        index.append(slice(start, start + span, step))
+    return operand[tuple(index)]
