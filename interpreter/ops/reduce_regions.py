@@ -156,14 +156,32 @@ def reduce_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> l
 
 
 def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
-    """`ufunc(init, ufunc.reduce(values, axis=-1))` in `dtype`.
-
-    Narrow floats (f16, bf16, f8...) are summed in f32 and rounded once,
-    as XLA's CPU backend does; integers wrap around in their own type.
-    """
-    work = dtype
-    if is_float(dtype) and dtype.itemsize < 4:
-        work = np.dtype(np.float32)
-    reduced = ufunc.reduce(values.astype(work, copy=False), axis=-1, dtype=work)
-    result = ufunc(np.asarray(init).astype(work), reduced)
+    """`ufunc(init, ufunc.reduce(values, axis=-1))`, computed in `dtype`
+    (integers wrap around; narrow floats round at every step, as the body
+    would)."""
+    reduced = ufunc.reduce(values.astype(dtype, copy=False), axis=-1, dtype=dtype)
+    with np.errstate(all="ignore"):
+        result = ufunc(np.asarray(init, dtype=dtype), reduced)
     return np.asarray(result).astype(dtype, copy=False).reshape(reduced.shape)
+
+
+def fold_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> list[np.ndarray]:
+    """Left fold `acc = body(acc, x_k)` from the init values, k in order.
+
+    This is how XLA's CPU backend reduces windows, so sums round exactly as
+    it does; each step is one vectorised ufunc or body run over all windows.
+    """
+    out_shape = values[0].shape[:-1]
+    accs = [np.full(out_shape, i, dtype=d) for i, d in zip(inits, dtypes)]
+    ufuncs = binary_ufuncs(plan)
+    if ufuncs is None and not is_elementwise(plan):
+        return scalar_reduce(region, dtypes, values, inits)
+    with np.errstate(all="ignore"):
+        for k in range(values[0].shape[-1]):
+            items = [v[..., k] for v in values]
+            if ufuncs is not None:
+                accs = [np.asarray(u(a, x)).astype(d, copy=False)
+                        for u, a, x, d in zip(ufuncs, accs, items, dtypes)]
+            else:
+                accs = run_body(region, dtypes, out_shape, *accs, *items)
+    return accs
