@@ -129,10 +129,8 @@ def _ulp_difference_floats(actual: np.ndarray, expected: np.ndarray) -> np.ndarr
     # count the representable values between 0 and |x|.
     a = np.abs(actual).view(bits).astype(np.uint64)
     e = np.abs(expected).view(bits).astype(np.uint64)
-    a_negative = np.signbit(actual.astype(np.float64))
-    e_negative = np.signbit(expected.astype(np.float64))
-    same_side = np.where(a >= e, a - e, e - a)
-    distance = np.where(a_negative == e_negative, same_side, a + e)
+    same_side = np.maximum(a, e) - np.minimum(a, e)
+    distance = np.where(np.signbit(actual) == np.signbit(expected), same_side, a + e)
     finite = np.isfinite(actual) & np.isfinite(expected)
     both_nan = np.isnan(actual) & np.isnan(expected)
     distance = np.where(finite, distance, np.uint64(_MAX_ULP))
