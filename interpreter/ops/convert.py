@@ -8,8 +8,9 @@ what XLA CPU gives:
 * float -> integer truncates toward zero and saturates: NaN -> 0,
   too large -> the type's max, too small -> its min (0 for unsigned).
 * integer -> integer keeps the low n bits (two's complement wrap).
-* integer -> narrow float (bf16, f16, f8...) rounds through float32, like
-  XLA, which can round twice; float64 -> narrow float likewise.
+* integer -> narrow float (bf16, f16, f8...) and float64 -> bf16 or f16
+  round through float32, as XLA does (so they can round twice); float64 ->
+  f8/f6/f4 rounds once (XLA converts those directly).
 * float -> float rounds to nearest even; overflow gives +-inf, or NaN for
   the types without infinities (f8E4M3FN...), as ml_dtypes and XLA do.
 * complex -> real keeps the real part; real -> complex has imaginary 0;
@@ -51,6 +52,19 @@ def _is_narrow_float(dtype: np.dtype) -> bool:
     return is_float(dtype) and dtype not in (np.float32, np.float64)
 
 
+def float64_to_float32_round_to_odd(values: np.ndarray) -> np.ndarray:
+    """float64 -> float32 rounding toward zero, then setting the last bit
+    when inexact ("round to odd"). Rounding that result to any format with
+    at least two fewer significand bits (f8, f6, f4) gives the correctly
+    rounded float64 conversion, which a plain double rounding would not."""
+    nearest = values.astype(np.float32)
+    overshot = np.abs(nearest.astype(np.float64)) > np.abs(values)
+    toward_zero = np.where(overshot, np.nextafter(nearest, np.float32(0)), nearest)
+    inexact = toward_zero.astype(np.float64) != values
+    bits = contiguous(toward_zero).view(np.uint32) | inexact.astype(np.uint32)
+    return np.where(np.isnan(values), nearest, bits.view(np.float32))
+
+
 def convert_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """`values` converted to element type `dtype` (see the module docstring)."""
     source = values.dtype
@@ -66,7 +80,9 @@ def convert_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         source = values.dtype
     if is_float(source) and is_integer(dtype):
         return float_to_integer(values, dtype)
-    if _is_narrow_float(dtype) and (is_integer(source) or source == np.float64):
+    if _is_narrow_float(dtype) and source == np.float64 and dtype.itemsize == 1:
+        values = float64_to_float32_round_to_odd(values)
+    elif _is_narrow_float(dtype) and (is_integer(source) or source == np.float64):
         values = values.astype(np.float32)  # XLA rounds through f32 too
     return as_result(values, dtype)
 
@@ -160,8 +176,8 @@ def reduce_precision_values(x: np.ndarray, exponent_bits: int, mantissa_bits: in
     """Round IEEE floats `x` to a format with the given bit counts and back,
     on their bit patterns: mantissa rounded to nearest even, then exponents
     beyond the new range overflow to +-inf or flush to +-0 (subnormals of
-    the new format included). NaN stays NaN, or becomes +inf when
-    mantissa_bits = 0 (no NaN exists then), as the reference interpreter does."""
+    the new format included). NaN stays NaN, even when mantissa_bits = 0
+    (as on XLA CPU; the reference interpreter gives +inf there)."""
     source_exponent, source_mantissa = _IEEE_LAYOUTS[x.dtype]
     bits = contiguous(x).view(np.dtype(f"u{x.dtype.itemsize}"))
     word = bits.dtype.type
@@ -181,8 +197,7 @@ def reduce_precision_values(x: np.ndarray, exponent_bits: int, mantissa_bits: in
         underflows = exponent <= word((source_bias - reduced_bias) << source_mantissa)
         bits = np.where(overflows, sign | exponent_mask, np.where(underflows, sign, bits))
     result = bits.view(x.dtype)
-    nan_result = x if mantissa_bits > 0 else np.array(np.inf, x.dtype)
-    return np.where(np.isnan(x), nan_result, result).astype(x.dtype, copy=False)
+    return np.where(np.isnan(x), x, result).astype(x.dtype, copy=False)
 
 
 def _validate_reduce_precision(op) -> None:
