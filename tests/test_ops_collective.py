@@ -16,7 +16,9 @@ from jax.sharding import PartitionSpec as P
 
 from pjrt_ref.errors import InvalidArgument, Unavailable, Unimplemented
 from pjrt_ref.interpreter import load
-from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
+import threading
+
+from pjrt_ref.interpreter.ops.side_effects import attach_host_channel, set_default_host_channel
 
 
 def assert_same_as_reference(text: str, *args):
@@ -237,3 +239,17 @@ def test_host_channel_values_must_match_the_result_types():
 
     with attach_host_channel(WrongHost()), pytest.raises(InvalidArgument, match="expected"):
         load(HOST_OPS)(np.array([1, 2], np.int32))
+
+
+def test_default_host_channel_serves_other_threads():
+    host, results = FakeHost(), []
+    program = load(HOST_OPS)
+    set_default_host_channel(host)
+    try:
+        thread = threading.Thread(target=lambda: results.append(program(np.array([3, 4], np.int32))))
+        thread.start()
+        thread.join()
+    finally:
+        set_default_host_channel(None)
+    np.testing.assert_array_equal(results[0][0], [7, 8])
+    assert host.log[0] == ("outfeed", "cfg", [[3, 4]])

@@ -8,9 +8,10 @@ Tokens only order side effects; the interpreter runs ops in program order,
 so every token is the same value, `types.TOKEN`.
 
 infeed/outfeed/send/recv talk to a host. A standalone interpreter has none,
-so they fail with UNAVAILABLE unless a host has attached a `HostChannel`
-for the current thread or task with `attach_host_channel` (a future PJRT
-host fills this in; nothing in pjrt-ref does yet).
+so they fail with UNAVAILABLE unless a host has attached a `HostChannel`:
+for the current thread or task with `attach_host_channel`, or for every
+thread with `set_default_host_channel` (a future PJRT host fills this in;
+nothing in pjrt-ref does yet).
 """
 from __future__ import annotations
 
@@ -48,6 +49,16 @@ _HOST_CHANNEL: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_host_ch
                                                               default=None)
 
 
+_DEFAULT_HOST_CHANNEL: HostChannel | None = None
+
+
+def set_default_host_channel(channel: HostChannel | None) -> None:
+    """Serve infeed/outfeed/send/recv with `channel` in every thread that has
+    not attached its own (None detaches)."""
+    global _DEFAULT_HOST_CHANNEL
+    _DEFAULT_HOST_CHANNEL = channel
+
+
 @contextlib.contextmanager
 def attach_host_channel(channel: HostChannel):
     """Serve infeed/outfeed/send/recv with `channel` inside the `with` block."""
@@ -60,7 +71,7 @@ def attach_host_channel(channel: HostChannel):
 
 def host_channel(op) -> HostChannel:
     """The attached host channel, or an UNAVAILABLE error naming `op`."""
-    channel = _HOST_CHANNEL.get()
+    channel = _HOST_CHANNEL.get() or _DEFAULT_HOST_CHANNEL
     if channel is None:
         raise op.error("no host channel is attached: a standalone interpreter has no "
                        "infeed/outfeed queue or send/recv peer", cls=Unavailable)
