@@ -1,0 +1,167 @@
+"""`sort` (spec "sort", docs/spec.md#sort) with any comparator.
+
+Three paths, chosen from the comparator's body:
+
+* a single `compare LT/GT` of the first operand's two block arguments (an
+  integer, boolean or TOTALORDER compare) is numpy's stable argsort on a
+  key that orders like the compare;
+* any other comparator made of element-wise ops runs vectorised inside a
+  bitonic sorting network: O(log^2 n) runs of the comparator, each on
+  whole arrays of pairs;
+* other comparators (calls, loops...) are called pair by pair from Python's
+  (stable, merge-based) sort.
+
+All three are stable: elements the comparator finds equivalent keep their
+order, which is a valid result whether or not `is_stable` is set.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..registry import register
+from ..types import is_bool, is_complex, is_float
+from .reduce_regions import is_elementwise, run_body
+
+
+def _dimension(op, rank: int) -> int:
+    dimension = op.attrs.get("dimension", -1)
+    return dimension + rank if dimension < 0 else dimension
+
+
+@register("stablehlo.sort")
+def sort(op, *inputs, regions):
+    """Spec "sort": sort all `inputs` together along `dimension`, ordered by
+    `comparator(lhs_0, rhs_0, lhs_1, rhs_1, ...)`, a strict "less than"."""
+    comparator = regions[0]
+    plan = op.region_plans[0]
+    rank = inputs[0].ndim
+    axis = _dimension(op, rank)
+    rows = [np.moveaxis(x, axis, -1) for x in inputs]
+    if rows[0].shape[-1] <= 1 or rows[0].size == 0:
+        order = np.broadcast_to(np.arange(rows[0].shape[-1]), rows[0].shape)
+    else:
+        key = _simple_sort_key(plan, rows)
+        if key is not None:
+            order = np.argsort(key, axis=-1, kind="stable")
+        elif is_elementwise(plan):
+            order = _bitonic_order(comparator, rows)
+        else:
+            order = _python_order(comparator, rows)
+    results = [np.ascontiguousarray(np.moveaxis(np.take_along_axis(r, order, axis=-1), -1, axis))
+               for r in rows]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+# ---------------------------------------------------------------------------
+# Fast path: the comparator is one compare of the first operand.
+
+def _simple_sort_key(plan, rows):
+    """A key for np.argsort if the comparator is `compare LT/GT, a0, b0`."""
+    if len(plan.steps) != 1 or len(plan.result_slots) != 1:
+        return None
+    step = plan.steps[0]
+    if step.op.name != "stablehlo.compare" or step.results[0] != plan.result_slots[0]:
+        return None
+    direction = step.op.attrs.get("comparison_direction")
+    compare_type = step.op.attrs.get("compare_type")
+    lhs, rhs = plan.arg_slots[0], plan.arg_slots[1]
+    if direction not in ("LT", "GT"):
+        return None
+    if tuple(step.operands) == (rhs, lhs):
+        direction = "GT" if direction == "LT" else "LT"
+    elif tuple(step.operands) != (lhs, rhs):
+        return None
+    values = rows[0]
+    if is_complex(values.dtype) or (is_float(values.dtype) and compare_type != "TOTALORDER"):
+        return None
+    key = total_order_key(values) if is_float(values.dtype) else values
+    if is_bool(key.dtype):
+        key = key.astype(np.uint8)
+    if compare_type == "UNSIGNED" and key.dtype.kind == "i":
+        key = key.view(key.dtype.str.replace("i", "u"))
+    if compare_type == "SIGNED" and key.dtype.kind == "u":
+        key = key.view(key.dtype.str.replace("u", "i"))
+    # `~` reverses the order of any integer type without overflow.
+    return ~key if direction == "GT" else key
+
+
+def total_order_key(values: np.ndarray) -> np.ndarray:
+    """Signed integers ordered like the floats' IEEE totalOrder
+    (-NaN < -inf < ... < -0 < +0 < ... < inf < NaN)."""
+    width = values.dtype.itemsize
+    bits = np.ascontiguousarray(values).view(np.dtype(f"i{width}"))
+    magnitude = np.array(np.iinfo(bits.dtype).max, dtype=bits.dtype)
+    return np.where(bits < 0, bits ^ magnitude, bits)
+
+
+# ---------------------------------------------------------------------------
+# Vectorised path: a bitonic network over padded power-of-two rows.
+
+def _bitonic_order(comparator, rows) -> np.ndarray:
+    """The stable sorting permutation of each row (along the last axis)."""
+    n = rows[0].shape[-1]
+    size = 1 << (n - 1).bit_length()
+    batch = rows[0].shape[:-1]
+    # order[..., i] is the original index now at position i; indices >= n
+    # are padding, which sorts after everything.
+    order = np.broadcast_to(np.arange(size), batch + (size,)).copy()
+    span = 2
+    while span <= size:
+        step = span // 2
+        while step >= 1:
+            _compare_exchange(comparator, rows, order, span, step, n)
+            step //= 2
+        span *= 2
+    return order[..., :n]
+
+
+def _compare_exchange(comparator, rows, order, span, step, n) -> None:
+    positions = np.arange(order.shape[-1])
+    low = positions[(positions & step) == 0]
+    high = low + step
+    ascending = (low & span) == 0
+    a, b = order[..., low], order[..., high]
+    b_first = _precedes(comparator, rows, b, a, n)
+    swap = np.where(ascending, b_first, ~b_first)
+    order[..., low] = np.where(swap, b, a)
+    order[..., high] = np.where(swap, a, b)
+
+
+def _precedes(comparator, rows, p, q, n) -> np.ndarray:
+    """True where original element p sorts strictly before element q
+    (comparator order, ties broken by original index, padding last)."""
+    p_real, q_real = p < n, q < n
+    p_values = [np.take_along_axis(r, np.minimum(p, n - 1), axis=-1) for r in rows]
+    q_values = [np.take_along_axis(r, np.minimum(q, n - 1), axis=-1) for r in rows]
+    bool_type = [np.dtype(bool)]
+    less, = run_body(comparator, bool_type, p.shape, *_interleave(p_values, q_values))
+    greater, = run_body(comparator, bool_type, p.shape, *_interleave(q_values, p_values))
+    before = less | (~greater & (p < q))
+    return p_real & (~q_real | before)
+
+
+def _interleave(lhs, rhs) -> list:
+    return [x for pair in zip(lhs, rhs) for x in pair]
+
+
+# ---------------------------------------------------------------------------
+# General path: Python's sort calling the comparator per pair.
+
+def _python_order(comparator, rows) -> np.ndarray:
+    n = rows[0].shape[-1]
+    batch = rows[0].shape[:-1]
+    order = np.empty(batch + (n,), dtype=np.int64)
+    for index in np.ndindex(*batch):
+        row = [r[index] for r in rows]
+
+        def compare(i, j, row=row):
+            args = _interleave([np.asarray(r[i]) for r in row], [np.asarray(r[j]) for r in row])
+            if bool(comparator(*args)[0]):
+                return -1
+            swapped = _interleave([np.asarray(r[j]) for r in row], [np.asarray(r[i]) for r in row])
+            return 1 if bool(comparator(*swapped)[0]) else 0
+
+        order[index] = sorted(range(n), key=functools.cmp_to_key(compare))
+    return order
