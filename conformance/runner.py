@@ -72,6 +72,8 @@ def collect_cases(paths: list[str], substring: str | None) -> tuple[list[Case], 
 
 def _record(case: Case, result: tuple) -> dict:
     status, message, seconds = result
+    if status != PASS and case.upstream_note:
+        message += f" [upstream does not interpret this file either: {case.upstream_note}]"
     return {"file": case.file, "case": case.name, "status": status,
             "message": message, "seconds": round(seconds, 4)}
 
@@ -114,15 +116,20 @@ class Progress:
             self._draw(now)
 
     def _draw(self, now: float) -> None:
-        width = 30
+        width = 20
         filled = width * self.done // max(1, self.total)
         bar = "#" * filled + "-" * (width - filled)
         c = self.counts
         self.stream.write(
             f"\r[{bar}] {self.done}/{self.total} pass {c[PASS]} fail {c[FAIL]} "
-            f"error {c[ERROR]} unsupported {c[UNSUPPORTED]} timeout {c[TIMEOUT]} "
-            f"{now - self.start:.0f}s ")
+            f"err {c[ERROR]} unsup {c[UNSUPPORTED]} tmo {c[TIMEOUT]} {now - self.start:.0f}s")
         self.stream.flush()
+
+    def clear(self) -> None:
+        """Erase the bar (before printing a line of text under it)."""
+        if self.enabled:
+            self.stream.write("\r\x1b[2K")
+            self._last_draw = 0.0
 
     def finish(self) -> None:
         if self.enabled and self.done:
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     def on_record(record: dict) -> None:
         progress.update(record["status"])
         if args.verbose and record["status"] != PASS:
-            progress.stream.write("\r" if progress.enabled else "")
+            progress.clear()
             print(f"{record['status'].upper()} {record['file']}::{record['case']}: "
                   f"{record['message']}", flush=True)
 

@@ -11,7 +11,11 @@ Both upstream formats read the same way:
   `stablehlo-translate --interpret`, a chunk with a `@main` runs `@main`;
   otherwise every function without arguments is a case.
 
-Comment lines (`// RUN:`, `// CHECK:`) are just MLIR comments. Finding the
+Comment lines (`// RUN:`, `// CHECK:`) are just MLIR comments, except that
+when upstream does not interpret a file (a `// RUN-DISABLED(reason)` line,
+or RUN lines that never use `--interpret`, as for the dynamic-shape files
+that only round-trip through serialization), the report of a case that does
+not pass says so. Finding the
 cases uses a text scan, not the MLIR parser, so that the runner's main
 process never loads MLIR (a crash there would end the whole run).
 """
@@ -22,6 +26,8 @@ import re
 from dataclasses import dataclass
 
 _SPLIT_MARKER = re.compile(r"^\s*//\s*-----\s*$")
+_RUN_LINE = re.compile(r"^\s*//\s*RUN:(.*)$", re.M)
+_RUN_DISABLED = re.compile(r"^\s*//\s*RUN-DISABLED(?:\((?P<reason>[^)]*)\))?", re.M)
 _FUNCTION = re.compile(
     r"^\s*func\.func\s+(?:(?:public|private|nested)\s+)?@(?P<name>[\w.$-]+|\"[^\"]+\")\s*"
     r"\((?P<args>[^)]*)\)", re.M)
@@ -36,6 +42,7 @@ class Case:
     function: str
     line: int  # 1-based line of the function in the file
     name: str  # how reports name the case
+    upstream_note: str = ""  # e.g. "RUN-DISABLED(inaccurate)": upstream skips it
 
     @property
     def id(self) -> str:
@@ -76,7 +83,19 @@ def chunk_functions(chunk: Chunk) -> list[tuple[str, bool, int]]:
     return found
 
 
-def cases_in_chunk(path: str, chunk: Chunk, several_chunks: bool) -> list[Case]:
+def upstream_note(text: str) -> str:
+    """Why upstream does not interpret this file ('' if it does)."""
+    match = _RUN_DISABLED.search(text)
+    if match:
+        return f"RUN-DISABLED({match['reason']})" if match["reason"] else "RUN-DISABLED"
+    run_lines = _RUN_LINE.findall(text)
+    if run_lines and not any("--interpret" in line for line in run_lines):
+        return "its RUN lines never use --interpret"
+    return ""
+
+
+def cases_in_chunk(path: str, chunk: Chunk, several_chunks: bool,
+                   note: str = "") -> list[Case]:
     functions = chunk_functions(chunk)
     entries = [f for f in functions if f[0] == "main"]
     if not entries:
@@ -86,7 +105,7 @@ def cases_in_chunk(path: str, chunk: Chunk, several_chunks: bool) -> list[Case]:
     cases = []
     for name, _, line in entries:
         label = f"{name}:{line}" if several_chunks or len(entries) > 1 else name
-        cases.append(Case(path, chunk.index, name, line, label))
+        cases.append(Case(path, chunk.index, name, line, label, note))
     return cases
 
 
@@ -96,12 +115,13 @@ def cases_in_file(path: str, text: str | None = None) -> list[Case]:
         text = read_text(path)
     chunks = split_chunks(text)
     several = len(chunks) > 1
+    note = upstream_note(text)
     cases: list[Case] = []
     for chunk in chunks:
-        cases.extend(cases_in_chunk(path, chunk, several))
+        cases.extend(cases_in_chunk(path, chunk, several, note))
     if not cases:
         # Nothing recognisable: still report the file (it will error).
-        cases.append(Case(path, 0, "main", 1, "main"))
+        cases.append(Case(path, 0, "main", 1, "main", note))
     return cases
 
 

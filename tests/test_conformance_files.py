@@ -129,3 +129,14 @@ def test_text_without_test_dialects_is_unchanged():
 def test_comments_are_left_alone():
     text = "// check.expect_eq %a, %b : tensor<2xi32>\n"
     assert to_generic_form(text) == text
+
+
+def test_upstream_note_says_why_upstream_skips_a_file():
+    from pjrt_ref.conformance.testfile import upstream_note
+
+    assert upstream_note("// RUN-DISABLED(inaccurate) stablehlo-translate --interpret\n") == \
+        "RUN-DISABLED(inaccurate)"
+    assert upstream_note("// RUN: stablehlo-opt %s > %t.1\n") == \
+        "its RUN lines never use --interpret"
+    assert upstream_note("// RUN: stablehlo-translate --interpret %s\n") == ""
+    assert upstream_note("func.func @main() {\n}\n") == ""
