@@ -28,6 +28,7 @@ from .generic_form import to_generic_form
 from .testfile import read_text, split_chunks
 
 PASS, FAIL, ERROR, UNSUPPORTED, TIMEOUT = "pass", "fail", "error", "unsupported", "timeout"
+MAX_MESSAGE = 2000  # characters; MLIR diagnostics can quote whole regions
 
 # Parse errors that mean "jaxlib's MLIR does not know this op".
 _UNKNOWN_OP = re.compile(r"custom op '(?P<a>[\w.]+)' is unknown|"
@@ -85,6 +86,8 @@ def run_case(task: tuple) -> tuple[str, str, float]:
         status, message = classify(error)
     # Chunks are parsed from a string, which MLIR names "-".
     message = _STRING_LOCATION.sub(os.path.basename(path) + ":", message)
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + " ..."
     return status, message, time.perf_counter() - start
 
 

@@ -173,3 +173,18 @@ def test_expect_close_on_integers_is_rejected_at_load():
             " : (tensor<i32>, tensor<i32>) -> ()")
     with pytest.raises(InvalidArgument, match="floating-point or complex"):
         load(_program(body))
+
+
+def test_expect_serialized_eq_reads_the_probe_index(tmp_path, monkeypatch):
+    np.save(tmp_path / "probe1.npy", np.array([1, 2, 3], np.int64))
+    np.save(tmp_path / "probe2.npy", np.array([1, 2, 4], np.int64))
+    (tmp_path / "index.csv").write_text(
+        f"p0,tensor<3xi64>,{tmp_path / 'probe1.npy'}\n"
+        f"p0,tensor<3xi64>,{tmp_path / 'probe2.npy'}\n")
+    monkeypatch.setenv("PJRT_REF_PROBE_DIR", str(tmp_path))
+    body = "  %a = stablehlo.constant dense<[1, 2, 3]> : tensor<3xi64>\n"
+    check = ('  "check.expect_serialized_eq"(%a) {{probe_id = "p0", iteration = {} : ui32}}'
+             " : (tensor<3xi64>) -> ()")
+    load(_program(body + check.format(0)))()
+    with pytest.raises(CheckFailure, match="actual 3 vs expected 4"):
+        load(_program(body + check.format(1)))()
