@@ -59,6 +59,14 @@ def slot_declarations(header: str) -> str:
     return "\n".join(lines)
 
 
+def full_header() -> str:
+    """A self-contained C header for PJRT hosts: our declarations plus `PJRT_Api`."""
+    header = read_header()
+    return (header.replace("#endif  /* PJRT_REF_PJRT_C_API_H_ */", "")
+            + "\n/* Generated from capi_shim/entry_points.py */\n"
+            + slot_declarations(header) + "\n\n#endif  /* PJRT_REF_PJRT_C_API_H_ */\n")
+
+
 def callback_signature(name: str) -> str:
     ret = "void" if name in RETURNS_VOID else "PJRT_Error*"
     return f"{ret} {callback_name(name)}({args_type(name)}* args)"
@@ -89,6 +97,7 @@ def c_source(header: str) -> str:
     prototypes = "\n".join(f"static {callback_signature(n)};" for n in SLOTS)
     table = "\n".join(f"    .{n} = {callback_name(n)}," for n in SLOTS)
     py_short = f"{sys.version_info.major}.{sys.version_info.minor}"
+    libpython = sysconfig.get_config_var("INSTSONAME") or f"libpython{py_short}.so"
     return f"""
 #include <dlfcn.h>
 #include <pthread.h>
@@ -145,6 +154,10 @@ static int pjrt_ref_guess_python(char* out, size_t size) {{
 
 static void pjrt_ref_start_python(void) {{
     if (Py_IsInitialized()) return;           /* a Python host: join it */
+    /* Hosts dlopen us RTLD_LOCAL, which hides libpython's symbols from the
+     * extension modules Python will load (_cffi_backend, numpy...): promote
+     * the already-loaded libpython to the global namespace. */
+    dlopen({c_string(libpython)}, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
     PyConfig config;
     PyConfig_InitPythonConfig(&config);
     config.install_signal_handlers = 0;        /* the host owns signals */

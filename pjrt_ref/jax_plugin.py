@@ -27,12 +27,22 @@ def _allow_donation() -> None:
         mlir._platforms_with_donation.append(PLATFORM)
 
 
+def _named_in_environment() -> bool:
+    """Whether PJRT_NAMES_AND_LIBRARY_PATHS already registers "pjrt_ref" (JAX reads it after us)."""
+    import os
+
+    entries = os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "")
+    separator = ";" if os.name == "nt" else ":"
+    return any(entry.split(separator, 1)[0].strip() == PLATFORM for entry in entries.split(",") if entry)
+
+
 def initialize() -> None:
     from jax._src import xla_bridge
 
     from . import library_path
 
-    xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path())
+    if not _named_in_environment():     # an explicit PJRT_NAMES_AND_LIBRARY_PATHS entry wins
+        xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path())
     try:
         _allow_donation()
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it

@@ -1,0 +1,31 @@
+"""Helpers (no tests) to run plugin code in a child process: a crash fails one test, not pytest."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
+    env.update(extra)
+    return env
+
+
+def run_python(code: str, *, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter; fail the test (with its output) if it does not exit 0."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=clean_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"child exited {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def run_jax(code: str, *, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """Run `code` with JAX_PLATFORMS=pjrt_ref (jax, jnp and np imported)."""
+    prelude = "import jax, jax.numpy as jnp, numpy as np\n"
+    env.setdefault("JAX_PLATFORMS", "pjrt_ref")
+    return run_python(prelude + textwrap.dedent(code), timeout=timeout, **env)
