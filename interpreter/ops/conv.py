@@ -1,0 +1,112 @@
+"""Convolutions: `convolution` and `dynamic_conv`.
+
+Spec "convolution" (docs/spec.md#convolution) and "dynamic_conv"
+(docs/spec.md#dynamic_conv). The input is laid out as (batch, feature,
+spatial...), padded and dilated, cut into windows with a strided view, and
+each group of windows is contracted with its slice of the kernel by one
+`tensordot`. Arithmetic is as for `dot_general` (see `dot.work_dtype`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ...errors import Unimplemented
+from ..registry import register
+from .dot import from_work, to_work, work_dtype
+from .window import pad_and_dilate
+
+
+def _validate_conv(op) -> None:
+    for t in (*op.operand_types, *op.result_types):
+        if getattr(t, "quant", None) is not None:
+            raise op.error("quantized convolution is not supported", cls=Unimplemented)
+
+
+@register("stablehlo.convolution", validate=_validate_conv)
+def convolution(op, lhs, rhs):
+    """Spec "convolution": window strides, (negative) padding, lhs/rhs
+    dilation, window reversal, feature and batch groups, any dimension
+    numbers. precision_config is ignored."""
+    return convolve(op, lhs, rhs, op.attrs.get("padding"))
+
+
+@register("stablehlo.dynamic_conv", validate=_validate_conv)
+def dynamic_conv(op, lhs, rhs, padding):
+    """Spec "dynamic_conv": `convolution` with the padding given as an operand."""
+    return convolve(op, lhs, rhs, padding)
+
+
+def convolve(op, lhs, rhs, padding) -> np.ndarray:
+    attrs = op.attrs
+    numbers = attrs["dimension_numbers"]
+    spatial = len(numbers.input_spatial_dimensions)
+    padding = (np.zeros((spatial, 2), np.int64) if padding is None
+               else np.asarray(padding, np.int64).reshape(spatial, 2))
+    strides = tuple(attrs.get("window_strides") or (1,) * spatial)
+    lhs_dilation = tuple(attrs.get("lhs_dilation") or (1,) * spatial)
+    rhs_dilation = tuple(attrs.get("rhs_dilation") or (1,) * spatial)
+    reversal = tuple(attrs.get("window_reversal") or (False,) * spatial)
+    feature_groups = int(attrs.get("feature_group_count", 1))
+    batch_groups = int(attrs.get("batch_group_count", 1))
+    result_type = op.result_type
+    work = work_dtype(lhs.dtype, rhs.dtype, result_type.dtype)
+
+    # Canonical layouts: x (N, C, spatial...), kernel (O, I, spatial...).
+    x = np.transpose(to_work(lhs, work), (numbers.input_batch_dimension,
+                                          numbers.input_feature_dimension,
+                                          *numbers.input_spatial_dimensions))
+    kernel = np.transpose(to_work(rhs, work), (numbers.kernel_output_feature_dimension,
+                                               numbers.kernel_input_feature_dimension,
+                                               *numbers.kernel_spatial_dimensions))
+    flipped = tuple(2 + d for d, r in enumerate(reversal) if r)
+    if flipped:
+        kernel = np.flip(kernel, flipped)
+    out_spatial = tuple(result_type.shape[d] for d in numbers.output_spatial_dimensions)
+    x = pad_and_dilate(x, np.zeros((), work), [(0, 0), (0, 0)] + [tuple(p) for p in padding],
+                       (1, 1) + lhs_dilation)
+    patches = _windows(x, kernel.shape[2:], strides, rhs_dilation, out_spatial)
+    result = _grouped_contraction(patches, kernel, feature_groups, batch_groups)
+    # result is (N, O, spatial...): move to the output dimension numbers.
+    order = (numbers.output_batch_dimension, numbers.output_feature_dimension,
+             *numbers.output_spatial_dimensions)
+    result = np.transpose(result, np.argsort(order))
+    return np.ascontiguousarray(from_work(result, result_type.dtype))
+
+
+def _windows(x, window, strides, dilation, out_spatial) -> np.ndarray:
+    """(N, C, out_spatial..., window...) view of x's dilated, strided windows."""
+    spans = [(w - 1) * d + 1 for w, d in zip(window, dilation)]
+    n, c = x.shape[:2]
+    if 0 in out_spatial or any(s > size for s, size in zip(spans, x.shape[2:])):
+        return np.zeros((n, c) + tuple(out_spatial) + tuple(window), x.dtype)
+    view = sliding_window_view(x, spans, axis=tuple(range(2, x.ndim)))
+    index = (slice(None), slice(None))
+    index += tuple(slice(0, o * s, s) for o, s in zip(out_spatial, strides))
+    index += tuple(slice(None, None, d) for d in dilation)
+    return view[index]
+
+
+def _grouped_contraction(patches, kernel, feature_groups, batch_groups) -> np.ndarray:
+    """Contract (N, C, S..., W...) windows with the (O, I, W...) kernel per group."""
+    n, c = patches.shape[:2]
+    out_features = kernel.shape[0]
+    groups = max(feature_groups, batch_groups)
+    per_group = out_features // groups
+    window_axes = tuple(range(2 + (patches.ndim - 2) // 2, patches.ndim))
+    outputs = []
+    for g in range(groups):
+        if feature_groups > 1:
+            size = c // feature_groups
+            lhs = patches[:, g * size:(g + 1) * size]
+        elif batch_groups > 1:
+            size = n // batch_groups
+            lhs = patches[g * size:(g + 1) * size]
+        else:
+            lhs = patches
+        rhs = kernel[g * per_group:(g + 1) * per_group]
+        # tensordot over (C, W...) -> (N, S..., O)
+        with np.errstate(all="ignore"):
+            out = np.tensordot(lhs, rhs, axes=((1,) + window_axes, (1,) + tuple(range(2, rhs.ndim))))
+        outputs.append(np.moveaxis(out, -1, 1))
+    return np.concatenate(outputs, axis=1) if len(outputs) > 1 else outputs[0]
