@@ -140,3 +140,20 @@ def test_short_struct_size_is_respected():
     destroy = ffi.new("PJRT_Client_Destroy_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Destroy_Args"),
                                                     "client": create.client})
     assert api.PJRT_Client_Destroy(destroy) == ffi.NULL
+
+
+def test_hlo_program_format_is_unimplemented():
+    api = lib.GetPjrtApi()
+    create = ffi.new("PJRT_Client_Create_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Create_Args")})
+    assert api.PJRT_Client_Create(create) == ffi.NULL
+    code = ffi.new("char[]", b"\x08\x01")
+    fmt = ffi.new("char[]", b"hlo")
+    program = ffi.new("PJRT_Program*", {"struct_size": ffi.sizeof("PJRT_Program"), "code": code,
+                                        "code_size": 2, "format": fmt, "format_size": 3})
+    compile_args = ffi.new("PJRT_Client_Compile_Args*", {
+        "struct_size": ffi.sizeof("PJRT_Client_Compile_Args"), "client": create.client, "program": program})
+    code_, text = _error_text(api, api.PJRT_Client_Compile(compile_args))
+    assert code_ == lib.PJRT_Error_Code_UNIMPLEMENTED and "hlo" in text
+    destroy = ffi.new("PJRT_Client_Destroy_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Destroy_Args"),
+                                                    "client": create.client})
+    assert api.PJRT_Client_Destroy(destroy) == ffi.NULL
