@@ -52,49 +52,49 @@ def to_generic_form(text: str) -> str:
     out: list[str] = []
     i = 0
     while i < len(lines):
-        match = _STATEMENT_START.match(lines[i])
-        if not match:
-            generic = _GENERIC_START.match(lines[i])
-            if generic and "<{" in lines[i]:
-                statement, used = _gather_statement(lines, i)
-                try:
-                    out.append(_properties_to_attributes(statement))
-                except ValueError:
-                    out.append(statement)  # leave it to the parser to report
-                out.extend([""] * (used - 1))
-                i += used
-                continue
+        if _STATEMENT_START.match(lines[i]):
+            rewrite = _custom_to_generic
+        elif _GENERIC_START.match(lines[i]):
+            rewrite = _properties_to_attributes
+        else:
             out.append(lines[i])
             i += 1
             continue
         statement, used = _gather_statement(lines, i)
-        match = _STATEMENT_START.match(statement)
         try:
-            generic = _rewrite(match["name"], match["rest"])
+            generic = rewrite(statement)
         except ValueError:
             generic = None  # leave it to the parser to report
         if generic is None:
             out.extend(lines[i:i + used])
         else:
-            out.append(match["indent"] + (match["result"] or "") + generic)
+            out.append(generic)
             out.extend([""] * (used - 1))
         i += used
     return "\n".join(out)
 
 
-def _properties_to_attributes(statement: str) -> str:
+def _custom_to_generic(statement: str) -> str | None:
+    match = _STATEMENT_START.match(statement)
+    generic = _rewrite(match["name"], match["rest"])
+    if generic is None:
+        return None
+    return match["indent"] + (match["result"] or "") + generic
+
+
+def _properties_to_attributes(statement: str) -> str | None:
     """`"op"(%a) <{p = 1}> {q = 2} : T` -> `"op"(%a) {p = 1, q = 2} : T`."""
     match = _GENERIC_START.match(statement)
     rest = match["rest"]
     operands_end = _matching(rest, 0, "(", ")")
     after = rest[operands_end + 1:].lstrip()
     if not after.startswith("<{"):
-        return statement
+        return None
     properties_end = _matching(after, 1, "{", "}")
     properties = after[2:properties_end].strip()
     tail = after[properties_end + 1:].lstrip()
     if not tail.startswith(">"):
-        return statement
+        return None
     tail = tail[1:].lstrip()
     entries = [properties] if properties else []
     if tail.startswith("{"):
@@ -148,44 +148,40 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def _depth(text: str) -> int:
+def _outside_strings(text: str):
+    """Yield (index, char, depth) for each character outside string literals;
+    depth counts the brackets open before it (`->` is no bracket)."""
     depth = 0
     in_string = False
-    previous = ""
-    for ch in text:
-        if ch == '"' and previous != "\\":
+    for i, ch in enumerate(text):
+        if ch == '"' and (i == 0 or text[i - 1] != "\\"):
             in_string = not in_string
-        elif not in_string:
-            if ch in _OPEN:
-                depth += 1
-            elif ch in _CLOSE and not (ch == ">" and previous == "-"):
-                depth -= 1
-        previous = ch
+            continue
+        if in_string:
+            continue
+        if ch in _CLOSE and not (ch == ">" and i > 0 and text[i - 1] == "-"):
+            depth -= 1
+        yield i, ch, depth
+        if ch in _OPEN:
+            depth += 1
+
+
+def _depth(text: str) -> int:
+    """Brackets left open at the end of `text`."""
+    depth = 0
+    for _, ch, before in _outside_strings(text):
+        depth = before + (1 if ch in _OPEN else 0)
     return depth
 
 
 def split_top_level(text: str, separator: str) -> list[str]:
     """Split `text` at `separator` where no bracket or string is open."""
     pieces = []
-    depth = 0
-    in_string = False
     start = 0
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == '"' and (i == 0 or text[i - 1] != "\\"):
-            in_string = not in_string
-        elif not in_string:
-            if ch in _OPEN:
-                depth += 1
-            elif ch in _CLOSE and not (ch == ">" and i > 0 and text[i - 1] == "-"):
-                depth -= 1
-            elif depth == 0 and text.startswith(separator, i):
-                pieces.append(text[start:i])
-                start = i + len(separator)
-                i = start
-                continue
-        i += 1
+    for i, _, depth in _outside_strings(text):
+        if depth == 0 and i >= start and text.startswith(separator, i):
+            pieces.append(text[start:i])
+            start = i + len(separator)
     pieces.append(text[start:])
     return [p.strip() for p in pieces]
 
