@@ -179,8 +179,9 @@ def test_program_for_several_replicas_is_rejected_at_load():
 
 def test_replica_ids_outside_the_grid_are_rejected():
     text = COLLECTIVES.replace("dense<[[0]]> : tensor<1x1xi64>", "dense<[[1]]> : tensor<1x1xi64>")
+    x = np.zeros((2, 4), np.float32)
     with pytest.raises(InvalidArgument, match="replica groups"):
-        load(text)
+        load(text)(x, x.astype(np.int32))
 
 
 # --- Host channels ----------------------------------------------------------

@@ -1,19 +1,19 @@
-"""Collectives on a one-process grid, and replica_id / partition_id.
+"""Collectives, replica_id and partition_id, on the StableHLO process grid.
 
 Spec sections "Collective ops", "all_reduce", "all_gather", "reduce_scatter",
 "all_to_all", "collective_permute", "collective_broadcast", "replica_id",
 "partition_id" (docs/spec.md); `cross-replica-sum` is the deprecated
 all_reduce-with-add that StableHLO still parses.
 
-The StableHLO process grid is `num_replicas x num_partitions` processes
-(module attributes `mhlo.num_replicas`, `mhlo.num_partitions`). This
-interpreter runs exactly one process, `(replica_id 0, partition_id 0)`.
-Each op's `validate` computes its process groups with the spec's strategies
+A program run on its own is the single process `(0, 0)`: its module must not
+ask for more (`mhlo.num_replicas` x `mhlo.num_partitions` > 1 is rejected at
+load time, since the interpreter runs one device). Under
+`interpreter.run_parallel` (see `collective_grid`) the processes of a larger
+grid are threads, and every kernel here follows the spec for any group:
+each op splits the grid into process groups with the spec's strategies
 (`cross_replica`, `cross_partition`, `cross_replica_and_partition`,
-`flattened_ids`), rejects ids outside the grid (InvalidArgument) and grids
-of more than one process (Unimplemented: the program needs more devices
-than the interpreter has). The kernels then apply the spec's definitions
-to a group that holds this process alone.
+`flattened_ids`), then the processes of a group exchange values through the
+grid's mailbox.
 """
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ import numpy as np
 from ...errors import InvalidArgument, Unimplemented
 from ..quantization import zeros
 from ..registry import register
+from .collective_grid import current_process
 from .control import as_results
-
-# (replica_id, partition_id) of the one process this interpreter runs.
-THIS_PROCESS = (0, 0)
+from .reduce_regions import is_elementwise, tree_reduce
 
 
 def id_groups(ids) -> list[list[int]]:
@@ -56,7 +55,7 @@ def flattened_ids(groups, num_replicas: int, num_partitions: int):
     return [[divmod(i, num_partitions) for i in group] for group in groups]
 
 
-# strategy -> (function, which id range the groups index: its size)
+# strategy -> (function, the size of the id range its groups index)
 STRATEGIES = {
     "cross_replica": (cross_replica, lambda r, p: r),
     "cross_partition": (cross_partition, lambda r, p: p),
@@ -65,179 +64,204 @@ STRATEGIES = {
 }
 
 
-def reduction_strategy(op) -> str:
-    """all_gather/all_reduce/reduce_scatter: chosen by channel_id and
-    use_global_device_ids."""
-    global_ids = bool(op.attrs.get("use_global_device_ids", False))
-    if channel_id(op) <= 0:
-        if global_ids:
-            raise op.error("use_global_device_ids requires channel_id > 0", cls=InvalidArgument)
-        return "cross_replica"
-    return "flattened_ids" if global_ids else "cross_replica_and_partition"
-
-
-def replica_or_partition_strategy(op) -> str:
-    """all_to_all/collective_permute/collective_broadcast: chosen by channel_id."""
-    return "cross_replica" if channel_id(op) <= 0 else "cross_partition"
-
-
 def channel_id(op) -> int:
     handle = op.attrs.get("channel_handle")
     return int(handle.handle) if handle is not None else 0
 
 
-def process_groups(op, groups, strategy: str, unique: bool = True) -> list[list[tuple[int, int]]]:
-    """The op's process groups, after checking the grid can run them.
+def reduction_strategy(op) -> str:
+    """all_gather/all_reduce/reduce_scatter: by channel_id and use_global_device_ids."""
+    if channel_id(op) <= 0:
+        return "cross_replica"
+    return ("flattened_ids" if op.attrs.get("use_global_device_ids")
+            else "cross_replica_and_partition")
 
-    Ids must lie in the grid and, if `unique`, appear once in all groups.
-    """
-    num_replicas = op.module.num_replicas if op.module is not None else 1
-    num_partitions = op.module.num_partitions if op.module is not None else 1
+
+def replica_or_partition_strategy(op) -> str:
+    """all_to_all/collective_permute/collective_broadcast: by channel_id."""
+    return "cross_replica" if channel_id(op) <= 0 else "cross_partition"
+
+
+def process_groups(op, groups, strategy: str, grid, unique: bool = True):
+    """The op's process groups on `grid`; ids must lie in the grid and, if
+    `unique`, appear once. No groups means one group of every id."""
     split, id_range = STRATEGIES[strategy]
-    size = id_range(num_replicas, num_partitions)
-    if not groups:  # no groups: one group of every id
-        groups = [list(range(size))]
+    size = id_range(grid.num_replicas, grid.num_partitions)
+    groups = groups or [list(range(size))]
     flat = [i for group in groups for i in group]
     if any(not 0 <= i < size for i in flat) or (unique and len(set(flat)) != len(flat)):
         raise op.error(f"replica groups {groups} are not unique ids in [0, {size}) "
-                       f"({strategy}, {num_replicas} replica(s) x {num_partitions} "
-                       f"partition(s))", cls=InvalidArgument)
-    if num_replicas * num_partitions != 1:
-        raise op.error(f"the program runs on {num_replicas} replica(s) x {num_partitions} "
-                       "partition(s); pjrt-ref's interpreter runs a single process",
-                       cls=Unimplemented)
-    return split(groups, num_replicas, num_partitions)
+                       f"({strategy}, {grid.num_replicas} replica(s) x {grid.num_partitions} "
+                       "partition(s))", cls=InvalidArgument)
+    return split(groups, grid.num_replicas, grid.num_partitions)
 
 
-def group_of_this_process(op, groups, strategy: str):
-    """The process group that holds THIS_PROCESS, or None."""
-    for group in process_groups(op, groups, strategy):
-        if THIS_PROCESS in group:
+def group_of(op, process, strategy: str):
+    """The group of `op`'s process groups that holds `process`, or None."""
+    groups = id_groups(op.attrs.get("replica_groups"))
+    for group in process_groups(op, groups, strategy, process.grid):
+        if process.id in group:
             return group
     return None
 
 
-def _validate_grouped(strategy_of):
-    """validate: this process must be in exactly one group; cache it."""
-
-    def validate(op) -> None:
-        strategy = strategy_of(op)
-        group = group_of_this_process(op, id_groups(op.attrs.get("replica_groups")), strategy)
-        if group is None:
-            raise op.error("this process is in none of the replica groups", cls=InvalidArgument)
-        op.cache["group"] = group
-
-    return validate
+def required_group_of(op, process, strategy: str):
+    group = group_of(op, process, strategy)
+    if group is None:
+        raise op.error(f"process {process.id} is in none of the replica groups",
+                       cls=InvalidArgument)
+    return group
 
 
-def converted(op, operands):
-    """Operands as the result types' dtypes (all_reduce may promote, C5)."""
-    return [np.asarray(x).astype(t.dtype, copy=False) for x, t in zip(operands, op.result_types)]
+def exchange(op, process, group, values):
+    """Every process of `group` shares `values`; returns theirs in group order."""
+    key = (op.name, channel_id(op), tuple(group))
+    key = key + (process.next_run(key),)
+    mailbox = process.grid.mailbox
+    mailbox.post(key + (process.id,), values, readers=len(group))
+    return [mailbox.take(key + (peer,), op.name) for peer in group]
 
 
-@register("stablehlo.all_reduce", validate=_validate_grouped(reduction_strategy))
+def validate_single_device(op) -> None:
+    """Load time: a program on its own may not need more than one process."""
+    module = op.module
+    if module is not None and module.num_replicas * module.num_partitions != 1:
+        raise op.error(f"the program runs on {module.num_replicas} replica(s) x "
+                       f"{module.num_partitions} partition(s); pjrt-ref's interpreter "
+                       "runs a single device", cls=Unimplemented)
+
+
+def reduce_across(region, dtype, values: list[np.ndarray]) -> np.ndarray:
+    """Combine the group's `values` element-wise with `region` (spec: some
+    binary tree whose in-order traversal is the group's order)."""
+    stacked = np.stack([np.asarray(v, dtype=dtype) for v in values], axis=-1)
+    if is_elementwise(region.plan):
+        return tree_reduce(region, [dtype], [stacked])[0]
+    result = np.empty(stacked.shape[:-1], dtype=dtype)
+    for index in np.ndindex(*result.shape):
+        acc = np.asarray(stacked[index + (0,)])
+        for k in range(1, stacked.shape[-1]):
+            acc = np.asarray(region(acc, np.asarray(stacked[index + (k,)]))[0], dtype=dtype)
+        result[index] = acc
+    return result
+
+
+def all_reduce_values(op, operands, region, strategy: str) -> list[np.ndarray]:
+    process = current_process()
+    group = required_group_of(op, process, strategy)
+    shared = exchange(op, process, group, operands)
+    return [reduce_across(region, t.dtype, [values[i] for values in shared])
+            for i, t in enumerate(op.result_types)]
+
+
+@register("stablehlo.all_reduce", validate=validate_single_device)
 def all_reduce(op, *operands, regions):
-    """Spec "all_reduce": reduce each operand across the process group.
-
-    The reduction over a group of one process is a tree with a single leaf,
-    the operand itself (converted to the computation's element type), so
-    `computation` is never applied.
-    """
-    return as_results(op, converted(op, operands))
+    """Spec "all_reduce": each result is the group's operands combined by
+    `computation` (converted to its element type first). Over a group of
+    one process that is the operand itself: the region never runs."""
+    return as_results(op, all_reduce_values(op, operands, regions[0], reduction_strategy(op)))
 
 
-@register("stablehlo.cross-replica-sum", validate=_validate_grouped(lambda op: "cross_replica"))
+@register("stablehlo.cross-replica-sum", validate=validate_single_device)
 def cross_replica_sum(op, operand):
-    """Deprecated `cross-replica-sum`: all_reduce with addition, across
-    replicas; over a group of one it returns the operand."""
-    return converted(op, [operand])[0]
+    """Deprecated `cross-replica-sum`: all_reduce with addition across replicas."""
+    process = current_process()
+    group = required_group_of(op, process, "cross_replica")
+    shared = exchange(op, process, group, [operand])
+    return np.asarray(sum(values[0] for values in shared), dtype=op.result_type.dtype)
 
 
-@register("stablehlo.all_gather", validate=_validate_grouped(reduction_strategy))
+@register("stablehlo.all_gather", validate=validate_single_device)
 def all_gather(op, *operands):
-    """Spec "all_gather": concatenate the group's operands along
-    `all_gather_dim`; a group of one concatenates the operand alone."""
+    """Spec "all_gather": concatenate the group's operands along `all_gather_dim`."""
+    process = current_process()
+    group = required_group_of(op, process, reduction_strategy(op))
+    shared = exchange(op, process, group, operands)
     dim = op.attrs["all_gather_dim"]
-    gathered = [np.concatenate([x] * len(op.cache["group"]), axis=dim) for x in operands]
-    return as_results(op, gathered)
+    return as_results(op, [np.concatenate([values[i] for values in shared], axis=dim)
+                           for i in range(len(operands))])
 
 
-@register("stablehlo.reduce_scatter", validate=_validate_grouped(reduction_strategy))
+@register("stablehlo.reduce_scatter", validate=validate_single_device)
 def reduce_scatter(op, operand, *, regions):
-    """Spec "reduce_scatter": reduce across the group, then give process i
-    the i-th of `len(group)` parts along `scatter_dimension`; with one
-    process the reduction is the operand and the one part is all of it."""
-    group = op.cache["group"]
-    reduced = operand
+    """Spec "reduce_scatter": all_reduce, then process i of the group keeps
+    the i-th of `len(group)` equal parts along `scatter_dimension`."""
+    process = current_process()
+    strategy = reduction_strategy(op)
+    group = required_group_of(op, process, strategy)
+    shared = exchange(op, process, group, [operand])
+    reduced = reduce_across(regions[0], op.result_type.dtype, [values[0] for values in shared])
     parts = np.split(reduced, len(group), axis=op.attrs["scatter_dimension"])
-    return parts[group.index(THIS_PROCESS)].astype(op.result_type.dtype, copy=False)
+    return parts[group.index(process.id)]
 
 
-def _validate_all_to_all(op) -> None:
-    _validate_grouped(replica_or_partition_strategy)(op)
-    if op.attrs["split_count"] != len(op.cache["group"]):
-        raise op.error(f"split_count {op.attrs['split_count']} differs from the process group "
-                       f"size {len(op.cache['group'])}", cls=InvalidArgument)
-
-
-@register("stablehlo.all_to_all", validate=_validate_all_to_all)
+@register("stablehlo.all_to_all", validate=validate_single_device)
 def all_to_all(op, *operands):
-    """Spec "all_to_all": split each operand into `split_count` parts along
-    `split_dimension`, send part i to the i-th process of the group, and
-    concatenate what arrives along `concat_dimension`. With one process the
-    only part goes back to itself."""
+    """Spec "all_to_all": every sender splits its operands into `split_count`
+    parts along `split_dimension`; receiver i concatenates the senders'
+    i-th parts, in group order, along `concat_dimension`."""
+    process = current_process()
+    group = required_group_of(op, process, replica_or_partition_strategy(op))
+    if op.attrs["split_count"] != len(group):
+        raise op.error(f"split_count {op.attrs['split_count']} differs from the process "
+                       f"group size {len(group)}", cls=InvalidArgument)
+    shared = exchange(op, process, group, operands)
+    receiver = group.index(process.id)
     split_dim, concat_dim = op.attrs["split_dimension"], op.attrs["concat_dimension"]
-    index = op.cache["group"].index(THIS_PROCESS)
-    results = []
-    for x in operands:
-        parts = np.split(x, op.attrs["split_count"], axis=split_dim)
-        results.append(np.concatenate([parts[index]], axis=concat_dim))
-    return as_results(op, results)
+    return as_results(op, [
+        np.concatenate([np.split(values[i], len(group), axis=split_dim)[receiver]
+                        for values in shared], axis=concat_dim)
+        for i in range(len(operands))])
 
 
-def _validate_collective_permute(op) -> None:
-    pairs = id_groups(op.attrs.get("source_target_pairs"))
-    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
-    if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
-        raise op.error("source_target_pairs repeat a source or a target", cls=InvalidArgument)
-    # Each pair is a two-process "group" [source, target].
-    strategy = replica_or_partition_strategy(op)
-    groups = process_groups(op, pairs, strategy, unique=False) if pairs else []
-    op.cache["source"] = next((g[0] for g in groups if g[1] == THIS_PROCESS), None)
-
-
-@register("stablehlo.collective_permute", validate=_validate_collective_permute)
+@register("stablehlo.collective_permute", validate=validate_single_device)
 def collective_permute(op, operand):
-    """Spec "collective_permute": receive the operand of the process whose
-    pair targets this one; with no such pair, zeros (for a quantized
-    result, `quantize(0)`, i.e. the zero point)."""
-    if op.cache["source"] is None:
+    """Spec "collective_permute": each `[source, target]` pair sends the
+    source's operand to the target. A process that no pair targets gets
+    zeros (for a quantized result, `quantize(0)`, i.e. the zero point)."""
+    process = current_process()
+    pairs = id_groups(op.attrs.get("source_target_pairs"))
+    for column in zip(*pairs):
+        if len(set(column)) != len(column):
+            raise op.error("source_target_pairs repeat a source or a target",
+                           cls=InvalidArgument)
+    links = process_groups(op, pairs, replica_or_partition_strategy(op), process.grid,
+                           unique=False) if pairs else []
+    key = (op.name, channel_id(op), tuple(map(tuple, pairs)))
+    key = key + (process.next_run(key),)
+    mailbox = process.grid.mailbox
+    for source, target in links:
+        if source == process.id:
+            mailbox.post(key + (source,), operand, readers=1)
+    source = next((s for s, t in links if t == process.id), None)
+    if source is None:
         return zeros(op.result_type)
-    return operand  # the only process that can send here is this one
+    return mailbox.take(key + (source,), op.name)
 
 
-def _validate_collective_broadcast(op) -> None:
-    groups = id_groups(op.attrs.get("replica_groups"))
-    op.cache["group"] = group_of_this_process(op, groups, replica_or_partition_strategy(op))
-
-
-@register("stablehlo.collective_broadcast", validate=_validate_collective_broadcast)
+@register("stablehlo.collective_broadcast", validate=validate_single_device)
 def collective_broadcast(op, *operands):
     """Spec "collective_broadcast": every process of a group receives the
-    operands of the group's first process; a process in no group gets
-    zeros (for a quantized result, `quantize(0)`)."""
-    if op.cache["group"] is None:
+    operands of the group's first process; a process in no group gets zeros
+    (for a quantized result, `quantize(0)`)."""
+    process = current_process()
+    group = group_of(op, process, replica_or_partition_strategy(op))
+    if group is None:
         return as_results(op, [zeros(t) for t in op.result_types])
-    return as_results(op, operands)  # the group's first process is this one
+    key = (op.name, channel_id(op), tuple(group))
+    key = key + (process.next_run(key),)
+    if process.id == group[0]:
+        process.grid.mailbox.post(key, operands, readers=len(group))
+    return as_results(op, process.grid.mailbox.take(key, op.name))
 
 
 @register("stablehlo.replica_id")
 def replica_id(op):
-    """Spec "replica_id": this process's replica id, a 0-d ui32 (always 0)."""
-    return np.array(THIS_PROCESS[0], dtype=np.uint32)
+    """Spec "replica_id": this process's replica id, a 0-d ui32."""
+    return np.array(current_process().id[0], dtype=np.uint32)
 
 
 @register("stablehlo.partition_id")
 def partition_id(op):
-    """Spec "partition_id": this process's partition id, a 0-d ui32 (always 0)."""
-    return np.array(THIS_PROCESS[1], dtype=np.uint32)
+    """Spec "partition_id": this process's partition id, a 0-d ui32."""
+    return np.array(current_process().id[1], dtype=np.uint32)
