@@ -22,6 +22,8 @@ The update computation is recognised when the program is planned:
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..registry import register
@@ -48,9 +50,9 @@ def recognise_body(op):
     if len(body.arg_slots) != 2 or len(body.result_slots) != 1:
         return None
     current, update = body.arg_slots
-    dtype = op.result_types[0].dtype
-    if any(t.dtype != dtype or t.shape != () for t in body.arg_types):
-        return None
+    result = op.result_types[0]
+    if any(t != _scalar_type(result) for t in body.arg_types):
+        return None  # promoted types go through the region
     (returned,) = body.result_slots
     if not body.steps:
         return REPLACE if returned == update else None
@@ -61,9 +63,16 @@ def recognise_body(op):
     if ufunc is None or step.results != (returned,) or sorted(step.operands) != sorted(
             (current, update)):
         return None
-    if ufunc in (np.bitwise_and, np.bitwise_or, np.bitwise_xor) and dtype.kind not in "biu":
+    if result.quant is not None:
+        return None  # arithmetic on quantized values is not arithmetic on storage
+    if ufunc in (np.bitwise_and, np.bitwise_or, np.bitwise_xor) and result.dtype.kind not in "biu":
         return None
     return ufunc
+
+
+def _scalar_type(tensor_type):
+    """The 0-d tensor type of a tensor type's elements."""
+    return dataclasses.replace(tensor_type, shape=(), bounds=None)
 
 
 def validate_scatter(op) -> None:

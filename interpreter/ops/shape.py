@@ -39,8 +39,17 @@ def broadcast_to_shape(operand: np.ndarray, shape, broadcast_dimensions) -> np.n
 @register("stablehlo.broadcast_in_dim")
 def broadcast_in_dim(op, operand):
     """Spec "broadcast_in_dim" (docs/spec.md#broadcast_in_dim): unsorted
-    `broadcast_dimensions` and size-1 expansion are honoured."""
-    return broadcast_to_shape(operand, op.result_type.shape, op.attrs["broadcast_dimensions"])
+    `broadcast_dimensions` and size-1 expansion are honoured; a `?` result
+    dim takes the size of the operand dim mapped onto it."""
+    dims = op.attrs["broadcast_dimensions"]
+    shape = list(op.result_type.shape)
+    for d, size in enumerate(operand.shape):
+        if shape[dims[d]] is None:
+            shape[dims[d]] = size
+    if None in shape:
+        raise op.error(f"result type {op.result_type} has a dynamic dimension no operand "
+                       "dimension maps to")
+    return broadcast_to_shape(operand, shape, dims)
 
 
 @register("stablehlo.broadcast")
@@ -54,8 +63,13 @@ def broadcast(op, operand):
 
 
 def reshape_to(operand: np.ndarray, shape) -> np.ndarray:
-    """Row-major reshape (spec "reshape"); sizes must agree."""
+    """Row-major reshape (spec "reshape"); sizes must agree. One `None`
+    (a `?` dim of a result type) takes whatever size is left."""
+    if list(shape).count(None) == 1:
+        shape = [-1 if d is None else d for d in shape]
     shape = tuple(int(d) for d in shape)
+    if -1 in shape:
+        return np.reshape(operand, shape)
     if int(np.prod(shape)) != operand.size:
         raise ValueError(f"cannot reshape {operand.shape} into {shape}: sizes differ")
     return np.reshape(operand, shape)
