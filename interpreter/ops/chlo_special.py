@@ -36,8 +36,8 @@ def working_dtype(dtype: np.dtype) -> np.dtype:
 
 def validate_float_operands(op) -> None:
     for operand_type in op.operand_types:
-        if not is_float(operand_type.dtype) or operand_type.dtype.itemsize < 2:
-            raise op.error(f"{op.name} supports f16, bf16, f32 and f64, not "
+        if not is_float(operand_type.dtype) or operand_type.quant is not None:
+            raise op.error(f"{op.name} needs floating-point operands, not "
                            f"{operand_type.element_type}", cls=Unimplemented)
 
 

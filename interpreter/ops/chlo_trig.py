@@ -16,7 +16,13 @@ formula instead, so the edge cases agree:
 * cosh(x) = e^(x + log 1/2) + e^(-x + log 1/2), which does not overflow
   before cosh itself does; sinh likewise, with
   (expm1(x) + expm1(x) / (expm1(x) + 1)) / 2 for |x| < 1;
-* atanh(x) = (log1p(x) - log1p(-x)) / 2 for real x, NaN for |x| > 1.
+* atanh(x) = (log1p(x) - log1p(-x)) / 2 for real x, NaN for |x| > 1;
+* on the branch cuts of the complex inverse functions, XLA picks the side
+  by comparing the argument's parts with 0 (so -0 counts as +0), not by
+  the sign of zero as C99 does (see `_COMPLEX_BRANCH_SIGNS`).
+
+Complex arguments with infinite or NaN parts follow numpy (C99 Annex G);
+XLA's expansions give NaN for some of those (e.g. acos(NaN i)).
 """
 from __future__ import annotations
 
@@ -78,6 +84,37 @@ TRIGONOMETRIC = {
     "chlo.tan": np.tan,
 }
 
+def _with_signs(real_sign, imag_sign):
+    """Fix the signs of a complex result's parts (None: keep numpy's).
+
+    On the branch cuts numpy follows C99, where a signed zero in the
+    argument picks the side; XLA's expansions instead compare the argument's
+    parts with 0, so -0 counts as +0. Each rule below is that comparison."""
+    def fix(z, result):
+        real, imag = result.real, result.imag
+        if real_sign is not None:
+            real = np.copysign(real, real_sign(z))
+        if imag_sign is not None:
+            imag = np.copysign(imag, imag_sign(z))
+        fixed = np.empty_like(result)
+        fixed.real, fixed.imag = real, imag
+        return fixed
+    return fix
+
+
+def _sign_where(condition, when_true: float):
+    return lambda z: np.where(condition(z), when_true, -when_true)
+
+
+_COMPLEX_BRANCH_SIGNS = {
+    "chlo.asin": _with_signs(None, _sign_where(lambda z: z.imag < 0, -1.0)),
+    "chlo.acos": _with_signs(None, _sign_where(lambda z: z.imag < 0, 1.0)),
+    "chlo.acosh": _with_signs(None, _sign_where(lambda z: z.imag < 0, -1.0)),
+    "chlo.asinh": _with_signs(_sign_where(lambda z: z.real < 0, -1.0), None),
+    "chlo.atanh": _with_signs(_sign_where(lambda z: z.real >= 0, 1.0), None),
+    "chlo.atan": _with_signs(None, _sign_where(lambda z: -z.imag >= 0, -1.0)),
+}
+
 # The formulas XLA itself evaluates are rounded as XLA rounds them: in the
 # operand's own precision (narrow floats in f32), not in double.
 _XLA_FORMULAS = ("chlo.atanh", "chlo.cosh", "chlo.sinh")
@@ -100,5 +137,8 @@ def trigonometric(op, x):
     if op.name in _XLA_FORMULAS and x.dtype in (np.float32, np.complex64):
         dtype = x.dtype
     with np.errstate(all="ignore"):
-        result = TRIGONOMETRIC[op.name](np.asarray(x).astype(dtype))
+        z = np.asarray(x).astype(dtype)
+        result = TRIGONOMETRIC[op.name](z)
+        if is_complex(dtype) and op.name in _COMPLEX_BRANCH_SIGNS:
+            result = _COMPLEX_BRANCH_SIGNS[op.name](z, result)
     return np.asarray(result).astype(op.result_type.dtype)

@@ -1,0 +1,97 @@
+"""CHLO trigonometric and hyperbolic ops against XLA CPU: through JAX's
+lowering (jnp.arccos & co. emit chlo ops) and, for chlo.tan (JAX emits
+stablehlo.tan), through hand-written programs.
+
+Tolerances, measured against XLA: real f32/f64 results within 3 ulp,
+except sinh in f32 (XLA's expm1 is a few ulp off) and atanh in f64 (XLA's
+log1p is off by up to ~125 ulp near -0.41). Complex results within 6 ulp,
+except cosh/sinh where XLA's exp(z + log 1/2) +- exp(log 1/2 - z) cancels
+(up to ~32 ulp of the small part). Inputs on the branch cuts include
+signed zeros, where XLA's side of the cut differs from C99's.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from test_ops_chlo_oracle import (BF16, assert_jax_matches, assert_matches_xla,
+                                  unary_program)
+
+REAL_FUNCTIONS = {"acos": jnp.arccos, "acosh": jnp.arccosh, "asin": jnp.arcsin,
+                  "asinh": jnp.arcsinh, "atan": jnp.arctan, "atanh": jnp.arctanh,
+                  "cosh": jnp.cosh, "sinh": jnp.sinh}
+FLOATS = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
+REAL_ULP = {("sinh", "float32"): 8, ("sinh", "float64"): 8, ("atanh", "float64"): 256}
+# (max_ulp, atol) for complex64 and complex128
+COMPLEX_TOLERANCE = {"cosh": (48, 1e-6, 1e-15), "sinh": (48, 1e-6, 1e-15)}
+
+
+def real_inputs(dtype) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    values = np.concatenate([
+        rng.uniform(-5, 5, 250), rng.uniform(-1, 1, 250),
+        10.0 ** rng.uniform(-30, 30, 150) * rng.choice([-1, 1], 150),
+        [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, np.inf, -np.inf, np.nan, 88.0, -88.0, 710.0]])
+    with np.errstate(over="ignore"):
+        return values.astype(dtype)
+
+
+def complex_inputs(dtype) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    cut = rng.uniform(-3, 3, 40)
+    values = np.concatenate([
+        rng.uniform(-5, 5, 250) + 1j * rng.uniform(-5, 5, 250),
+        10.0 ** rng.uniform(-12, 12, 150) * np.exp(1j * rng.uniform(0, 7, 150)),
+        # both sides of every branch cut, signed zeros included
+        cut + 0j, np.conj(cut + 0j), 1j * cut, np.conj(1j * cut),
+        [complex(a, b) for a in (0.0, -0.0, 2.0, -2.0) for b in (0.0, -0.0, 2.0, -2.0)]])
+    return values.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", REAL_FUNCTIONS)
+def test_real_matches_xla(name, dtype):
+    # f16/bf16: both sides round an f32 result; a result within an ulp of a
+    # rounding boundary may round differently.
+    max_ulp = REAL_ULP.get((name, dtype.name), 3 if dtype.itemsize >= 4 else 2)
+    assert_jax_matches(REAL_FUNCTIONS[name], real_inputs(dtype), op=f"chlo.{name}",
+                       max_ulp=max_ulp)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.complex64), np.dtype(np.complex128)], ids=str)
+@pytest.mark.parametrize("name", REAL_FUNCTIONS)
+def test_complex_matches_xla(name, dtype):
+    max_ulp, atol64, atol128 = COMPLEX_TOLERANCE.get(name, (6, 0.0, 0.0))
+    atol = atol64 if dtype == np.complex64 else atol128
+    assert_jax_matches(REAL_FUNCTIONS[name], complex_inputs(dtype), op=f"chlo.{name}",
+                       max_ulp=max_ulp, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.dtype(np.complex64), np.dtype(np.complex128)],
+                         ids=str)
+def test_chlo_tan_matches_xla(dtype):
+    """JAX lowers tan to stablehlo.tan, so chlo.tan is written by hand."""
+    x = complex_inputs(dtype) if dtype.kind == "c" else real_inputs(dtype)
+    assert_matches_xla(unary_program("chlo.tan", x), x, max_ulp=3 if dtype.kind == "f" else 8)
+
+
+def test_domain_edges_exactly():
+    """NaN outside the real domain, +-inf at the poles, exact zeros."""
+    x = np.array([2.0, -2.0, 1.0, -1.0, 0.5, 0.0, -0.0, np.inf, -np.inf, np.nan], np.float32)
+    for fn in (lax.acos, lax.asin, lax.acosh, lax.atanh, lax.asinh, lax.atan, lax.cosh,
+               lax.sinh):
+        assert_jax_matches(fn, x, op="chlo.", max_ulp=3)
+
+
+def test_non_float_operand_is_rejected_at_load_time():
+    from pjrt_ref.errors import PjrtRefError
+    from pjrt_ref.interpreter import load
+
+    text = """func.func @main(%x: tensor<2xi32>) -> tensor<2xi32> {
+      %0 = chlo.cosh %x : tensor<2xi32> -> tensor<2xi32>
+      return %0 : tensor<2xi32>
+    }"""
+    with pytest.raises(PjrtRefError):
+        load(text)
