@@ -230,6 +230,7 @@ def make_builder() -> cffi.FFI:
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
         depends=[HEADER, os.path.join(HERE, "entry_points.py")],
+        py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
     )
     return ffibuilder
 

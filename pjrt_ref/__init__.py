@@ -17,8 +17,15 @@ def library_path() -> str:
     """
     import importlib.util
     import os
+    import sys
 
-    spec = importlib.util.find_spec(SHIM_MODULE)
+    loaded = sys.modules.get(SHIM_MODULE)       # already loaded (e.g. by a host's dlopen)
+    if loaded is not None and getattr(loaded, "__file__", None):
+        return os.path.realpath(loaded.__file__)
+    try:
+        spec = importlib.util.find_spec(SHIM_MODULE)
+    except ValueError:                          # in sys.modules without a __spec__
+        spec = None
     if spec is None or not spec.origin:
         raise FileNotFoundError(
             "pjrt-ref's shim library is not built: reinstall with `pip install .` "
