@@ -146,3 +146,18 @@ def test_complex_constant_like():
     }"""
     result = load(text)(np.zeros(2, np.float32))[0]
     np.testing.assert_array_equal(result, np.array([1 - 2.5j, 1 - 2.5j], np.complex64))
+
+
+@pytest.mark.parametrize("dtype", INTEGERS + [np.dtype(np.int16), np.dtype(np.uint16)], ids=str)
+def test_mulhi_matches_xla(dtype):
+    """The high half of the double-width product, extremes included."""
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    lhs = rng.integers(info.min, info.max, 40, dtype=dtype, endpoint=True)
+    rhs = rng.integers(info.min, info.max, 40, dtype=dtype, endpoint=True)
+    lhs[:4] = [info.min, info.max, info.min, 0]
+    rhs[:4] = [info.min, info.max, info.max, info.min]
+    t = tensor_type(lhs.shape, dtype)
+    text = (f"func.func @main(%a: {t}, %b: {t}) -> {t} {{\n"
+            f"  %0 = chlo.mulhi %a, %b : {t}, {t} -> {t}\n  return %0 : {t}\n}}\n")
+    assert_matches_xla(text, lhs, rhs)

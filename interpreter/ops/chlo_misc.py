@@ -1,4 +1,4 @@
-"""CHLO's small ops: constant, constant_like, conj, square, is_inf,
+"""CHLO's small ops: constant, constant_like, conj, square, mulhi, is_inf,
 is_neg_inf, is_pos_inf, next_after and top_k.
 
 CHLO ops have no section in the StableHLO spec; each docstring cites the
@@ -83,6 +83,28 @@ def square(op, x):
     result = np.empty(x.shape, dtype=x.dtype)
     result.real, result.imag = real, imag
     return result
+
+
+def _validate_mulhi(op) -> None:
+    dtype = op.operand_types[0].dtype
+    if not is_integer(dtype) or op.operand_types[0].quant is not None:
+        raise op.error(f"mulhi needs integer operands, not {op.operand_types[0].element_type}",
+                       cls=Unimplemented)
+
+
+@register("chlo.mulhi", validate=_validate_mulhi)
+def mulhi(op, lhs, rhs):
+    """ChloOps.td "mulhi": the high N bits of the 2N-bit product of two
+    N-bit integers (signed or unsigned as the element type says)."""
+    dtype = lhs.dtype
+    bits = 8 * dtype.itemsize if dtype.name not in ("int2", "int4", "uint2", "uint4") \
+        else int(dtype.name[-1])
+    if bits == 64:  # the 128-bit product needs Python integers
+        high = [(int(a) * int(b)) >> 64 for a, b in zip(lhs.ravel(), rhs.ravel())]
+        return np.array(high, dtype=dtype).reshape(lhs.shape)
+    wide = np.int64 if dtype.kind == "i" or dtype.name in ("int2", "int4") else np.uint64
+    product = lhs.astype(wide) * rhs.astype(wide)
+    return (product >> wide(bits)).astype(dtype)
 
 
 def _validate_float_operand(op) -> None:
