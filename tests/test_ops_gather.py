@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import numpy as np
-import pytest
 from jax import lax
 
 from pjrt_ref.interpreter import load

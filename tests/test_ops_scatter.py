@@ -121,7 +121,8 @@ func.func @main(%a: tensor<4x3xf32>, %b: tensor<4x3xi32>, %i: tensor<1x2xi64>,
 
 
 def test_several_inputs_with_one_body():
-    args = [np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(12, dtype=np.int32).reshape(4, 3),
+    args = [np.arange(12, dtype=np.float32).reshape(4, 3),
+            np.arange(12, dtype=np.int32).reshape(4, 3),
             np.array([[3, 1]], np.int64), np.full((2, 3), 0.5, np.float32),
             np.array([[0, 20, 0], [9, 0, 9]], np.int32)]
     ours = load(VARIADIC)(*args)
