@@ -80,6 +80,8 @@ def convert_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         source = values.dtype
     if is_float(source) and is_integer(dtype):
         return float_to_integer(values, dtype)
+    if is_integer(source):
+        values = widen(values)  # ml_dtypes cannot cast e.g. uint4 -> int4 directly
     if _is_narrow_float(dtype) and source == np.float64 and dtype.itemsize == 1:
         values = float64_to_float32_round_to_odd(values)
     elif _is_narrow_float(dtype) and (is_integer(source) or source == np.float64):
