@@ -80,7 +80,8 @@ class Client:
         return device, device.default_memory
 
     def track(self, buffer: Buffer) -> Buffer:
-        self._buffers.add(buffer)
+        with self._lock:                 # WeakSet is not safe against concurrent iteration
+            self._buffers.add(buffer)
         return buffer
 
     def buffer_from_array(self, array: np.ndarray, device: Device | None = None,
@@ -89,4 +90,6 @@ class Client:
         return self.track(Buffer(array, device, memory))
 
     def bytes_in_use(self) -> int:
-        return sum(b.nbytes for b in list(self._buffers) if not b.is_deleted)
+        with self._lock:
+            buffers = list(self._buffers)
+        return sum(b.nbytes for b in buffers if not b.is_deleted)
