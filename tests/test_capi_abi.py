@@ -157,3 +157,22 @@ def test_hlo_program_format_is_unimplemented():
     destroy = ffi.new("PJRT_Client_Destroy_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Destroy_Args"),
                                                     "client": create.client})
     assert api.PJRT_Client_Destroy(destroy) == ffi.NULL
+
+
+def test_get_pjrt_api_from_threads_without_the_gil():
+    """First call races from 8 threads (ctypes drops the GIL): one init, one table."""
+    from test_jax_support import run_python
+    run_python("""
+        import ctypes, threading
+        import pjrt_ref
+        lib = ctypes.CDLL(pjrt_ref.library_path(), mode=ctypes.RTLD_LOCAL)
+        lib.GetPjrtApi.restype = ctypes.c_void_p
+        results, barrier = [], threading.Barrier(8)
+        def call():
+            barrier.wait()
+            results.append(lib.GetPjrtApi())
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join(60)
+        assert len(results) == 8 and len(set(results)) == 1 and results[0], results
+    """)
