@@ -71,7 +71,7 @@ def convolve(op, lhs, rhs, padding) -> np.ndarray:
     order = (numbers.output_batch_dimension, numbers.output_feature_dimension,
              *numbers.output_spatial_dimensions)
     result = np.transpose(result, np.argsort(order))
-    return np.ascontiguousarray(from_work(result, result_type.dtype))
+    return np.asarray(from_work(result, result_type.dtype), order="C")
 
 
 def _windows(x, window, strides, dilation, out_spatial) -> np.ndarray:

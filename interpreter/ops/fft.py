@@ -44,4 +44,4 @@ def fft(op, operand):
         return np.zeros(shape, result_type.dtype)
     axes = tuple(range(operand.ndim - len(lengths), operand.ndim))
     result = _TRANSFORMS[op.attrs["fft_type"]](_compute_type(operand), s=lengths, axes=axes)
-    return np.ascontiguousarray(result.astype(result_type.dtype)).reshape(shape)
+    return np.asarray(result.astype(result_type.dtype), order="C").reshape(shape)

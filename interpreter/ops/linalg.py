@@ -63,7 +63,7 @@ def triangular_solve(op, a, b):
     x = _substitute(a, rhs, lower)
     if not attrs.get("left_side", False):
         x = _matrix_transpose(x)
-    return np.ascontiguousarray(x.astype(op.result_type.dtype))
+    return np.asarray(x.astype(op.result_type.dtype), order="C")
 
 
 def _substitute(a: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
@@ -96,7 +96,7 @@ def cholesky(op, a):
     factor = _cholesky_lower(a)
     if not lower:
         factor = np.conj(_matrix_transpose(factor))
-    return np.ascontiguousarray(factor.astype(op.result_type.dtype))
+    return np.asarray(factor.astype(op.result_type.dtype), order="C")
 
 
 def _cholesky_lower(a: np.ndarray) -> np.ndarray:

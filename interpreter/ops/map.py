@@ -20,7 +20,7 @@ def map_(op, *inputs, regions):
     shape = tuple(result_type.shape)
     if is_elementwise(op.region_plans[0]):
         result, = run_body(computation, [result_type.dtype], shape, *inputs)
-        return np.ascontiguousarray(result)
+        return np.asarray(result, order="C")
     result = np.empty(shape, dtype=result_type.dtype)
     for index in np.ndindex(*shape):
         result[index] = computation(*(np.asarray(x[index]) for x in inputs))[0]

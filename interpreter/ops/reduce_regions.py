@@ -151,7 +151,7 @@ def reduce_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> l
     if is_elementwise(plan):
         folded = tree_reduce(region, dtypes, values)
         inits_b = [np.broadcast_to(np.asarray(i, dtype=d), out_shape) for i, d in zip(inits, dtypes)]
-        return [np.ascontiguousarray(r) for r in run_body(region, dtypes, out_shape, *inits_b, *folded)]
+        return [np.asarray(r, order="C") for r in run_body(region, dtypes, out_shape, *inits_b, *folded)]
     return scalar_reduce(region, dtypes, values, inits)
 
 

@@ -49,7 +49,7 @@ def sort(op, *inputs, regions):
             order = _bitonic_order(comparator, rows)
         else:
             order = _python_order(comparator, rows)
-    results = [np.ascontiguousarray(np.moveaxis(np.take_along_axis(r, order, axis=-1), -1, axis))
+    results = [np.asarray(np.moveaxis(np.take_along_axis(r, order, axis=-1), -1, axis), order="C")
                for r in rows]
     return results[0] if len(results) == 1 else tuple(results)
 

@@ -130,8 +130,7 @@ def select_and_scatter(op, operand, source, init_value, regions):
     result = np.full(padded_shape, init_value, dtype=op.result_types[0].dtype).reshape(-1)
     _scatter_into(scatter, op.region_plans[1], result, chosen[has_choice], source[has_choice])
     result = result.reshape(padded_shape)
-    return np.ascontiguousarray(result[tuple(slice(lo, lo + s) for s, (lo, _) in
-                                             zip(operand.shape, padding))])
+    return result[tuple(slice(lo, lo + s) for s, (lo, _) in zip(operand.shape, padding))].copy()
 
 
 def _select_in_windows(select, plan, values, valid, where):
