@@ -112,7 +112,18 @@ def from_bit_patterns(patterns: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return container.view(dtype)
 
 
-def _bitcast_by_patterns(x: np.ndarray, dtype: np.dtype, shape) -> np.ndarray:
+def bitcast_shape(shape: tuple, source: np.dtype, result: np.dtype) -> tuple:
+    """Spec (C1) of bitcast_convert: narrower results gain a last dimension
+    of parts, wider ones lose the operand's last dimension."""
+    source_width, result_width = bit_width(source), bit_width(result)
+    if result_width < source_width:
+        return tuple(shape) + (source_width // result_width,)
+    if result_width > source_width:
+        return tuple(shape[:-1])
+    return tuple(shape)
+
+
+def _bitcast_by_patterns(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Any widths (2-, 4- and 6-bit types included), one shift per part;
     parts are little-endian: part 0 holds the least significant bits."""
     source_width, result_width = bit_width(x.dtype), bit_width(dtype)
@@ -121,14 +132,12 @@ def _bitcast_by_patterns(x: np.ndarray, dtype: np.dtype, shape) -> np.ndarray:
         parts = source_width // result_width
         shifts = np.arange(parts, dtype=np.uint64) * np.uint64(result_width)
         mask = np.uint64((1 << result_width) - 1)
-        split = (patterns[..., None] >> shifts) & mask
-        return from_bit_patterns(split, dtype).reshape(shape)
-    if result_width > source_width:
+        patterns = (patterns[..., None] >> shifts) & mask
+    elif result_width > source_width:
         parts = result_width // source_width
         shifts = np.arange(parts, dtype=np.uint64) * np.uint64(source_width)
-        joined = np.bitwise_or.reduce(patterns << shifts, axis=-1)
-        return from_bit_patterns(joined, dtype).reshape(shape)
-    return from_bit_patterns(patterns, dtype).reshape(shape)
+        patterns = np.bitwise_or.reduce(patterns << shifts, axis=-1)
+    return from_bit_patterns(patterns, dtype)
 
 
 def _whole_bytes(dtype: np.dtype) -> bool:
@@ -144,6 +153,10 @@ def _validate_bitcast(op) -> None:
     wider, narrower = max(source_width, result_width), min(source_width, result_width)
     if wider % narrower:
         raise op.error(f"cannot bitcast {source.element_type} to {result.element_type}")
+    expected = bitcast_shape(source.shape, source.dtype, result.dtype)
+    if len(expected) != len(result.shape) or any(
+            a is not None and b is not None and a != b for a, b in zip(expected, result.shape)):
+        raise op.error(f"bitcast_convert of {source} cannot give {result}")
 
 
 @register("stablehlo.bitcast_convert", validate=_validate_bitcast)
@@ -154,12 +167,13 @@ def bitcast_convert(op, operand):
     parts; to a wider type, the last dimension is joined into one element.
     Parts are little-endian (part 0 = least significant bits), as on XLA
     CPU."""
-    dtype, shape = op.result_type.dtype, op.result_type.shape
+    dtype = op.result_type.dtype
     if _whole_bytes(operand.dtype) and _whole_bytes(dtype) and not is_bool(dtype) \
             and not is_bool(operand.dtype):
         # numpy views bytes in memory order, which is little-endian here.
+        shape = bitcast_shape(operand.shape, operand.dtype, dtype)
         return contiguous(operand).reshape(-1).view(dtype).reshape(shape)
-    return _bitcast_by_patterns(operand, dtype, shape)
+    return _bitcast_by_patterns(operand, dtype)
 
 
 # --- reduce_precision ------------------------------------------------------------------

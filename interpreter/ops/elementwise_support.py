@@ -55,9 +55,10 @@ def widen(array: np.ndarray) -> np.ndarray:
 def widen_for_math(array: np.ndarray) -> np.ndarray:
     """`array` in double precision (float64 or complex128), for the
     transcendental functions: computed in double and rounded once, single
-    precision results are almost always the correctly rounded ones, which is
-    what XLA CPU's own approximations give too in the vast majority of cases
-    (numpy's single precision exp/sin/... and complex64 loops differ more)."""
+    precision results are (almost always) the correctly rounded ones. XLA
+    CPU uses its own approximations, which are off by an ulp now and then;
+    numpy's single precision exp/sin/... and complex64 loops are off more
+    often, so double precision is the closer and the better-defined choice."""
     if is_complex(array.dtype):
         return array.astype(np.complex128, copy=False)
     if is_float(array.dtype):
