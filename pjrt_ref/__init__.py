@@ -20,8 +20,8 @@ def library_path() -> str:
     import sys
 
     loaded = sys.modules.get(SHIM_MODULE)       # already loaded (e.g. by a host's dlopen)
-    if loaded is not None and getattr(loaded, "__file__", None):
-        return os.path.realpath(loaded.__file__)
+    if loaded is not None:                      # ask the library itself (dladdr)
+        return loaded.ffi.string(loaded.lib.pjrt_ref_shim_path()).decode()
     try:
         spec = importlib.util.find_spec(SHIM_MODULE)
     except ValueError:                          # in sys.modules without a __spec__
