@@ -21,7 +21,8 @@ import numpy as np
 
 from ..registry import register
 from ..types import is_complex, is_float, is_integer, is_unsigned
-from .elementwise_support import accepts, as_result, elementwise, widen, widen_for_math
+from .elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
+                                  widen_for_math)
 
 NUMBERS = ("integer", "float", "complex")
 
@@ -100,7 +101,7 @@ def _complex_power(base, exponent):
     angle = np.arctan2(b, a)
     scale = np.power(squared_modulus, 0.5 * c) * np.exp(-d * angle)
     q = c * angle + 0.5 * d * np.log(squared_modulus)
-    result = scale * np.cos(q) + 1j * (scale * np.sin(q))
+    result = complex_from_parts(scale * np.cos(q), scale * np.sin(q))
     zero_to_positive = (base == 0) & (d == 0) & (c > 0)
     result = np.where(zero_to_positive, 0, result)
     return np.where(exponent == 0, 1, result)
@@ -160,12 +161,8 @@ def _atan2(lhs, rhs):
 
 
 def _complex(lhs, rhs):
-    """lhs + i*rhs, built part by part so an infinite part stays exact."""
-    result = np.empty(np.broadcast_shapes(lhs.shape, rhs.shape),
-                      np.result_type(lhs.dtype, np.complex64))
-    result.real = lhs
-    result.imag = rhs
-    return result
+    """lhs + i*rhs; infinite and NaN parts stay where they are."""
+    return complex_from_parts(lhs, rhs)
 
 
 # op name -> (function of the widened operands, accepted element types, note).

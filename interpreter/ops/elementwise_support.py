@@ -66,6 +66,17 @@ def widen_for_math(array: np.ndarray) -> np.ndarray:
     return widen(array)
 
 
+def complex_from_parts(real: np.ndarray, imag: np.ndarray) -> np.ndarray:
+    """real + i*imag, built part by part: the expression `real + 1j * imag`
+    would compute 1j * imag as a complex product and turn an infinite or NaN
+    imaginary part into a NaN real part."""
+    real, imag = np.broadcast_arrays(real, imag)
+    result = np.empty(real.shape, np.result_type(real.dtype, imag.dtype, np.complex64))
+    result.real = real
+    result.imag = imag
+    return result
+
+
 def as_result(values, dtype: np.dtype) -> np.ndarray:
     """`values` as an ndarray of exactly `dtype`: narrow floats are rounded
     to nearest even, narrow integers wrap to their width."""

@@ -13,14 +13,17 @@ float32, see `elementwise_support`); transcendental ones (`MATH_UNARY_OPS`)
 receive it in double precision. Either way the result is rounded once to
 the result type.
 IEEE special values (NaN, infinities, signed zeros) follow numpy, which
-follows C99 Annex F/G like XLA CPU's libm.
+follows C99 Annexes F and G. XLA CPU agrees on real operands; for complex
+ones it departs from Annex G in places (sqrt(-1 - 0i) = +i, log(inf + NaN i)
+= NaN + NaN i, ...), and those cases keep the C99 answer here.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..registry import register
-from .elementwise_support import accepts, as_result, elementwise, widen, widen_for_math
+from .elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
+                                  widen_for_math)
 
 FLOATS = ("float",)
 FLOATS_COMPLEX = ("float", "complex")
@@ -33,16 +36,32 @@ def _logistic(x):
 
 
 def _rsqrt(x):
-    return 1 / np.sqrt(x)
+    """1 / sqrt(x); for complex x the reciprocal is scaled so that huge and
+    infinite roots give 0 instead of numpy's NaN (1 / (inf + inf i) = 0),
+    and rsqrt(0) = inf + NaN i, as on XLA CPU."""
+    root = np.sqrt(x)
+    if not np.iscomplexobj(x):
+        return 1 / root
+    p, q = root.real, root.imag
+    scale = np.maximum(np.abs(p), np.abs(q))
+    p_scaled, q_scaled = p / scale, q / scale
+    norm = p_scaled * p_scaled + q_scaled * q_scaled
+    real, imag = p_scaled / norm / scale, -q_scaled / norm / scale
+    infinite = np.isinf(scale)
+    real = np.where(infinite, np.copysign(0.0, p), np.where(scale == 0, np.inf, real))
+    imag = np.where(infinite, np.copysign(0.0, -q), imag)  # 1 / 0 = inf + NaN i
+    return complex_from_parts(real, imag)
 
 
 def _expm1(x):
     """e^x - 1, accurate near 0; numpy's expm1 has no complex loop, so for
-    complex x = a + bi it is expm1(a)cos(b) - 2 sin^2(b/2) + i e^a sin(b)."""
+    complex x = a + bi it is expm1(a)cos(b) - 2 sin^2(b/2) + i e^a sin(b),
+    with a real x staying real (expm1(inf + 0i) = inf + 0i)."""
     if np.iscomplexobj(x):
         a, b = x.real, x.imag
         real = np.expm1(a) * np.cos(b) - 2 * np.sin(b / 2) ** 2
-        return real + 1j * (np.exp(a) * np.sin(b))
+        imag = np.where(b == 0, b, np.exp(a) * np.sin(b))
+        return complex_from_parts(real, imag)
     return np.expm1(x)
 
 
@@ -58,7 +77,7 @@ def _sign(x):
         modulus = np.abs(x)
         # Divide the parts separately: complex division by (|x| + 0i)
         # would turn (inf + 1i) into (nan + nan i) instead of (nan + 0i).
-        sign = x.real / modulus + 1j * (x.imag / modulus)
+        sign = complex_from_parts(x.real / modulus, x.imag / modulus)
         sign = np.where(x == 0, 0, sign)
         return np.where(np.isnan(x.real) | np.isnan(x.imag), complex(np.nan, np.nan), sign)
     if x.dtype.kind == "f":
@@ -109,7 +128,7 @@ MATH_UNARY_OPS = {
     "log": (np.log, FLOATS_COMPLEX, "log(0) = -inf, log(x < 0) = NaN."),
     "log_plus_one": (np.log1p, FLOATS_COMPLEX, "log(1 + x), accurate near 0; log1p(-1) = -inf."),
     "logistic": (_logistic, FLOATS_COMPLEX, _logistic.__doc__),
-    "rsqrt": (_rsqrt, FLOATS_COMPLEX, "1 / sqrt(x); rsqrt(0) = inf, rsqrt(x < 0) = NaN."),
+    "rsqrt": (_rsqrt, FLOATS_COMPLEX, "rsqrt(0) = inf, rsqrt(x < 0) = NaN. " + _rsqrt.__doc__),
     "sine": (np.sin, FLOATS_COMPLEX, "sin(+-inf) = NaN."),
     "sqrt": (np.sqrt, FLOATS_COMPLEX, "sqrt(-0) = -0, sqrt(x < 0) = NaN."),
     "tan": (np.tan, FLOATS_COMPLEX, "tan(+-inf) = NaN."),
