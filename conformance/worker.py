@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import tempfile
 import time
 import traceback
 
@@ -105,7 +106,12 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
         return UNSUPPORTED, (f"@{function} loads, but takes {len(plan.input_types)} "
                              "argument(s) and test cases run without arguments")
     checks.reset_check_count()
-    plan.run([])
+    with tempfile.TemporaryDirectory(prefix="probes-") as probes:
+        checks.probe_directory = probes  # where interpreter.probe writes
+        try:
+            plan.run([])
+        finally:
+            checks.probe_directory = None
     count = checks.checks_passed
     return PASS, f"{count} check(s) passed" if count else "ran; no checks in the case"
 

@@ -188,3 +188,27 @@ def test_expect_serialized_eq_reads_the_probe_index(tmp_path, monkeypatch):
     load(_program(body + check.format(0)))()
     with pytest.raises(CheckFailure, match="actual 3 vs expected 4"):
         load(_program(body + check.format(1)))()
+
+
+def test_probe_then_expect_serialized_eq_round_trips(tmp_path, monkeypatch):
+    from pjrt_ref.interpreter.ops import checks
+
+    monkeypatch.setattr(checks, "probe_directory", str(tmp_path))
+    text = """
+    func.func @main() {
+      %a = stablehlo.constant dense<[1.5, -2.0]> : tensor<2xbf16>
+      %b = stablehlo.constant dense<[3, -8]> : tensor<2xi4>
+      %pa = "interpreter.probe"(%a) {probe_id = "a"} : (tensor<2xbf16>) -> tensor<2xbf16>
+      %pb = "interpreter.probe"(%b) {probe_id = "b"} : (tensor<2xi4>) -> tensor<2xi4>
+      %pa2 = "interpreter.probe"(%pb) {probe_id = "a"} : (tensor<2xi4>) -> tensor<2xi4>
+      "check.expect_serialized_eq"(%pa) {probe_id = "a"} : (tensor<2xbf16>) -> ()
+      "check.expect_serialized_eq"(%pb) {probe_id = "b"} : (tensor<2xi4>) -> ()
+      "check.expect_serialized_eq"(%pb) {probe_id = "a", iteration = 1 : ui32} : (tensor<2xi4>) -> ()
+      func.return
+    }"""
+    load(text)()
+    assert (tmp_path / "index.csv").read_text().count("\n") == 3
+    wrong_type = text.replace('{probe_id = "a", iteration = 1 : ui32} : (tensor<2xi4>)',
+                              '{probe_id = "a"} : (tensor<2xi4>)')
+    with pytest.raises(CheckFailure, match="serialized type tensor<2xbf16> differs"):
+        load(wrong_type)()

@@ -32,11 +32,18 @@ The three notions of "equal", as upstream defines them:
 
 A check that does not hold raises `CheckFailure`, naming the first
 mismatching index, both values there and how many elements differ.
+
+Two helpers of upstream's `interpreter` test dialect live here too, because
+`check.expect_serialized_eq` reads what one of them writes:
+`interpreter.probe` (save a value to the probe directory) and
+`interpreter.print`.
 """
 from __future__ import annotations
 
 import csv
+import itertools
 import os
+import threading
 
 import numpy as np
 
@@ -294,33 +301,77 @@ def expect_close(op, actual, expected):
 @register("check.expect_serialized_eq")
 def expect_serialized_eq(op, actual):
     """CheckOps.td "expect_serialized_eq": the operand equals the tensor that
-    `interpreter.probe` serialized under `probe_id` at iteration `iteration`.
-
-    The probe directory's `index.csv` has lines `probe_id,type,path.npy`;
-    the n-th line naming the probe is iteration n.
-    """
-    directory = os.environ.get(PROBE_DIR_VARIABLE)
-    if not directory:
-        raise op.error(f"needs a probe output directory (set {PROBE_DIR_VARIABLE})",
-                       cls=Unimplemented)
+    `interpreter.probe` serialized under `probe_id` at iteration `iteration`
+    (the iteration-th probe of that id; default 0), with the same type."""
     probe_id = op.attrs["probe_id"]
     iteration = op.attrs.get("iteration", 0)
-    record = _probe_record(op, directory, probe_id, iteration)
-    mlir_type, path = record
+    mlir_type, path = _probe_record(op, _probe_directory(op), probe_id, iteration)
     ttype = op.operand_types[0]
     if mlir_type != str(ttype):
         raise CheckFailure(f"serialized type {mlir_type} differs from {ttype} for probe "
                            f"{probe_id}", op=op.name, location=op.location)
-    expected = np.load(path, allow_pickle=False).astype(ttype.dtype).reshape(ttype.shape)
-    check_equal(op, actual, expected, "check.expect_serialized_eq")
+    check_equal(op, actual, _load_probe(path, ttype), "check.expect_serialized_eq")
     return ()
+
+
+# --- the interpreter dialect's test helpers (InterpreterOps.td) ---
+
+_probe_lock = threading.Lock()
+_probe_files = itertools.count()
+probe_directory: str | None = None  # set by the conformance runner per case
+
+
+@register("interpreter.probe")
+def probe(op, operand):
+    """InterpreterOps.td "probe": save the operand as `probe<n>.npy` in the
+    probe directory, append `probe_id,type,path` to its `index.csv`, and
+    return the operand unchanged."""
+    directory = _probe_directory(op)
+    with _probe_lock:
+        path = os.path.join(directory, f"probe{next(_probe_files)}.npy")
+        np.save(path, _savable(operand), allow_pickle=False)
+        with open(os.path.join(directory, "index.csv"), "a", newline="") as index_file:
+            csv.writer(index_file).writerow([op.attrs["probe_id"], str(op.operand_types[0]), path])
+    return operand
+
+
+@register("interpreter.print")
+def print_value(op, operand):
+    """InterpreterOps.td "print": print the operand's type and value."""
+    with _probe_lock:
+        print(f"{op.operand_types[0]} {np.array2string(np.asarray(operand), separator=', ')}",
+              flush=True)
+    return ()
+
+
+def _probe_directory(op) -> str:
+    directory = probe_directory or os.environ.get(PROBE_DIR_VARIABLE)
+    if not directory:
+        raise op.error(f"needs a probe output directory (set {PROBE_DIR_VARIABLE})",
+                       cls=Unimplemented)
+    return directory
+
+
+def _savable(array: np.ndarray) -> np.ndarray:
+    """ml_dtypes arrays are saved as their bits (plain .npy has no bf16)."""
+    array = np.asarray(array)
+    if array.dtype.kind in "biufc":  # ml_dtypes' types are kind "V"
+        return array
+    return array.view(_UINT_OF_SIZE[array.dtype.itemsize])
+
+
+def _load_probe(path: str, ttype: TensorType) -> np.ndarray:
+    loaded = np.load(path, allow_pickle=False)
+    if loaded.dtype != ttype.dtype:
+        loaded = loaded.view(ttype.dtype)
+    return loaded.reshape(ttype.shape)
 
 
 def _probe_record(op, directory: str, probe_id: str, iteration: int) -> tuple[str, str]:
     try:
         with open(os.path.join(directory, "index.csv"), newline="") as index_file:
             matches = [row for row in csv.reader(index_file)
-                       if len(row) == 3 and probe_id in row[0]]
+                       if len(row) == 3 and row[0] == probe_id]
     except OSError as error:
         raise op.error(f"cannot read the probe index: {error}") from None
     if iteration >= len(matches):
