@@ -67,25 +67,20 @@ def float64_to_float32_round_to_odd(values: np.ndarray) -> np.ndarray:
 
 def convert_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """`values` converted to element type `dtype` (see the module docstring)."""
-    source = values.dtype
     if is_bool(dtype):
-        if is_complex(source):
-            values = values.real
-        return widen(values) != 0
-    if is_complex(source) and not is_complex(dtype):
+        return widen(values.real if is_complex(values.dtype) else values) != 0
+    if is_complex(values.dtype) and not is_complex(dtype):
         values = values.real
-        source = values.dtype
-    if is_bool(source):
-        values = values.astype(np.uint8)
-        source = values.dtype
-    if is_float(source) and is_integer(dtype):
+    if is_float(values.dtype) and is_integer(dtype):
         return float_to_integer(values, dtype)
-    if is_integer(source):
-        values = widen(values)  # ml_dtypes cannot cast e.g. uint4 -> int4 directly
-    if _is_narrow_float(dtype) and source == np.float64 and dtype.itemsize == 1:
-        values = float64_to_float32_round_to_odd(values)
-    elif _is_narrow_float(dtype) and (is_integer(source) or source == np.float64):
-        values = values.astype(np.float32)  # XLA rounds through f32 too
+    # Exact widening first: ml_dtypes cannot cast between every pair of its
+    # types (uint4 -> int4, f8E4M3FN -> f8E8M0FNU, ...).
+    values = widen(values.astype(np.uint8) if is_bool(values.dtype) else values)
+    if _is_narrow_float(dtype):
+        if values.dtype == np.float64 and dtype.itemsize == 1:
+            values = float64_to_float32_round_to_odd(values)  # XLA rounds once
+        else:
+            values = values.astype(np.float32)  # XLA rounds through f32 too
     return as_result(values, dtype)
 
 
