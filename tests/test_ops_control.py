@@ -220,6 +220,26 @@ def test_composite_runs_its_decomposition():
     assert_same_as_reference(COMPOSITE, x, x[::-1].copy())
 
 
+COMPOSITE_WITH_REGION = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = "stablehlo.composite"(%x) <{decomposition = @square, name = "my.reduce_like"}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+  }) : (tensor<4xf32>) -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+func.func private @square(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %m = stablehlo.multiply %a, %a : tensor<4xf32>
+  return %m : tensor<4xf32>
+}
+"""
+
+
+def test_composite_regions_are_ignored_by_the_decomposition():
+    assert_same_as_reference(COMPOSITE_WITH_REGION, np.array([1, -2, 3, 0.5], np.float32))
+
+
 ASYNC = """
 func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
   %f = "stablehlo.async_start"(%x) ({

@@ -19,11 +19,12 @@ def _validate_composite(op) -> None:
 
 
 @register("stablehlo.composite", validate=_validate_composite)
-def composite(op, *inputs):
+def composite(op, *inputs, regions=()):
     """Spec "composite": run the `decomposition` function on `inputs`.
 
     The spec defines a composite by its decomposition, so `name`,
-    `composite_attributes` and `version` change nothing here. The callee
+    `composite_attributes`, `version` and the optional `regions` (which
+    only model the body of the composed op) change nothing here. The callee
     runs in a fresh frame, like `func.call`.
     """
     decomposition = op.module.function(op.attrs["decomposition"])
