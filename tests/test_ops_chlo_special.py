@@ -2,6 +2,9 @@
 polygamma, zeta) against XLA CPU, through JAX's own lowering (which emits
 these chlo ops) on random and edge-case inputs.
 
+XLA CPU fuses each multiply feeding an add into a fused multiply-add; the
+kernels do the same (see chlo_special.fma), which keeps the polynomial
+approximations (erf, erfc, bessel_i1e, zeta) within 1-3 ulp of XLA.
 Tolerances: f32 results are within a few ulp of XLA's. f16/bf16 are
 computed in f32 by both and rounded, so they agree to 1 ulp. In f64 XLA's
 CPU log1p is off by up to ~125 ulp (near x = -0.41) and that error flows
@@ -33,13 +36,13 @@ def sample(dtype, low, high, n=1500, seed=0) -> np.ndarray:
 # op, JAX function, input range, {dtype: (max_ulp, atol)}
 CASES = {
     "erf": (lax.erf, (-6, 6), {"float32": (1, 0), "float64": (4, 0)}),
-    "erfc": (lax.erfc, (-6, 12), {"float32": (8, 0), "float64": (16, 0)}),
+    "erfc": (lax.erfc, (-6, 12), {"float32": (3, 0), "float64": (3, 0)}),
     "erf_inv": (lax.erf_inv, (-1, 1), {"float32": (3, 0), "float64": (64, 0)}),
     "lgamma": (lax.lgamma, (-10, 20), {"float32": (8, 2e-6), "float64": (256, 1e-14),
                                        "float16": (1, 2e-6), "bfloat16": (1, 2e-6)}),
     "digamma": (lax.digamma, (-10, 20), {"float32": (8, 2e-6), "float64": (256, 1e-14),
                                          "float16": (1, 2e-6), "bfloat16": (1, 2e-6)}),
-    "bessel_i1e": (lax.bessel_i1e, (-30, 30), {"float32": (8, 0), "float64": (16, 0)}),
+    "bessel_i1e": (lax.bessel_i1e, (-30, 30), {"float32": (2, 0), "float64": (2, 0)}),
 }
 
 
@@ -74,7 +77,7 @@ def test_zeta_matches_xla(dtype):
     rng = np.random.default_rng(1)
     x = np.concatenate([rng.uniform(1, 12, 800), [1, 2, 3, 0.5, 2, 2, 3, np.nan, 4, 4, 2]])
     q = np.concatenate([rng.uniform(-5, 10, 800), [1, 0, -1, 1, -2.5, -2, -3, 1, 0.001, np.inf, 1e-3]])
-    max_ulp = {"float32": 4, "float64": 16}.get(dtype.name, 1)
+    max_ulp = {"float32": 2, "float64": 3}.get(dtype.name, 1)
     assert_jax_matches(lax.zeta, x.astype(dtype), q.astype(dtype), op="chlo.zeta",
                        max_ulp=max_ulp)
 
@@ -86,7 +89,7 @@ def test_polygamma_matches_xla(dtype):
     rng = np.random.default_rng(2)
     n = np.concatenate([rng.integers(0, 5, 800).astype(float), [0, 1, -1, 1.5, 2, 3, np.nan]])
     x = np.concatenate([rng.uniform(-4, 10, 800), [1, 0, 1, 1, -2, 2.5, 1]])
-    max_ulp = {"float32": 32, "float64": 64}.get(dtype.name, 1)
+    max_ulp = {"float32": 8, "float64": 8}.get(dtype.name, 1)
     assert_jax_matches(lax.polygamma, n.astype(dtype), x.astype(dtype), op="chlo.polygamma",
                        max_ulp=max_ulp, atol=1e-5 if dtype == np.float32 else 1e-12)
 

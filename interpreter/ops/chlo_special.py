@@ -50,11 +50,67 @@ def in_working_precision(op, fn, *operands) -> np.ndarray:
     return np.asarray(result).astype(op.result_type.dtype)
 
 
+def correctly_rounded(function):
+    """`function` that, for f32 arrays, computes in f64 and rounds once:
+    numpy's own f32 loops are a few ulp off, while XLA's f32 exp, log,
+    sin, ... are within about an ulp of the correctly rounded value."""
+    def evaluate(*args):
+        if all(getattr(a, "dtype", None) != np.float32 for a in args):
+            return function(*args)
+        return function(*(np.asarray(a, dtype=np.float64) for a in args)).astype(np.float32)
+    evaluate.__name__ = function.__name__
+    return evaluate
+
+
+exp = correctly_rounded(np.exp)
+log = correctly_rounded(np.log)
+log1p = correctly_rounded(np.log1p)
+sin = correctly_rounded(np.sin)
+cos = correctly_rounded(np.cos)
+power = correctly_rounded(np.power)
+expm1 = correctly_rounded(np.expm1)
+
+
+def fma(a, b, c):
+    """a * b + c rounded once. XLA CPU's compiler fuses a multiply feeding an
+    add into one fused multiply-add, so the expansions below use `fma`
+    wherever the StableHLO they mirror has that shape."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(v) for v in (a, b, c)))
+    dtype = np.result_type(a, b, c)
+    if dtype != np.float64:
+        # The f64 product of f32 values is exact: one rounding remains.
+        wide = a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)
+        return wide.astype(dtype)
+    # f64: the product's rounding error (Dekker's TwoProduct) and the sum's
+    # (Knuth's TwoSum), added back in.
+    product = a * b
+    product_error = _two_product_error(a, b, product)
+    total = product + c
+    rounded_part = total - product
+    sum_error = (product - (total - rounded_part)) + (c - rounded_part)
+    result = total + (sum_error + product_error)
+    return np.where(np.isfinite(result), result, total)
+
+
+def _split(x: np.ndarray):
+    """Veltkamp's split of f64 `x` into 26- and 27-bit halves."""
+    scaled = x * 134217729.0  # 2^27 + 1
+    high = scaled - (scaled - x)
+    return high, x - high
+
+
+def _two_product_error(a, b, product):
+    a_high, a_low = _split(a)
+    b_high, b_low = _split(b)
+    return ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
+
+
 def horner(x: np.ndarray, coefficients) -> np.ndarray:
-    """c[0] * x^(n-1) + ... + c[n-1], evaluated as ((c0 * x + c1) * x + ...)."""
+    """c[0] * x^(n-1) + ... + c[n-1], evaluated as ((c0 * x + c1) * x + ...)
+    with a fused multiply-add per step."""
     poly = np.full_like(x, coefficients[0])
     for c in coefficients[1:]:
-        poly = poly * x + x.dtype.type(c)
+        poly = fma(poly, x, x.dtype.type(c))
     return poly
 
 
@@ -66,7 +122,7 @@ def chebyshev(x: np.ndarray, coefficients) -> np.ndarray:
     for c in coefficients:
         b2 = b1
         b1 = b0
-        b0 = x * b1 - b2 + x.dtype.type(c)
+        b0 = fma(x, b1, -b2) + x.dtype.type(c)
     return (b0 - b2) * x.dtype.type(0.5)
 
 
@@ -130,7 +186,7 @@ def _erfc_large(x: np.ndarray) -> np.ndarray:
     t = x.dtype.type
     z = -(x * x)
     abs_x = np.abs(x)
-    exp_z = np.exp(z)
+    exp_z = exp(z)
     if x.dtype == np.float64:
         below_8 = exp_z * horner(abs_x, _ERFC_P_F64) / horner(abs_x, _ERFC_Q_F64)
         above_8 = exp_z * horner(abs_x, _ERFC_R_F64) / horner(abs_x, _ERFC_S_F64)
@@ -145,19 +201,9 @@ def _erfc_large(x: np.ndarray) -> np.ndarray:
     return np.where(x < 0, t(2) - approx, approx)
 
 
-def fused_horner(x: np.ndarray, coefficients) -> np.ndarray:
-    """Horner's rule with a fused multiply-add per step (f32 only: the f64
-    product of two f32 values is exact, so one rounding remains)."""
-    wide = x.astype(np.float64)
-    poly = np.full_like(x, coefficients[0])
-    for c in coefficients[1:]:
-        poly = (wide * poly.astype(np.float64) + np.float64(np.float32(c))).astype(np.float32)
-    return poly
-
-
 def _erf_f32(x: np.ndarray) -> np.ndarray:
     x2 = x * x
-    erf = x * fused_horner(x2, _ERF_NUMERATOR_F32) / fused_horner(x2, _ERF_DENOMINATOR_F32)
+    erf = x * horner(x2, _ERF_NUMERATOR_F32) / horner(x2, _ERF_DENOMINATOR_F32)
     saturated = np.copysign(np.float32(1), x)
     return np.where(np.float32(_ERF_SATURATION_F32) <= np.abs(x), saturated, erf)
 
@@ -210,7 +256,7 @@ _ERF_INV_F64_ABOVE_16 = (
 def erf_inv_approximation(x: np.ndarray) -> np.ndarray:
     """erf_inv via w = -log(1 - x^2); +-inf at +-1, NaN outside [-1, 1]."""
     t = x.dtype.type
-    w = -np.log1p(x * -x)
+    w = -log1p(x * -x)
     if x.dtype == np.float64:
         p = _erf_inv_f64_polynomial(w)
     else:
@@ -256,7 +302,7 @@ def _lanczos_log_t(z: np.ndarray):
     g_half = f(_LANCZOS_GAMMA + 0.5)
     t = g_half + z
     # XLA's simplifier turns the division by a constant into a multiplication.
-    log_t = f(math.log(_LANCZOS_GAMMA + 0.5)) + np.log1p(z * f(1 / (_LANCZOS_GAMMA + 0.5)))
+    log_t = f(math.log(_LANCZOS_GAMMA + 0.5)) + log1p(z * f(1 / (_LANCZOS_GAMMA + 0.5)))
     return t, log_t
 
 
@@ -269,14 +315,15 @@ def lgamma_approximation(x: np.ndarray) -> np.ndarray:
         a = a + f(c) / (z + f(k))
     t, log_t = _lanczos_log_t(z)
     # (z + 1/2) log(t) - t, arranged so that it cannot overflow.
-    r = (z + f(0.5) - t / log_t) * log_t
-    lgamma = f((math.log(2) + math.log(math.pi)) / 2) + r + np.log(a)
+    # (z + 1/2 - t / log(t)) * log(t) + log(2 pi) / 2, fused, then + log(a)
+    lgamma = fma(z + f(0.5) - t / log_t, log_t, f((math.log(2) + math.log(math.pi)) / 2)) \
+        + log(a)
     # Reflection: log(pi) - log|sin(pi x)| - lgamma(1 - x), with sin(pi x)
     # evaluated on the fractional part folded into [0, 1/2].
     abs_x = np.abs(x)
     frac = abs_x - np.floor(abs_x)
     frac = np.where(f(0.5) < frac, f(1) - frac, frac)
-    log_sin = np.log(np.sin(f(math.pi) * frac))
+    log_sin = log(sin(f(math.pi) * frac))
     reflected = f(math.log(math.pi)) - log_sin - lgamma
     reflected = np.where(np.isfinite(log_sin), reflected, -log_sin)
     lgamma = np.where(reflect, reflected, lgamma)
@@ -299,7 +346,7 @@ def digamma_approximation(x: np.ndarray) -> np.ndarray:
     # [-1/2, 1/2] so that pi x stays accurate.
     reduced = x + np.abs(np.floor(x + f(0.5)))
     angle = f(math.pi) * reduced
-    reflected = digamma - f(math.pi) * np.cos(angle) / np.sin(angle)
+    reflected = digamma - f(math.pi) * cos(angle) / sin(angle)
     digamma = np.where(reflect, reflected, digamma)
     is_pole = (x <= 0) & (x == np.floor(x))
     return np.where(is_pole, f(np.nan), digamma)
@@ -320,12 +367,12 @@ def zeta_approximation(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     an Euler-Maclaurin tail of twelve Bernoulli terms (Johansson 2015)."""
     f = x.dtype.type
     acc = q
-    power_sum = np.power(q, -x)
+    power_sum = power(q, -x)
     for _ in range(_ZETA_DIRECT_TERMS):
         acc = acc + f(1)
-        power_sum = power_sum + np.power(acc, -x)
+        power_sum = power_sum + power(acc, -x)
     acc = acc + f(1)
-    q_neg_power = np.power(acc, -x)
+    q_neg_power = power(acc, -x)
     integral_term = q_neg_power * acc / (x - f(1))
     inv_acc_squared = f(1) / (acc * acc)
     terms = len(_ZETA_COEFFICIENTS)
@@ -333,10 +380,15 @@ def zeta_approximation(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     for i in range(terms - 1):
         product = (x + f(2 * terms - 2 - 2 * i)) * (x + f(2 * terms - 3 - 2 * i))
         horner_sum = product * (inv_acc_squared * (horner_sum + f(1 / _ZETA_COEFFICIENTS[i])))
-    tail = q_neg_power * (f(0.5) + x / acc * (f(1 / _ZETA_COEFFICIENTS[-1]) + horner_sum))
+    tail = q_neg_power * fma(x / acc, f(1 / _ZETA_COEFFICIENTS[-1]) + horner_sum, f(0.5))
     result = power_sum + integral_term + tail
-    tiny = f(np.finfo(x.dtype).smallest_subnormal)
-    result = np.where(np.abs(q_neg_power) < np.abs(power_sum) * tiny, power_sum, result)
+    # The direct sum alone suffices when the next term is negligible. XLA CPU
+    # flushes subnormals to zero, and |sum| * smallest-subnormal is one
+    # unless |sum| >= 2^mantissa-bits: we flush it the same way.
+    info = np.finfo(x.dtype)
+    threshold = np.abs(power_sum) * f(info.smallest_subnormal)
+    threshold = np.where(threshold < info.tiny, f(0), threshold)
+    result = np.where(np.abs(q_neg_power) < threshold, power_sum, result)
     # Domain: x >= 1; for q <= 0, x must be an integer; poles at integer q <= 0.
     nan, inf = f(np.nan), f(np.inf)
     result = np.where(x < 1, nan, result)
@@ -355,7 +407,7 @@ def polygamma_approximation(n: np.ndarray, x: np.ndarray) -> np.ndarray:
     f = x.dtype.type
     sign = f(2) * np.fmod(n, f(2)) - f(1)
     n_plus_1 = n + f(1)
-    result = sign * np.exp(lgamma_approximation(n_plus_1)) * zeta_approximation(n_plus_1, x)
+    result = sign * exp(lgamma_approximation(n_plus_1)) * zeta_approximation(n_plus_1, x)
     result = np.where(n == 0, digamma_approximation(x), result)
     natural = (n == np.floor(n)) & (n >= 0)
     return np.where(natural, result, f(np.nan))

@@ -33,6 +33,7 @@ import numpy as np
 from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex, is_float
+from .chlo_special import exp, expm1, log1p
 
 
 def _computation_dtype(dtype: np.dtype) -> np.dtype:
@@ -46,30 +47,31 @@ def _computation_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32)
 
 
+def _log_half(x: np.ndarray):
+    return math.log(0.5) if is_complex(x.dtype) else x.dtype.type(math.log(0.5))
+
+
 def _cosh(x: np.ndarray) -> np.ndarray:
-    f = x.dtype.type
-    log_half = f(math.log(0.5)) if not is_complex(x.dtype) else math.log(0.5)
-    return np.exp(x + log_half) + np.exp(log_half - x)
+    return exp(x + _log_half(x)) + exp(_log_half(x) - x)
 
 
 def _sinh_large(x: np.ndarray) -> np.ndarray:
-    log_half = math.log(0.5)
-    return np.exp(x + log_half) - np.exp(log_half - x)
+    return exp(x + _log_half(x)) - exp(_log_half(x) - x)
 
 
 def _sinh(x: np.ndarray) -> np.ndarray:
     if is_complex(x.dtype):
         return _sinh_large(x)
-    expm1 = np.expm1(x)
-    small = 0.5 * (expm1 + expm1 / (expm1 + 1))
+    e = expm1(x)
+    small = x.dtype.type(0.5) * (e + e / (e + 1))
     return np.where(np.abs(x) < 1, small, _sinh_large(x))
 
 
 def _atanh(x: np.ndarray) -> np.ndarray:
     if is_complex(x.dtype):
         return np.arctanh(x)
-    value = (np.log1p(x) - np.log1p(-x)) * 0.5
-    return np.where(np.abs(x) > 1, np.nan, value)
+    value = (log1p(x) - log1p(-x)) * x.dtype.type(0.5)
+    return np.where(np.abs(x) > 1, x.dtype.type(np.nan), value)
 
 
 TRIGONOMETRIC = {
