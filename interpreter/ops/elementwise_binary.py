@@ -21,6 +21,7 @@ import numpy as np
 
 from ..registry import register
 from ..types import is_complex, is_float, is_integer, is_unsigned
+from .elementwise_complex import complex_divide, complex_multiply, complex_power
 from .elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
                                   widen_for_math)
 
@@ -58,10 +59,21 @@ def _integer_quotient_and_remainder(lhs, rhs):
 
 def _divide(lhs, rhs):
     """integers truncate toward zero, x / 0 = -1 (all ones), INT_MIN / -1 =
-    INT_MIN; floats and complex divide as IEEE-754 (x / 0 = +-inf, 0 / 0 = NaN)."""
+    INT_MIN; floats divide as IEEE-754 (x / 0 = +-inf, 0 / 0 = NaN); complex
+    by XLA's Smith's algorithm with C99 recovery of infinities."""
     if is_integer(lhs.dtype):
         return _integer_quotient_and_remainder(lhs, rhs)[0]
+    if is_complex(lhs.dtype):
+        return complex_divide(lhs, rhs)
     return np.true_divide(lhs, rhs)
+
+
+def _multiply(lhs, rhs):
+    """booleans: AND; integers wrap modulo 2^n; complex as XLA, with fused
+    multiply-adds (see elementwise_complex)."""
+    if is_complex(lhs.dtype):
+        return complex_multiply(lhs, rhs)
+    return np.multiply(lhs, rhs)
 
 
 def _remainder(lhs, rhs):
@@ -92,30 +104,15 @@ def _integer_power(base, exponent):
     return np.where(negative & ~one, np.zeros_like(result), result)
 
 
-def _complex_power(base, exponent):
-    """(a + bi) ** (c + di) the way XLA computes it, from polar form:
-    |x|^c e^(-d arg x) (cos q + i sin q) with q = c arg x + d ln|x|; then
-    x ** 0 = 1 (NaN x too) and 0 ** c = 0 for real c > 0."""
-    a, b, c, d = base.real, base.imag, exponent.real, exponent.imag
-    squared_modulus = a * a + b * b
-    angle = np.arctan2(b, a)
-    scale = np.power(squared_modulus, 0.5 * c) * np.exp(-d * angle)
-    q = c * angle + 0.5 * d * np.log(squared_modulus)
-    result = complex_from_parts(scale * np.cos(q), scale * np.sin(q))
-    zero_to_positive = (base == 0) & (d == 0) & (c > 0)
-    result = np.where(zero_to_positive, 0, result)
-    return np.where(exponent == 0, 1, result)
-
-
 def _power(lhs, rhs):
     """integers by squaring (x ** -n = 0 unless |x| = 1); floats use IEEE
     `pow` (pow(x, 0) = 1 even for NaN x, pow(-8, 1/3) = NaN); complex
-    follows XLA's polar-form formula (see _complex_power)."""
+    follows XLA's polar-form formula (see complex_power)."""
     if is_integer(lhs.dtype):
         return _integer_power(lhs, rhs)
     lhs, rhs = widen_for_math(lhs), widen_for_math(rhs)
     if is_complex(lhs.dtype):
-        return _complex_power(lhs, rhs)
+        return complex_power(lhs, rhs)
     return np.power(lhs, rhs)
 
 
@@ -169,7 +166,7 @@ def _complex(lhs, rhs):
 BINARY_OPS = {
     "add": (np.add, ("bool",) + NUMBERS, "booleans: OR; integers wrap modulo 2^n."),
     "subtract": (np.subtract, NUMBERS, "integers wrap modulo 2^n."),
-    "multiply": (np.multiply, ("bool",) + NUMBERS, "booleans: AND; integers wrap modulo 2^n."),
+    "multiply": (_multiply, ("bool",) + NUMBERS, _multiply.__doc__),
     "divide": (_divide, NUMBERS, _divide.__doc__),
     "remainder": (_remainder, ("integer", "float"), _remainder.__doc__ +
                   " Complex remainder is TBD in the spec and not supported."),
