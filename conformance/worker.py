@@ -23,6 +23,7 @@ import resource
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 
 from ..errors import PjrtRefError, Unimplemented
 from .generic_form import to_generic_form
@@ -40,8 +41,15 @@ _UNKNOWN_OP = re.compile(r"custom op '(?P<a>[\w.]+)' is unknown|"
 _STRING_LOCATION = re.compile(r'(?<=at )-:(?=\d)|"-":(?=\d)')
 
 
+@dataclass
+class _LoadedChunk:
+    module: object  # keeps the parsed module (and its context) alive
+    plan: object  # the ModulePlan; functions are planned when first run
+    uses_probes: bool  # does it write with interpreter.probe?
+
+
 class _ChunkCache:
-    """The last few parsed chunks: (file, chunk) -> (module, plan) or error."""
+    """The last few loaded chunks: (file, chunk) -> _LoadedChunk or the error."""
 
     def __init__(self, size: int = 4):
         self.size = size
@@ -56,21 +64,40 @@ class _ChunkCache:
         return self.entries[key]
 
 
+class _Contexts:
+    """MLIR contexts, each reused for a few dozen chunks: making one costs
+    about as much as parsing a typical test file."""
+
+    def __init__(self, uses: int = 32):
+        self.uses = uses
+        self.context = None
+        self.count = 0
+
+    def get(self):
+        from ..interpreter.loader import make_context
+
+        if self.context is None or self.count >= self.uses:
+            self.context = make_context()
+            self.count = 0
+        self.count += 1
+        return self.context
+
+
 _CACHE = _ChunkCache()
+_CONTEXTS = _Contexts()
 
 
 def _load_chunk(path: str, chunk_index: int):
-    """(context, module, ModulePlan), or the exception loading raised."""
-    from ..interpreter.loader import make_context, parse_module
+    """The chunk parsed and ready to plan, or the exception loading raised."""
+    from ..interpreter.loader import parse_module
     from ..interpreter.plan import ModulePlan
 
     try:
         chunks = split_chunks(read_text(path))
         chunk = next(c for c in chunks if c.index == chunk_index)
         text = to_generic_form(chunk.padded_text())
-        context = make_context()
-        module = parse_module(text, context)
-        return context, module, ModulePlan(module)
+        module = parse_module(text, _CONTEXTS.get())
+        return _LoadedChunk(module, ModulePlan(module), "interpreter.probe" in text)
     except Exception as error:  # reported when a case of this chunk runs
         return error
 
@@ -98,20 +125,22 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
     loaded = _CACHE.get(path, chunk_index)
     if isinstance(loaded, BaseException):
         raise loaded
-    _, _, module_plan = loaded
-    plan = module_plan.function(function)
+    plan = loaded.plan.function(function)
     if plan.input_types:
         # Upstream's dynamic-shape testdata only round-trips through
         # serialization; there is nothing to feed such a function.
         return UNSUPPORTED, (f"@{function} loads, but takes {len(plan.input_types)} "
                              "argument(s) and test cases run without arguments")
     checks.reset_check_count()
-    with tempfile.TemporaryDirectory(prefix="probes-") as probes:
-        checks.probe_directory = probes  # where interpreter.probe writes
-        try:
-            plan.run([])
-        finally:
-            checks.probe_directory = None
+    if loaded.uses_probes:
+        with tempfile.TemporaryDirectory(prefix="probes-") as probes:
+            checks.probe_directory = probes  # where interpreter.probe writes
+            try:
+                plan.run([])
+            finally:
+                checks.probe_directory = None
+    else:
+        plan.run([])
     count = checks.checks_passed
     return PASS, f"{count} check(s) passed" if count else "ran; no checks in the case"
 
