@@ -3,8 +3,7 @@ lowering (jnp.arccos & co. emit chlo ops) and, for chlo.tan (JAX emits
 stablehlo.tan), through hand-written programs.
 
 Tolerances, measured against XLA: real f32/f64 results within 3 ulp,
-except sinh in f32 (XLA's expm1 is a few ulp off) and atanh in f64 (XLA's
-log1p is off by up to ~125 ulp near -0.41). Complex results within 6 ulp,
+except sinh for |x| < 1 (XLA's expm1 is a few ulp off). Complex results within 6 ulp,
 except cosh/sinh where XLA's exp(z + log 1/2) +- exp(log 1/2 - z) cancels
 (up to ~32 ulp of the small part). Inputs on the branch cuts include
 signed zeros, where XLA's side of the cut differs from C99's.
@@ -23,7 +22,7 @@ REAL_FUNCTIONS = {"acos": jnp.arccos, "acosh": jnp.arccosh, "asin": jnp.arcsin,
                   "asinh": jnp.arcsinh, "atan": jnp.arctan, "atanh": jnp.arctanh,
                   "cosh": jnp.cosh, "sinh": jnp.sinh}
 FLOATS = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
-REAL_ULP = {("sinh", "float32"): 8, ("sinh", "float64"): 8, ("atanh", "float64"): 256}
+REAL_ULP = {("sinh", "float32"): 8, ("sinh", "float64"): 8}
 # (max_ulp, atol) for complex64 and complex128
 COMPLEX_TOLERANCE = {"cosh": (48, 1e-6, 1e-15), "sinh": (48, 1e-6, 1e-15)}
 
