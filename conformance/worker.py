@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import signal
 import tempfile
 import time
 import traceback
@@ -189,8 +190,10 @@ def serve(connection, output_path: str | None = None, run=run_case) -> None:
     words) go to `output_path`, emptied before each task, so the pool can
     quote it when the worker dies.
     """
-    # A crashing case must not leave a core file behind.
+    # A crashing case must not leave a core file behind; Ctrl-C is the
+    # runner's to handle (it stops the workers).
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     output_fd = None
     if output_path:
         output_fd = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
