@@ -1,0 +1,239 @@
+"""`python -m benchmarks`: every workload on pjrt-ref, XLA CPU and the
+StableHLO reference interpreter, each backend in its own process.
+
+The parent never imports JAX: it starts one `benchmarks.worker` process per
+(workload, backend), collects their timings and outputs, and compares every
+backend's outputs with XLA's.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .workloads import WORKLOADS
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Seconds a pjrt-ref or XLA worker may take in all (import, compile, calls).
+WORKER_TIMEOUT = 900.0
+
+
+def run_worker(mode: str, workload: str, repeats: int, time_limit: float | None = None) -> dict:
+    """Run one worker; return its result dict (with "error" or "timeout" on failure)."""
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "pjrt_ref" if mode == "plugin" else "cpu"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with tempfile.TemporaryDirectory(prefix="pjrt_ref_bench_") as outdir:
+        command = [sys.executable, "-m", "benchmarks.worker", mode, workload, str(repeats), outdir]
+        if time_limit is not None:
+            command.append(str(time_limit))
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        timed_out = _wait(process, outdir, time_limit)
+        stdout, stderr = process.communicate()
+        if timed_out:
+            return {"timeout": time_limit}
+        result_path = os.path.join(outdir, "result.json")
+        if process.returncode != 0 or not os.path.exists(result_path):
+            tail = (stderr or stdout).strip().splitlines()[-3:]
+            return {"error": f"exit {process.returncode}: " + " | ".join(tail)}
+        with open(result_path) as f:
+            result = json.load(f)
+        with np.load(os.path.join(outdir, "outputs.npz")) as outputs:
+            result["outputs"] = [outputs[f"arr_{i}"] for i in range(len(outputs.files))]
+        return result
+
+
+def _wait(process: subprocess.Popen, outdir: str, time_limit: float | None) -> bool:
+    """Wait for the worker; True if it was killed for exceeding its limit.
+
+    With a `time_limit` (reference interpreter), the limit counts from the
+    moment the worker starts its first call (it touches `outdir/started`).
+    """
+    start = time.monotonic()
+    started_at = None
+    marker = os.path.join(outdir, "started")
+    while process.poll() is None:
+        now = time.monotonic()
+        if time_limit is not None and started_at is None and os.path.exists(marker):
+            started_at = now
+        over_limit = started_at is not None and now - started_at > time_limit
+        if over_limit or now - start > WORKER_TIMEOUT:
+            process.kill()
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def max_abs_error(outputs: list, expected: list) -> float | None:
+    if len(outputs) != len(expected):
+        return None
+    worst = 0.0
+    for ours, theirs in zip(outputs, expected):
+        if ours.shape != theirs.shape:
+            return None
+        if ours.size:
+            diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+            worst = max(worst, float(np.nanmax(diff)) if not np.isnan(diff).all() else 0.0)
+    return worst
+
+
+def bench_workload(name: str, repeats: int, time_limit: float, pjrt_path: str) -> dict:
+    xla = run_worker("cpu", name, repeats)
+    ours = {"error": "not run"}
+    if pjrt_path in ("auto", "plugin"):
+        ours = run_worker("plugin", name, repeats)
+        ours["path"] = "plugin"
+    if pjrt_path == "interpreter" or (pjrt_path == "auto" and "median_s" not in ours):
+        fallback_reason = ours.get("error")
+        ours = run_worker("interpreter", name, repeats)
+        ours["path"] = "interpreter"
+        if fallback_reason and pjrt_path == "auto":
+            ours["plugin_error"] = fallback_reason
+    reference = run_worker("reference", name, repeats, time_limit)
+    backends = {"pjrt_ref": ours, "xla_cpu": xla, "reference": reference}
+    for result in backends.values():
+        if "outputs" in result and "outputs" in xla:
+            result["max_abs_error"] = max_abs_error(result["outputs"], xla["outputs"])
+        if "median_s" in result and "median_s" in xla:
+            result["ratio_to_xla"] = result["median_s"] / xla["median_s"]
+        elif "timeout" in result and "median_s" in xla:
+            result["ratio_to_xla_at_least"] = result["timeout"] / xla["median_s"]
+    for result in backends.values():
+        result.pop("outputs", None)
+    summary = {}
+    if "median_s" in ours:
+        if "median_s" in reference:
+            summary["speedup_vs_reference"] = reference["median_s"] / ours["median_s"]
+        elif "timeout" in reference:
+            summary["speedup_vs_reference_at_least"] = reference["timeout"] / ours["median_s"]
+    target = WORKLOADS[name].target_ratio
+    summary["target_ratio"] = target
+    if "ratio_to_xla" in ours:
+        summary["target_met"] = ours["ratio_to_xla"] <= target
+    return {"workload": name, "title": WORKLOADS[name].title, "backends": backends, **summary}
+
+
+# -- formatting ---------------------------------------------------------------
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_error(value) -> str:
+    return "-" if value is None else f"{value:.2g}"
+
+
+def backend_row(name: str, backend: str, result: dict) -> str:
+    label = backend
+    if backend == "pjrt_ref":
+        label += f" ({result.get('path', '?')})"
+    if "timeout" in result:
+        ratio = f"> {result['ratio_to_xla_at_least']:.0f}" if "ratio_to_xla_at_least" in result else "-"
+        cells = ["-", f"timeout (>{result['timeout']:.0f} s)", ratio, "-", "-"]
+    elif "error" in result:
+        cells = ["-", "failed: " + result["error"][:80].replace("|", "/"), "-", "-", "-"]
+    else:
+        ratio = result.get("ratio_to_xla")
+        peak = result.get("peak_mb")
+        cells = [fmt_time(result.get("compile_s")), fmt_time(result["median_s"]),
+                 "-" if ratio is None else f"{ratio:.2f}",
+                 fmt_error(result.get("max_abs_error")),
+                 "-" if peak is None else f"{peak:.0f}"]
+    return f"| {name} | {label} | " + " | ".join(cells) + " |"
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"Command: `{report['command']}`  ",
+        f"Date: {report['date']}; machine: {report['machine']}",
+        "",
+        "| workload | backend | compile | steady-state median | ratio to XLA | max abs error vs XLA | peak MB (compile+run) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for entry in report["workloads"]:
+        for backend in ("pjrt_ref", "xla_cpu", "reference"):
+            lines.append(backend_row(entry["workload"], backend, entry["backends"][backend]))
+    lines += ["", "| workload | what | target pjrt_ref/XLA | pjrt_ref/XLA | met | pjrt_ref speed-up vs reference |",
+              "|---|---|---|---|---|---|"]
+    for entry in report["workloads"]:
+        ours = entry["backends"]["pjrt_ref"]
+        ratio = ours.get("ratio_to_xla")
+        met = entry.get("target_met")
+        if "speedup_vs_reference" in entry:
+            speedup = f"{entry['speedup_vs_reference']:.0f}x"
+        elif "speedup_vs_reference_at_least" in entry:
+            speedup = f"> {entry['speedup_vs_reference_at_least']:.0f}x (reference timed out)"
+        else:
+            speedup = "-"
+        lines.append(f"| {entry['workload']} | {entry['title']} | ≤ {entry['target_ratio']:g} | "
+                     f"{'-' if ratio is None else f'{ratio:.2f}'} | "
+                     f"{'-' if met is None else ('yes' if met else 'no')} | {speedup} |")
+    dispatch = report.get("dispatch")
+    if dispatch:
+        if "median_s" in dispatch:
+            per_op = dispatch["median_s"] / dispatch["num_ops"] * 1e6
+            lines += ["", f"Interpreter dispatch: {per_op:.2f} µs per op "
+                      f"(chain of {dispatch['num_ops']} scalar add/multiply ops, "
+                      f"pjrt_ref.interpreter.load(text)(x, y); target < 2 µs)."]
+        else:
+            lines += ["", f"Interpreter dispatch: failed: {dispatch.get('error')}"]
+    notes = [f"- {e['workload']}: plugin failed ({e['backends']['pjrt_ref']['plugin_error'][:200]}), "
+             "measured through the interpreter directly"
+             for e in report["workloads"] if "plugin_error" in e["backends"]["pjrt_ref"]]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--only", metavar="W1,W2", help="comma-separated workloads (default: all)")
+    parser.add_argument("--repeats", type=int, default=20, help="steady-state calls per backend (W1: x50)")
+    parser.add_argument("--time-limit", type=float, default=60.0,
+                        help="seconds the reference interpreter may spend on one workload's calls")
+    parser.add_argument("--pjrt-path", choices=("auto", "plugin", "interpreter"), default="auto",
+                        help="how pjrt_ref runs: through JAX and the plugin, the interpreter "
+                             "directly, or the plugin with the interpreter as fallback (auto)")
+    parser.add_argument("--no-dispatch", action="store_true", help="skip the 1000-op dispatch measurement")
+    args = parser.parse_args(argv)
+    names = args.only.split(",") if args.only else list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s): {', '.join(unknown)}")
+    command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    print(f"Reproduce: `{command.strip()}` (from the repository root)\n", flush=True)
+    report = {
+        "command": command.strip(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "jit": os.environ.get("PJRT_REF_JIT", "1"),
+        "workloads": [],
+    }
+    for name in names:
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        report["workloads"].append(bench_workload(name, args.repeats, args.time_limit, args.pjrt_path))
+    if not args.no_dispatch:
+        report["dispatch"] = run_worker("dispatch", "-", args.repeats)
+        report["dispatch"].pop("outputs", None)
+    print(markdown(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0

@@ -1,0 +1,203 @@
+"""One backend, one workload, in its own process.
+
+    python -m benchmarks.worker MODE WORKLOAD REPEATS OUTDIR [TIME_LIMIT]
+
+MODE is how the workload runs:
+  cpu          JAX on its `cpu` backend (XLA)          JAX_PLATFORMS=cpu
+  plugin       JAX on pjrt-ref through the PJRT C API  JAX_PLATFORMS=pjrt_ref
+  interpreter  the JAX-lowered StableHLO on pjrt_ref.interpreter.load(text)
+  reference    the JAX-lowered StableHLO on StableHLO's C++ reference
+               interpreter (jaxlib.mlir.dialects.stablehlo.eval_module)
+  dispatch     pjrt_ref.interpreter on a chain of 1000 tiny ops (WORKLOAD
+               is ignored): the interpreter's cost per op
+
+Writes OUTDIR/result.json (timings in seconds, memory in MB) and
+OUTDIR/outputs.npz (the workload's results, flattened). The reference mode
+touches OUTDIR/started when its first call begins, so the parent can apply
+the time limit to the calls alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+
+# Stop timing a backend after this many seconds of steady-state calls.
+TIME_BUDGET = 20.0
+# W1 measures latency: take this many times more samples than --repeats.
+DISPATCH_SAMPLES_FACTOR = 50
+
+
+def rss_mb(field: str = "VmRSS") -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak_rss() -> None:
+    """Make VmHWM start again from the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        pass
+
+
+def time_calls(call, repeats: int, budget: float = TIME_BUDGET) -> list[float]:
+    """Per-call wall times of `call()`, after the caller's warm-up call."""
+    samples = []
+    start = time.perf_counter()
+    while len(samples) < repeats:
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > budget and len(samples) >= 3:
+            break
+    return samples
+
+
+def flat_arrays(tree) -> list[np.ndarray]:
+    import jax
+
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
+
+
+def run_jax(workload, repeats: int) -> tuple[dict, list]:
+    """cpu and plugin modes: jit, compile, call with arguments on the device."""
+    import jax
+
+    fn, args = workload.build()
+    jitted = jax.jit(fn)
+    t0 = time.perf_counter()
+    lowered = jitted.lower(*args)
+    lower_s = time.perf_counter() - t0
+    device_args = jax.device_put(args)
+    reset_peak_rss()
+    base = rss_mb()
+    t0 = time.perf_counter()
+    compiled = lowered.compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(*device_args))
+    first_s = time.perf_counter() - t0
+    samples = time_calls(lambda: jax.block_until_ready(compiled(*device_args)), repeats)
+    info = dict(lower_s=lower_s, compile_s=compile_s, first_call_s=first_s,
+                samples=samples, peak_mb=rss_mb("VmHWM") - base,
+                platform=jax.devices()[0].platform)
+    return info, flat_arrays(out)
+
+
+def lowered_text(workload) -> tuple[str, list[np.ndarray]]:
+    import jax
+
+    fn, args = workload.build()
+    text = jax.jit(fn).lower(*args).as_text()
+    return text, flat_arrays(args)
+
+
+def run_interpreter(workload, repeats: int) -> tuple[dict, list]:
+    from pjrt_ref.interpreter import load
+
+    text, args = lowered_text(workload)
+    reset_peak_rss()
+    base = rss_mb()
+    t0 = time.perf_counter()
+    program = load(text)
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = program(*args)
+    first_s = time.perf_counter() - t0
+    samples = time_calls(lambda: program(*args), repeats)
+    info = dict(compile_s=compile_s, first_call_s=first_s, samples=samples,
+                peak_mb=rss_mb("VmHWM") - base)
+    return info, [np.asarray(o) for o in out]
+
+
+def run_reference(workload, repeats: int, outdir: str, time_limit: float) -> tuple[dict, list]:
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    from pjrt_ref.interpreter.loader import make_context
+
+    text, args = lowered_text(workload)
+    with make_context(), ir.Location.unknown():
+        t0 = time.perf_counter()
+        module = ir.Module.parse(text)
+        compile_s = time.perf_counter() - t0
+        inputs = [ir.DenseElementsAttr.get(np.array(a, order="C")) for a in args]
+        open(os.path.join(outdir, "started"), "w").close()
+        t0 = time.perf_counter()
+        results = stablehlo.eval_module(module, inputs)
+        first_s = time.perf_counter() - t0
+        out = [np.array(r) for r in results]
+        # Only repeat while the budget (a fraction of the limit) allows.
+        budget = min(TIME_BUDGET, time_limit / 4)
+        samples = [first_s]
+        if first_s * 2 < budget:
+            samples += time_calls(lambda: stablehlo.eval_module(module, inputs), repeats - 1, budget)
+    return dict(compile_s=compile_s, first_call_s=first_s, samples=samples), out
+
+
+def dispatch_program(num_ops: int = 1000) -> str:
+    """A chain of `num_ops` scalar ops: add and multiply, alternating."""
+    lines = ["func.func @main(%x: tensor<f32>, %y: tensor<f32>) -> tensor<f32> {"]
+    previous = "%x"
+    for i in range(num_ops):
+        op = "add" if i % 2 == 0 else "multiply"
+        lines.append(f"  %v{i} = stablehlo.{op} {previous}, %y : tensor<f32>")
+        previous = f"%v{i}"
+    lines += [f"  return {previous} : tensor<f32>", "}"]
+    return "\n".join(lines)
+
+
+def run_dispatch(repeats: int) -> tuple[dict, list]:
+    from pjrt_ref.interpreter import load
+
+    t0 = time.perf_counter()
+    program = load(dispatch_program())
+    compile_s = time.perf_counter() - t0
+    args = (np.asarray(np.float32(0.5)), np.asarray(np.float32(1.0)))
+    t0 = time.perf_counter()
+    out = program(*args)
+    first_s = time.perf_counter() - t0
+    samples = time_calls(lambda: program(*args), max(repeats, 50))
+    return dict(compile_s=compile_s, first_call_s=first_s, samples=samples, num_ops=1000), out
+
+
+def main(argv: list[str]) -> None:
+    from .workloads import WORKLOADS
+
+    mode, name, repeats, outdir = argv[:4]
+    time_limit = float(argv[4]) if len(argv) > 4 else 60.0
+    repeats = int(repeats)
+    workload = WORKLOADS.get(name)
+    if name == "W1":
+        repeats *= DISPATCH_SAMPLES_FACTOR
+    if mode in ("cpu", "plugin"):
+        info, out = run_jax(workload, repeats)
+    elif mode == "interpreter":
+        info, out = run_interpreter(workload, repeats)
+    elif mode == "reference":
+        info, out = run_reference(workload, repeats, outdir, time_limit)
+    elif mode == "dispatch":
+        info, out = run_dispatch(repeats)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    info["median_s"] = statistics.median(info["samples"])
+    info["calls"] = len(info["samples"])
+    del info["samples"]
+    info["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    np.savez(os.path.join(outdir, "outputs.npz"), *[np.asarray(o) for o in out])
+    with open(os.path.join(outdir, "result.json"), "w") as result:
+        json.dump(info, result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

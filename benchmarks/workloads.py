@@ -1,0 +1,138 @@
+"""The seven workloads of issue 4, as JAX functions with fixed inputs.
+
+Each workload is a `Workload(name, title, build)`; `build()` returns the
+function to `jax.jit` and its arguments (numpy arrays or pytrees of them,
+from a seeded generator, so every backend process sees the same inputs).
+JAX is imported inside the builders: the parent process never imports it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    build: Callable[[], tuple]
+    # Issue 4's target for the ratio pjrt_ref / XLA CPU (steady state).
+    target_ratio: float
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(20261122)
+
+
+def build_dispatch():
+    x, y = np.float32(1.5), np.float32(2.25)
+    return (lambda a, b: a + b), (np.asarray(x), np.asarray(y))
+
+
+def build_matmul():
+    rng = _rng()
+    a = rng.standard_normal((256, 256), dtype=np.float32)
+    b = rng.standard_normal((256, 256), dtype=np.float32)
+    return (lambda a, b: a @ b), (a, b)
+
+
+def build_elementwise():
+    import jax
+    import jax.numpy as jnp
+
+    x = _rng().standard_normal(1_000_000, dtype=np.float32)
+    return (lambda x: jnp.sum(jnp.tanh(x * 2 + 1) * jax.nn.sigmoid(x))), (x,)
+
+
+def build_training_step():
+    import jax
+    import jax.numpy as jnp
+
+    rng = _rng()
+    sizes = (784, 512, 512, 10)
+    params = [
+        (rng.standard_normal((m, n), dtype=np.float32) * np.float32(1 / np.sqrt(m)),
+         np.zeros(n, np.float32))
+        for m, n in zip(sizes[:-1], sizes[1:])
+    ]
+    x = rng.standard_normal((128, 784), dtype=np.float32)
+    labels = rng.integers(0, 10, 128).astype(np.int32)
+
+    def loss(params, x, labels):
+        h = x
+        for w, b in params[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        w, b = params[-1]
+        logits = h @ w + b
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+    def step(params, x, labels):
+        value, grads = jax.value_and_grad(loss)(params, x, labels)
+        new = jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+        return value, new
+
+    return step, (params, x, labels)
+
+
+def build_conv():
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    rng = _rng()
+    x = rng.standard_normal((8, 32, 32, 3), dtype=np.float32)
+    k1 = rng.standard_normal((3, 3, 3, 16), dtype=np.float32) * np.float32(0.2)
+    k2 = rng.standard_normal((3, 3, 16, 32), dtype=np.float32) * np.float32(0.1)
+    dims = ("NHWC", "HWIO", "NHWC")
+
+    def net(x, k1, k2):
+        h = jax.nn.relu(lax.conv_general_dilated(x, k1, (1, 1), "SAME", dimension_numbers=dims))
+        h = jax.nn.relu(lax.conv_general_dilated(h, k2, (1, 1), "SAME", dimension_numbers=dims))
+        return jnp.mean(h)
+
+    return net, (x, k1, k2)
+
+
+def build_loop():
+    import jax.numpy as jnp
+    from jax import lax
+
+    x = _rng().standard_normal(16, dtype=np.float32)
+
+    def loop(x):
+        return lax.fori_loop(0, 1000, lambda i, x: x * 0.99 + 0.01 * jnp.sin(x), x)
+
+    return loop, (x,)
+
+
+def build_sort_gather_segment():
+    import jax
+    import jax.numpy as jnp
+
+    rng = _rng()
+    x = rng.standard_normal(100_000, dtype=np.float32)
+    indices = rng.integers(0, 100_000, 10_000).astype(np.int32)
+    segments = rng.integers(0, 100, 10_000).astype(np.int32)
+
+    def fn(x, indices, segments):
+        taken = jnp.take(jnp.sort(x), indices)
+        return jax.ops.segment_sum(taken, segments, num_segments=100)
+
+    return fn, (x, indices, segments)
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (
+        Workload("W1", "dispatch: x + y on f32 scalars", build_dispatch, 5),
+        Workload("W2", "matmul 256x256 f32", build_matmul, 1.5),
+        Workload("W3", "elementwise sum(tanh(2x+1)*sigmoid(x)), 1e6 f32", build_elementwise, 3),
+        Workload("W4", "MLP 784-512-512-10 train step, batch 128", build_training_step, 2),
+        Workload("W5", "conv NHWC 8x32x32x3 -> 16 -> 32, relu, mean", build_conv, 3),
+        Workload("W6", "fori_loop 1000 x (x*0.99 + 0.01*sin x), 16 f32", build_loop, 20),
+        Workload("W7", "sort 1e5 f32, take 1e4, segment_sum 100", build_sort_gather_segment, 3),
+    )
+}
