@@ -140,4 +140,11 @@ def find_test_files(paths: list[str]) -> list[str]:
                 files.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(".mlir"))
         else:
             files.append(path)
-    return files
+    seen = set()  # a file named twice (or reached twice) runs once
+    unique = []
+    for path in files:
+        key = os.path.realpath(path)
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    return unique

@@ -116,3 +116,11 @@ def test_parse_error_is_an_error(tmp_path):
     assert main([str(bad), "--json", str(path)]) == 1
     (case,) = json.loads(path.read_text())["cases"]
     assert case["status"] == "error" and "bad.mlir:2" in case["message"]
+
+
+def test_verbose_prints_every_case_that_did_not_pass(capsys):
+    assert main([DATA, os.path.join(DATA, "jax_add_pass.mlir"), "-v", "--jobs", "2"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    flagged = sorted(line.split(":: ")[0].split()[0] for line in lines[:-1])
+    assert flagged == ["FAIL", "FAIL", "FAIL", "UNSUPPORTED", "UNSUPPORTED"]
+    assert lines[-1].startswith("9 cases: 4 passed")  # the file named twice runs once
