@@ -215,6 +215,22 @@ def test_complex_arithmetic_bit_for_bit(dtype):
     assert_bits_as_jax(lambda a, b: tuple(f(a, b) for f in ops), lhs, rhs)
 
 
+def test_complex_atan2_matches_reference_interpreter():
+    """JAX has no complex atan2; the reference interpreter computes
+    -i log((x + iy) / sqrt(x^2 + y^2)) (NaN where x^2 + y^2 = 0)."""
+    text = """
+    func.func @main() -> (tensor<4xf64>, tensor<4xf64>) {
+      %a = stablehlo.constant dense<[(1.0, 2.0), (-1.0, 0.5), (0.0, 1.0), (3.0, -4.0)]> : tensor<4xcomplex<f64>>
+      %b = stablehlo.constant dense<[(2.0, -1.0), (0.5, 0.5), (1.0, 0.0), (-2.0, 1.0)]> : tensor<4xcomplex<f64>>
+      %0 = stablehlo.atan2 %a, %b : tensor<4xcomplex<f64>>
+      %1 = stablehlo.real %0 : (tensor<4xcomplex<f64>>) -> tensor<4xf64>
+      %2 = stablehlo.imag %0 : (tensor<4xcomplex<f64>>) -> tensor<4xf64>
+      return %1, %2 : tensor<4xf64>, tensor<4xf64>
+    }"""
+    for ours, theirs in zip(load(text)(), run_reference_interpreter(text, [])):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-15, equal_nan=True)
+
+
 def test_complex_pow_special_cases_and_values():
     base = np.array([0, 0, 0, 0, 1j, -1, 2 + 1j, np.nan], np.complex64)
     exponent = np.array([0, 2, -1, 1 + 1j, 2, 0.5, 1.5 - 0.5j, 0], np.complex64)

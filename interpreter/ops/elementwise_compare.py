@@ -25,7 +25,7 @@ def total_order_key(x: np.ndarray) -> np.ndarray:
     -NaN < -inf < ... < -0 < +0 < ... < inf < +NaN.
 
     Take the float's bits as a signed integer; for negative floats (sign bit
-    set) flip every other bit, so larger magnitudes become smaller keys.
+    set) flip all bits but the sign, so larger magnitudes become smaller keys.
     Narrow floats were widened exactly to float32 first, keeping their order.
     """
     bits = x.view(float_bits_dtype(x.dtype))
