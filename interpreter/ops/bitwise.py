@@ -111,12 +111,23 @@ def shift_right_arithmetic(op, lhs, rhs):
 
 # --- bit counts -----------------------------------------------------------------
 
+_SET_BITS_PER_BYTE = np.array([bin(byte).count("1") for byte in range(256)], np.uint8)
+
+
+def count_set_bits(bits: np.ndarray) -> np.ndarray:
+    """Set bits per element of an unsigned array (np.bitwise_count needs numpy 2)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(bits)
+    as_bytes = np.ascontiguousarray(bits).view(np.uint8).reshape(bits.shape + (-1,))
+    return _SET_BITS_PER_BYTE[as_bytes].sum(axis=-1, dtype=np.uint8)
+
+
 @register("stablehlo.popcnt", validate=accepts("integer"))
 @elementwise
 def popcnt(op, operand):
     """Spec "popcnt" (docs/spec.md#popcnt): number of set bits of the n-bit
-    pattern (popcnt(-1 : i8) = 8)."""
-    return as_result(np.bitwise_count(bits_of(operand)), op.result_type.dtype)
+    pattern (popcnt(-1 : i8) = 8, popcnt(-1 : i4) = 4)."""
+    return as_result(count_set_bits(bits_of(operand)), op.result_type.dtype)
 
 
 @register("stablehlo.count_leading_zeros", validate=accepts("integer"))
