@@ -85,8 +85,8 @@ def cholesky(op, a):
     """Spec "cholesky": L with L L^H = a (lower) or U with U^H U = a.
 
     Reads only the named triangle of `a`; the other triangle of the result
-    is zero. Like XLA, a matrix that is not positive definite gives NaNs
-    (from the square root of a non-positive pivot) instead of an error.
+    is zero. Like XLA, a matrix that is not positive definite gives a
+    matrix of NaNs instead of an error.
     """
     lower = bool(op.attrs.get("lower", False))
     work = _compute_dtype(a.dtype)
@@ -94,6 +94,8 @@ def cholesky(op, a):
     if not lower:
         a = np.conj(_matrix_transpose(a))  # the upper triangle, as a lower one
     factor = _cholesky_lower(a)
+    failed = np.isnan(factor).any(axis=(-1, -2))
+    factor[failed] = np.nan
     if not lower:
         factor = np.conj(_matrix_transpose(factor))
     return np.asarray(factor.astype(op.result_type.dtype), order="C")

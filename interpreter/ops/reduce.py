@@ -34,7 +34,9 @@ def reduce(op, *operands, regions):
 
     Variadic: N inputs and N inits give N results, the body seeing N
     accumulators then N elements. Reducing an empty dimension gives the init
-    values; reducing no dimension applies body(init, x) element-wise.
+    values. Where each result folds exactly one element (no dimension, or
+    only size-1 dimensions, reduced) the result is that element, as in XLA
+    (the spec leaves where init values enter the schedule open).
     """
     n = len(operands) // 2
     inputs, inits = operands[:n], operands[n:]
@@ -42,6 +44,9 @@ def reduce(op, *operands, regions):
     dtypes = [t.dtype for t in op.result_types]
     out_shape = tuple(op.result_types[0].shape)
     values = [move_axes_last(x, dims) for x in inputs]
+    if values[0].shape[-1] == 1:
+        results = [v[..., 0].astype(d) for v, d in zip(values, dtypes)]
+        return results[0] if n == 1 else tuple(results)
     results = reduce_last_axis(regions[0], op.region_plans[0], dtypes, values, inits)
     results = [np.asarray(r, dtype=d).reshape(out_shape) for r, d in zip(results, dtypes)]
     return results[0] if n == 1 else tuple(results)
