@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
 from .attributes import convert_attribute, read_attributes
+from .jit import optimize_function
 from .location import describe_location
 from .quantization import dequantize_op_quantize
 from .registry import lookup
@@ -56,6 +57,9 @@ class RegionPlan:
     arg_types: tuple
     steps: list
     result_slots: list[int]
+    # (run(frame), op) per step, built on first run (see `run_block`); a pass
+    # that changes `steps` afterwards must reset it to None.
+    runners: tuple | None = None
 
 
 @dataclass
@@ -84,32 +88,77 @@ class BoundRegion:
         return run_block(self.plan, self.frame, args)
 
 
+# Exceptions a kernel may raise on bad input: they become errors naming the op.
+_KERNEL_ERRORS = (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError,
+                  MemoryError, ArithmeticError, KeyError)
+
+
 def run_block(block: RegionPlan, frame: list, args) -> list:
-    """Execute a block's steps in `frame` and return its results."""
+    """Execute a block's steps in `frame` and return its results.
+
+    This is the interpreter's hot loop: each step was turned into a small
+    closure `run(frame)` once (`step_runner`), so a step costs one Python
+    call plus its kernel.
+    """
     for slot, value in zip(block.arg_slots, args):
         frame[slot] = value
-    for step in block.steps:
-        operands = [frame[i] for i in step.operands]
-        try:
-            if step.regions:
-                bound = tuple(BoundRegion(r, frame) for r in step.regions)
-                result = step.kernel(step.op, *operands, regions=bound)
-            else:
-                result = step.kernel(step.op, *operands)
-        except PjrtRefError:
-            raise
-        except RecursionError:
-            raise step.op.error("recursion too deep") from None
-        except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError,
-                MemoryError, ArithmeticError, KeyError) as error:
-            raise step.op.error(f"{type(error).__name__}: {error}") from error
-        results = step.results
-        if len(results) == 1:
-            frame[results[0]] = result
-        elif results:
-            for slot, value in zip(results, result):
-                frame[slot] = value
+    runners = block.runners
+    if runners is None:
+        runners = block.runners = tuple((step_runner(s), s.op) for s in block.steps)
+    op = None
+    try:
+        for run, op in runners:
+            run(frame)
+    except PjrtRefError:
+        raise
+    except RecursionError:
+        raise op.error("recursion too deep") from None
+    except _KERNEL_ERRORS as error:
+        raise op.error(f"{type(error).__name__}: {error}") from error
     return [frame[i] for i in block.result_slots]
+
+
+def step_runner(step: Step) -> Callable[[list], None]:
+    """`run(frame)`: read the step's operands from the frame, call its
+    kernel, store its result(s). Closures for the common arities keep the
+    hot loop free of per-step lists."""
+    kernel, op, operands, results = step.kernel, step.op, step.operands, step.results
+    if step.regions or len(results) != 1 or len(operands) > 3:
+        regions = step.regions
+
+        def run(frame):
+            values = [frame[i] for i in operands]
+            if regions:
+                bound = tuple(BoundRegion(r, frame) for r in regions)
+                result = kernel(op, *values, regions=bound)
+            else:
+                result = kernel(op, *values)
+            if len(results) == 1:
+                frame[results[0]] = result
+            else:
+                for slot, value in zip(results, result):
+                    frame[slot] = value
+        return run
+    (out,) = results
+    if len(operands) == 0:
+        def run(frame):
+            frame[out] = kernel(op)
+    elif len(operands) == 1:
+        (a,) = operands
+
+        def run(frame):
+            frame[out] = kernel(op, frame[a])
+    elif len(operands) == 2:
+        a, b = operands
+
+        def run(frame):
+            frame[out] = kernel(op, frame[a], frame[b])
+    else:
+        a, b, c = operands
+
+        def run(frame):
+            frame[out] = kernel(op, frame[a], frame[b], frame[c])
+    return run
 
 
 @dataclass
@@ -122,7 +171,10 @@ class FunctionPlan:
 
     def run(self, args) -> list:
         frame: list = [None] * self.num_slots
-        return run_block(self.body, frame, args)
+        # Integer wrap-around and IEEE special values are the spec's
+        # semantics, not accidents: numpy must not warn about them.
+        with np.errstate(all="ignore"):
+            return run_block(self.body, frame, args)
 
 
 class ModulePlan:
@@ -149,6 +201,7 @@ class ModulePlan:
             if name not in self._funcs:
                 raise InvalidArgument(f"no function @{name} in the program")
             plan = _FunctionPlanner(self, self._funcs[name]).plan()
+            optimize_function(plan)  # plan-time rewrites (interpreter/jit)
             # Planning finished (callees were planned through `function`, and
             # recursive calls resolve lazily at run time).
             self.functions[name] = plan
