@@ -1,0 +1,51 @@
+"""Plan-time optimisation of the interpreter: faster kernels for the same
+semantics.
+
+`optimize_function(plan)` runs once on each planned function, before it first
+runs, and rewrites its steps:
+
+1. `fastpath`: elementwise steps on plain dtypes (f32/f64 and the 8- to
+   64-bit integers) call numpy's ufunc directly instead of the generic
+   kernel (which widens, rounds back and enters `np.errstate` per call).
+   The functions applied are the very ones the generic kernels apply.
+2. `fusion` (numba): a run of elementwise steps whose intermediates are
+   used only inside the run becomes one step, one compiled loop over the
+   elements.
+
+Switches (environment, read when a program is planned):
+    PJRT_REF_JIT=0       no numba: no fused loops, no compiled region bodies
+    PJRT_REF_OPTIMIZE=0  no plan-time rewrites at all (the plain interpreter)
+
+numba is imported lazily, the first time a program has something to fuse.
+"""
+from __future__ import annotations
+
+import os
+
+
+def optimize_enabled() -> bool:
+    return os.environ.get("PJRT_REF_OPTIMIZE", "1") != "0"
+
+
+def jit_enabled() -> bool:
+    return optimize_enabled() and os.environ.get("PJRT_REF_JIT", "1") != "0"
+
+
+# Ops whose regions the interpreter runs as ordinary blocks (their kernels
+# never look inside them): their bodies may be rewritten like a function's.
+# Regions of other ops (reduce, scatter, sort, ...) are left alone: their
+# kernels recognise bodies by their steps to pick numpy fast paths.
+CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
+
+
+def optimize_function(plan) -> None:
+    """Rewrite `plan`'s steps in place (see the module docstring)."""
+    if not optimize_enabled():
+        return
+    from . import fastpath
+
+    fastpath.specialize_region(plan.body)
+    if jit_enabled():
+        from . import fusion
+
+        fusion.fuse_region(plan.body)
