@@ -91,6 +91,7 @@ typedef struct PJRT_ExecuteContext PJRT_ExecuteContext;
 typedef struct PJRT_SerializedExecutable PJRT_SerializedExecutable;
 typedef struct PJRT_SerializedTopology PJRT_SerializedTopology;
 typedef struct PJRT_SerializedCompileOptions PJRT_SerializedCompileOptions;
+typedef struct PJRT_AsyncHostToDeviceTransferManager PJRT_AsyncHostToDeviceTransferManager;
 
 /* ---------------------------------------------------------------- errors */
 
@@ -466,6 +467,94 @@ typedef struct PJRT_Client_CreateUninitializedBuffer_Args {
   PJRT_Memory* memory;
   PJRT_Buffer* buffer;          /* out */
 } PJRT_Client_CreateUninitializedBuffer_Args;
+
+/* ------------------------------------------- async host-to-device transfers */
+
+typedef struct PJRT_ShapeSpec {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const int64_t* dims;
+  size_t num_dims;
+  PJRT_Buffer_Type element_type;
+} PJRT_ShapeSpec;
+
+typedef struct PJRT_Client_CreateBuffersForAsyncHostToDevice_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_ShapeSpec* shape_specs;
+  size_t num_shape_specs;
+  PJRT_Buffer_MemoryLayout** device_layouts;  /* optional, one per spec */
+  size_t num_device_layouts;
+  PJRT_Memory* memory;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;  /* out */
+} PJRT_Client_CreateBuffersForAsyncHostToDevice_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+} PJRT_AsyncHostToDeviceTransferManager_Destroy_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_TransferData_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  int buffer_index;
+  const void* data;
+  int64_t offset;
+  int64_t transfer_size;
+  bool is_last_transfer;
+  PJRT_Event* done_with_h2d_transfer;   /* out */
+} PJRT_AsyncHostToDeviceTransferManager_TransferData_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  int buffer_index;
+  PJRT_Buffer* buffer_out;              /* out */
+} PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_Device_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  PJRT_Device* device_out;              /* out */
+} PJRT_AsyncHostToDeviceTransferManager_Device_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_BufferCount_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  size_t buffer_count;                  /* out */
+} PJRT_AsyncHostToDeviceTransferManager_BufferCount_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_BufferSize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  int buffer_index;
+  size_t buffer_size;                   /* out */
+} PJRT_AsyncHostToDeviceTransferManager_BufferSize_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  int buffer_index;
+  PJRT_Error_Code error_code;
+  const char* error_message;
+  size_t error_message_size;
+} PJRT_AsyncHostToDeviceTransferManager_SetBufferError_Args;
+
+typedef struct PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  const PJRT_NamedValue* transfer_metadata;
+  size_t num_metadata;
+} PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args;
 
 /* ---------------------------------------------------- device description */
 

@@ -15,15 +15,20 @@ from .errors import FailedPrecondition
 from .event import Event
 
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:     # (np.ascontiguousarray would make 0-d arrays 1-d)
+        array = array.copy(order="C")
+    if array.flags.writeable:
+        array = array.view()             # our own read-only view; the caller's array stays writable
+        array.flags.writeable = False
+    return array
+
+
 class Buffer:
     def __init__(self, array: np.ndarray, device, memory=None,
-                 buffer_type: BufferType | None = None) -> None:
-        array = np.asarray(array)
-        if not array.flags.c_contiguous:     # (np.ascontiguousarray would make 0-d arrays 1-d)
-            array = array.copy(order="C")
-        if array.flags.writeable:
-            array = array.view()             # our own read-only view; the caller's array stays writable
-            array.flags.writeable = False
+                 buffer_type: BufferType | None = None, ready_event: Event | None = None) -> None:
+        array = _read_only(array)
         self._array: np.ndarray | None = array
         self.dtype = array.dtype
         self.dims: tuple[int, ...] = tuple(int(d) for d in array.shape)
@@ -31,10 +36,22 @@ class Buffer:
         self.device = device
         self.memory = memory if memory is not None else device.default_memory
         self.nbytes = int(array.nbytes)
-        self.ready_event = Event.ready()
+        self.ready_event = ready_event if ready_event is not None else Event.ready()
         self.external_references = 0
         self.handle = None             # our PJRT_Buffer*
         self._lock = threading.Lock()
+
+    @classmethod
+    def pending(cls, dtype: np.dtype, dims: tuple[int, ...], device, memory=None) -> "Buffer":
+        """A buffer whose contents arrive later (`fulfill`), e.g. by async transfer."""
+        return cls(np.zeros(dims, dtype), device, memory, ready_event=Event())
+
+    def fulfill(self, array: np.ndarray) -> None:
+        """Provide a pending buffer's contents and mark it ready."""
+        with self._lock:
+            if self._array is not None:
+                self._array = _read_only(array.reshape(self.dims))
+        self.ready_event.set()
 
     @property
     def is_deleted(self) -> bool:
@@ -42,7 +59,10 @@ class Buffer:
 
     @property
     def array(self) -> np.ndarray:
-        """The contents; FailedPrecondition once deleted or donated."""
+        """The contents (waiting until ready); FailedPrecondition once deleted or donated."""
+        error = self.ready_event.wait()
+        if error is not None:
+            raise error
         array = self._array
         if array is None:
             raise FailedPrecondition("buffer has been deleted or donated")
@@ -51,13 +71,6 @@ class Buffer:
     def delete(self) -> None:
         with self._lock:
             self._array = None
-
-    def donate(self) -> np.ndarray:
-        """Hand the array to an execution and mark the buffer deleted."""
-        with self._lock:
-            array = self.array
-            self._array = None
-        return array
 
     def __repr__(self) -> str:
         state = "deleted" if self.is_deleted else "live"

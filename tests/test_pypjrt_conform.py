@@ -24,6 +24,6 @@ def test_conform_reports_no_failures(tmp_path):
     failures = [c for c in data["checks"] if c["result"] == "fail"]
     assert not failures, proc.stdout
     passed = sum(c["result"] == "pass" for c in data["checks"])
-    assert passed >= 50, proc.stdout
+    assert passed >= 53, proc.stdout
     assert data["api_version"] == [0, 114]
     assert data["platform"] == "pjrt_ref"

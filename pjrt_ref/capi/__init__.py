@@ -27,7 +27,8 @@ def install(ffi, lib) -> None:
     if _installed:
         return
     _boundary.bind(ffi, lib)
-    from . import buffer, client, device, error, event, executable, memory, plugin, topology  # noqa: F401  (registers)
+    from . import (buffer, client, device, error, event, executable, memory, plugin,  # noqa: F401 (registers)
+                   topology, transfer)
 
     table = _slot_table()
     for name in table.SLOTS:

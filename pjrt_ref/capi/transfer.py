@@ -1,0 +1,94 @@
+"""PJRT_Client_CreateBuffersForAsyncHostToDevice and PJRT_AsyncHostToDeviceTransferManager_*."""
+from __future__ import annotations
+
+from .. import handles
+from ..device import Device
+from ..dtypes import to_numpy
+from ..errors import ErrorCode, InvalidArgument, PjrtRefError
+from ..memory import Memory
+from ..transfer import TransferManager
+from . import _boundary
+from ._boundary import Args, bytes_arg, entry_point, read_named_values, text_arg
+from .buffer import _check_dense_device_layout, _int_list, register_buffer
+from .client import client_of
+from .event import new_event_handle
+
+
+def _manager(args: Args) -> TransferManager:
+    return handles.get(args.transfer_manager, TransferManager, "PJRT_AsyncHostToDeviceTransferManager")
+
+
+@entry_point("PJRT_Client_CreateBuffersForAsyncHostToDevice")
+def client_create_buffers_for_async_host_to_device(args: Args) -> None:
+    """PJRT_Client_CreateBuffersForAsyncHostToDevice: one pending buffer per shape spec."""
+    client = client_of(args)
+    memory = handles.get(args.memory, Memory, "PJRT_Memory")
+    specs = []
+    for i in range(args.num_shape_specs):
+        spec = args.shape_specs[i]
+        dtype = to_numpy(spec.element_type)
+        dims = _int_list(spec.dims, spec.num_dims)
+        if args.device_layouts != _boundary.NULL and i < args.num_device_layouts:
+            _check_dense_device_layout(args.device_layouts[i], dims, dtype.itemsize)
+        specs.append((dtype, tuple(dims)))
+    manager = TransferManager(client, specs, memory.devices[0], memory)
+    manager.handle = handles.add(manager)
+    args.transfer_manager = manager.handle
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_Destroy")
+def transfer_manager_destroy(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_Destroy (retrieved buffers live on)."""
+    handles.remove(args.transfer_manager, TransferManager, "PJRT_AsyncHostToDeviceTransferManager")
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_TransferData")
+def transfer_manager_transfer_data(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_TransferData: copied at once; the event is born ready."""
+    manager = _manager(args)
+    size = int(args.transfer_size)
+    if size < 0:
+        raise InvalidArgument(f"negative transfer_size {size}")
+    manager.transfer(args.buffer_index, bytes_arg(args.data, size), int(args.offset), bool(args.is_last_transfer))
+    args.done_with_h2d_transfer = new_event_handle()
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer")
+def transfer_manager_retrieve_buffer(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer: the caller owns the buffer."""
+    args.buffer_out = register_buffer(_manager(args).retrieve(args.buffer_index))
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_Device")
+def transfer_manager_device(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_Device."""
+    device: Device = _manager(args).device
+    args.device_out = device.handle
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_BufferCount")
+def transfer_manager_buffer_count(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_BufferCount."""
+    args.buffer_count = len(_manager(args).buffers)
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_BufferSize")
+def transfer_manager_buffer_size(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_BufferSize: bytes to send for buffer_index."""
+    args.buffer_size = _manager(args).buffer_size(args.buffer_index)
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_SetBufferError")
+def transfer_manager_set_buffer_error(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_SetBufferError: the buffer completes with this error."""
+    error = PjrtRefError(text_arg(args.error_message, args.error_message_size))
+    error.code = ErrorCode(int(args.error_code))
+    _manager(args).set_error(args.buffer_index, error)
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_AddMetadata")
+def transfer_manager_add_metadata(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_AddMetadata: recorded, not used."""
+    manager = _manager(args)
+    if args.num_metadata:
+        manager.metadata.update(read_named_values(args.transfer_metadata, args.num_metadata))
