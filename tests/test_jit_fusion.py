@@ -1,0 +1,116 @@
+"""Fused elementwise loops (interpreter/jit/fusion.py) give the same bits as
+the unfused kernels, and agree with XLA CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+from pjrt_ref.interpreter import load  # noqa: E402
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-39, -3.5, 88.0, -104.0, 1e30]
+
+
+def load_with(text: str, monkeypatch, optimize: bool):
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1" if optimize else "0")
+    monkeypatch.setenv("PJRT_REF_JIT", "1")
+    return load(text)
+
+
+def step_names(program) -> list[str]:
+    return [s.op.name for s in program.function.body.steps]
+
+
+def values(dtype, n=4096, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0, 1e4], n)
+    x[:len(SPECIALS)] = SPECIALS
+    return x.astype(dtype)
+
+
+def check(fn, args, monkeypatch, expect_fused=True):
+    text = lower_to_text(fn, *args)
+    plain = load_with(text, monkeypatch, optimize=False)
+    fused = load_with(text, monkeypatch, optimize=True)
+    if expect_fused:
+        assert "pjrt_ref.fused" in step_names(fused), step_names(fused)
+    ours = fused(*args)
+    reference = plain(*args)
+    for a, b in zip(ours, reference):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        # Bit for bit, NaN payloads included.
+        np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+    # XLA CPU flushes subnormals to zero and fuses multiply-adds (whose
+    # cancellations differ by an ulp of the operands): absolute slack of a
+    # few ulps of the largest finite input.
+    xla = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    for a, b in zip(ours, xla):
+        scale = max(float(np.nanmax(np.abs(np.where(np.isfinite(x), x, 0)))) for x in args)
+        atol = 4 * np.finfo(a.dtype).eps * max(scale, 1) if a.dtype.kind == "f" else 0
+        np.testing.assert_allclose(a, np.asarray(b), rtol=2e-6, atol=atol, equal_nan=True)
+    return fused
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_arithmetic_chain(dtype, monkeypatch):
+    x, y = values(dtype), values(dtype, seed=1)
+    check(lambda x, y: (x * 2 + y) / (y - 3) - abs(-x), (x, y), monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_min_signed_zeros_and_nan(dtype, monkeypatch):
+    x = np.array([0.0, -0.0, 0.0, -0.0, np.nan, 1.0, np.nan, -np.inf] * 4, dtype)
+    y = np.array([-0.0, 0.0, 0.0, -0.0, 1.0, np.nan, np.nan, np.inf] * 4, dtype)
+    check(lambda x, y: jnp.maximum(x, y) * 1 + jnp.minimum(x, y) * 2, (x, y), monkeypatch)
+    check(lambda x, y: (jnp.maximum(x, y) + 0, jnp.minimum(x, y) + 0), (x, y), monkeypatch)
+
+
+def test_compare_select_and_several_outputs(monkeypatch):
+    x, y = values(np.float32), values(np.float32, seed=2)
+    fn = lambda x, y: (jnp.where(x < y, x * y, x - y) + 1, x * 3 + 1, (x >= y) & (x != y))
+    check(fn, (x, y), monkeypatch)
+
+
+def test_f32_math_in_double_rounded_once(monkeypatch):
+    x = np.concatenate([values(np.float32, 100_000), np.linspace(-20, 20, 100_001, dtype=np.float32)])
+    fn = lambda x: (jnp.exp(x * 0.5) + jnp.log(jnp.abs(x) + 1) * jnp.sin(x) - jnp.cos(x * 2)
+                    + jax.nn.sigmoid(x) * jnp.log1p(jnp.abs(x)) + jnp.expm1(x * 0.1) + jnp.sqrt(jnp.abs(x)))
+    check(fn, (x,), monkeypatch)
+
+
+def test_converts_and_scalars(monkeypatch):
+    x = values(np.float32, 64)
+    fn = lambda x: (x.astype(jnp.float64) * 3 + 1).astype(jnp.float32) - x
+    check(fn, (x,), monkeypatch)
+    s = np.asarray(np.float32(1.5))
+    check(lambda a, b: (a * b + a) / b - 1, (s, s), monkeypatch)
+
+
+def test_intermediate_used_later_and_in_loop(monkeypatch):
+    x = values(np.float32, 16)
+
+    def fn(x):
+        y = x * 2 + 1
+        z = lax.fori_loop(0, 5, lambda i, v: v * 0.5 + jnp.sin(v) * 0.25, y)
+        return z + y, jnp.sum(y)
+
+    fused = check(fn, (x,), monkeypatch)
+    assert "pjrt_ref.fused" in step_names(fused)
+
+
+def test_integers_do_not_fuse(monkeypatch):
+    x = np.array([2**31 - 1, -2**31, 5, -7], np.int32)
+    check(lambda x: x * 3 + x - 7, (x,), monkeypatch, expect_fused=False)
+
+
+def test_jit_switch_off(monkeypatch):
+    x = values(np.float32, 16)
+    text = lower_to_text(lambda x: x * 2 + 1 - x, x)
+    monkeypatch.setenv("PJRT_REF_JIT", "0")
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    assert "pjrt_ref.fused" not in step_names(load(text))
