@@ -230,3 +230,30 @@ def test_threads_share_one_jitted_function():
         print("ok")
     """, timeout=150)
     assert "ok" in proc.stdout
+
+
+def test_assorted_programs_match_cpu():
+    """A handful of everyday JAX programs agree with JAX's own CPU backend."""
+    run_jax("""
+        from jax import lax
+        ours, cpu = jax.devices("pjrt_ref")[0], jax.devices("cpu")[0]
+        key = jax.random.PRNGKey(42)
+        x = jax.random.normal(key, (6, 5))
+        programs = {
+            "random": lambda k: jax.random.uniform(k, (3, 4)),
+            "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+            "vmap_dot": lambda x: jax.vmap(lambda r: r @ r)(x),
+            "argsort": lambda x: jnp.argsort(x[:, 0]),
+            "while": lambda x: lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1] * 1.5), (0, x))[1],
+            "cond": lambda x: lax.cond(x.sum() > 0, lambda v: v * 2, lambda v: -v, x),
+            "cumsum_max": lambda x: (jnp.cumsum(x, axis=0), x.max(axis=1), jnp.argmax(x)),
+            "conv": lambda x: jax.lax.conv(x[None, None], jnp.ones((1, 1, 2, 2)), (1, 1), "SAME"),
+        }
+        for name, fn in programs.items():
+            arg = key if name == "random" else x
+            got = jax.jit(fn, device=ours)(jax.device_put(arg, ours))
+            want = jax.jit(fn, device=cpu)(jax.device_put(arg, cpu))
+            for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6, err_msg=name)
+        print("ok")
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
