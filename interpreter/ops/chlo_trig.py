@@ -36,7 +36,7 @@ import numpy as np
 from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex, is_float
-from .chlo_special import correctly_rounded, exp, expm1, log, log1p
+from .chlo_numerics import correctly_rounded, exp, expm1, log, log1p
 
 atan2 = correctly_rounded(np.arctan2)
 
