@@ -15,7 +15,7 @@ import traceback
 from typing import Any, Callable
 
 from .. import handles
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError, Unimplemented
+from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 
 ffi: Any = None            # the shim's FFI, set by bind()
 lib: Any = None
@@ -257,4 +257,4 @@ def bytes_arg(ptr, size: int) -> bytes:
 
 
 __all__ = ["Args", "entry_point", "new_error", "owned", "owned_text", "owned_array",
-           "text_arg", "bytes_arg", "Unimplemented", "REGISTRY"]
+           "owned_named_values", "read_named_values", "text_arg", "bytes_arg", "REGISTRY"]
