@@ -92,7 +92,7 @@ def test_host_copies_honour_byte_strides(ffi, order):
     copy = host_to_array(pointer, host.dtype, list(host.shape), list(host.strides))
     np.testing.assert_array_equal(copy, host)
     assert copy.flags.c_contiguous
-    target = np.zeros(out.size, np.int16)
+    target = np.zeros(base.size, np.int16)
     array_to_host(base[:, :4], ffi.cast("void*", target.__array_interface__["data"][0]), target.nbytes,
                   [2, 8])               # column-major 4x4
     np.testing.assert_array_equal(target[:16].reshape(4, 4, order="F"), base[:, :4])
