@@ -4,7 +4,8 @@ Three paths, chosen from the comparator's body:
 
 * a single `compare LT/GT` of the first operand's two block arguments (an
   integer, boolean or TOTALORDER compare) is numpy's stable argsort on a
-  key that orders like the compare;
+  key that orders like the compare; so is a `compare` of g(lhs) and g(rhs)
+  for an element-wise g (JAX's float comparators), keyed on g(row);
 * any other comparator made of element-wise ops runs vectorised inside a
   bitonic sorting network: O(log^2 n) runs of the comparator, each on
   whole arrays of pairs;
@@ -43,6 +44,8 @@ def sort(op, *inputs, regions):
         order = np.broadcast_to(np.arange(rows[0].shape[-1]), rows[0].shape)
     else:
         key = _simple_sort_key(plan, rows)
+        if key is None:
+            key = _derived_sort_key(comparator, plan, rows)
         if key is not None:
             order = np.argsort(key, axis=-1, kind="stable")
         elif is_elementwise(plan):
@@ -76,6 +79,11 @@ def _simple_sort_key(plan, rows):
     values = rows[0]
     if is_complex(values.dtype) or (is_float(values.dtype) and compare_type != "TOTALORDER"):
         return None
+    return _argsort_key(values, direction, compare_type)
+
+
+def _argsort_key(values, direction, compare_type):
+    """A key whose ascending order is `compare direction` on `values`."""
     key = total_order_key(values) if is_float(values.dtype) else values
     if is_bool(key.dtype):
         key = key.astype(np.uint8)
@@ -85,6 +93,57 @@ def _simple_sort_key(plan, rows):
         key = key.view(key.dtype.str.replace("u", "i"))
     # `~` reverses the order of any integer type without overflow.
     return ~key if direction == "GT" else key
+
+
+def _derived_sort_key(comparator, plan, rows):
+    """A key for np.argsort if the comparator is `compare LT/GT, g(lhs), g(rhs)`
+    for one element-wise function g of the lhs (resp. rhs) block arguments,
+    e.g. JAX's float sorts, which map -0 to +0 and every NaN to one NaN
+    before a TOTALORDER compare.
+
+    The body runs once, vectorised, with lhs = rhs = the rows; if both compare
+    operands then hold the same bits, g(lhs) and g(rhs) agree on every
+    element and the comparator orders elements as `compare` orders g(row).
+    """
+    if len(plan.result_slots) != 1 or not is_elementwise(plan):
+        return None
+    producers = {step.results[0]: step for step in plan.steps if len(step.results) == 1}
+    compare = producers.get(plan.result_slots[0])
+    if compare is None or compare.op.name != "stablehlo.compare":
+        return None
+    direction = compare.op.attrs.get("comparison_direction")
+    compare_type = compare.op.attrs.get("compare_type")
+    if direction not in ("LT", "GT"):
+        return None
+    lhs_args, rhs_args = set(plan.arg_slots[0::2]), set(plan.arg_slots[1::2])
+    x, y = compare.operands
+    if not (_reads_only(x, producers, lhs_args, rhs_args)
+            and _reads_only(y, producers, rhs_args, lhs_args)):
+        return None
+    comparator(*_interleave(rows, rows))
+    x_values, y_values = (np.asarray(comparator.frame[slot]) for slot in (x, y))
+    if x_values.shape != rows[0].shape or y_values.shape != rows[0].shape:
+        return None
+    if x_values.dtype != y_values.dtype or x_values.tobytes() != y_values.tobytes():
+        return None
+    if is_complex(x_values.dtype):
+        return None
+    if is_float(x_values.dtype) and compare_type != "TOTALORDER":
+        # IEEE "<" is a strict weak order only without NaN; -0 and +0 tie.
+        if np.isnan(x_values).any():
+            return None
+        x_values = np.where(x_values == 0, np.zeros_like(x_values), x_values)
+    return _argsort_key(x_values, direction, compare_type)
+
+
+def _reads_only(slot, producers, allowed, forbidden) -> bool:
+    """True if `slot` depends on no block argument in `forbidden`."""
+    if slot in forbidden:
+        return False
+    step = producers.get(slot)
+    if step is None:
+        return True  # a block argument in `allowed`, or a value from outside
+    return all(_reads_only(s, producers, allowed, forbidden) for s in step.operands)
 
 
 def total_order_key(values: np.ndarray) -> np.ndarray:
