@@ -114,3 +114,17 @@ def test_jit_switch_off(monkeypatch):
     monkeypatch.setenv("PJRT_REF_JIT", "0")
     monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
     assert "pjrt_ref.fused" not in step_names(load(text))
+
+
+def test_relu_alone_fuses(monkeypatch):
+    x = values(np.float32, 512).reshape(16, 32)
+    check(lambda x: jnp.maximum(x, 0.0), (x,), monkeypatch)
+    check(lambda x: jnp.minimum(x, -0.0), (x,), monkeypatch)
+
+
+def test_blas_threads_setting_is_harmless():
+    from pjrt_ref.interpreter.jit import blas
+
+    blas.limit_blas_threads()  # idempotent; matmuls still right afterwards
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(a @ a.T, np.asarray(jnp.asarray(a) @ jnp.asarray(a).T))

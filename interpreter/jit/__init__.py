@@ -12,6 +12,8 @@ runs, and rewrites its steps:
    used only inside the run becomes one step, one compiled loop over the
    elements.
 
+It also caps numpy's BLAS at one thread, once (see `blas`).
+
 Switches (environment, read when a program is planned):
     PJRT_REF_JIT=0       no numba: no fused loops, no compiled region bodies
     PJRT_REF_OPTIMIZE=0  no plan-time rewrites at all (the plain interpreter)
@@ -42,7 +44,9 @@ def optimize_function(plan) -> None:
     """Rewrite `plan`'s steps in place (see the module docstring)."""
     if not optimize_enabled():
         return
-    from . import fastpath
+    from . import blas, fastpath
+
+    blas.limit_blas_threads()
 
     fastpath.specialize_region(plan.body)
     if jit_enabled():

@@ -68,8 +68,11 @@ MATH_F32 = {
 # times slower than numpy's vectorised one; the fused loop would lose.
 COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
-# Fusing fewer computing steps than this does not pay for the loop's call.
+# Fusing fewer computing steps than this does not pay for the loop's call,
+# except for ops whose unfused float kernels take several passes (maximum
+# and minimum fix up signed zeros; relu is one of them).
 MIN_COMPUTING_STEPS = 2
+ALONE_WORTH_FUSING = ("stablehlo.maximum", "stablehlo.minimum")
 
 
 def _dtypes(types) -> list:
@@ -210,7 +213,8 @@ class _IdOrder:
 
 def _fuse(run: list, uses: dict, shape: tuple):
     computing = [s for s in run if not _is_splat(s.op, shape)]
-    if len(computing) < MIN_COMPUTING_STEPS:
+    if len(computing) < MIN_COMPUTING_STEPS and not (
+            computing and computing[0].op.name in ALONE_WORTH_FUSING):
         return None
     produced = {s.results[0]: s for s in run}
     inner_uses: dict = {}
