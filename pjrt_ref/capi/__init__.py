@@ -38,7 +38,7 @@ def install(ffi, lib) -> None:
         else:
             callback = _boundary.make_callback(name, fn, returns_void=name in table.RETURNS_VOID)
         ffi.def_extern(name=table.callback_name(name))(callback)
-    ffi.def_extern(name="pjrt_ref_release_blob")(executable.release_blob)
+    ffi.def_extern(name="pjrt_ref_release_blob")(_boundary.release_blob)
     _installed = True
 
 

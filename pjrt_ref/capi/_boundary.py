@@ -256,5 +256,42 @@ def bytes_arg(ptr, size: int) -> bytes:
     return bytes(ffi.buffer(ptr, size)) if size else b""
 
 
+# ----------------------------------------- memory handed over with a deleter
+class Blob:
+    """Bytes handed to the caller together with a deleter (Serialize, GetCompileOptions)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = ffi.new("char[]", data or b"\0")
+        self.size = len(data)
+
+
+class Holder:
+    """Keeps C data alive until the caller's deleter call (e.g. device attributes)."""
+
+
+def release_blob(blob) -> None:
+    """The deleter behind `serialized_executable_deleter` & co. (extern "Python")."""
+    try:
+        handles.remove(blob, (Blob, Holder), "serialized blob")
+    except Exception:  # a deleter cannot report errors
+        pass
+
+
+def set_deleter(args: Args, field: str) -> None:
+    """Point the caller's deleter field at `pjrt_ref_release_blob`, cast to the field's type."""
+    deleter_type = dict(ffi.typeof(args.raw).item.fields)[field].type
+    setattr(args, field, ffi.cast(deleter_type, lib.pjrt_ref_release_blob))
+
+
+def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field: str, data: bytes) -> None:
+    """Give the caller `data` plus a holder handle and the deleter that frees it."""
+    blob = Blob(data)
+    setattr(args, bytes_field, blob.data)
+    setattr(args, bytes_field + "_size", blob.size)
+    setattr(args, holder_field, handles.add(blob))
+    set_deleter(args, deleter_field)
+
+
 __all__ = ["Args", "entry_point", "new_error", "owned", "owned_text", "owned_array",
-           "owned_named_values", "read_named_values", "text_arg", "bytes_arg", "REGISTRY"]
+           "owned_named_values", "read_named_values", "text_arg", "bytes_arg", "REGISTRY",
+           "Holder", "hand_out_blob", "set_deleter", "release_blob"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import handles
 from ..device import Device, DeviceDescription
-from ._boundary import Args, entry_point, owned_array, owned_named_values, owned_text
+from ._boundary import Args, Holder, entry_point, owned_array, owned_named_values, owned_text, set_deleter
 
 
 def _description(args: Args) -> DeviceDescription:
@@ -64,7 +64,6 @@ def device_get_description(args: Args) -> None:
 @entry_point("PJRT_Device_GetAttributes")
 def device_get_attributes(args: Args) -> None:
     """PJRT_Device_GetAttributes: the description's attributes, freed by the caller's deleter call."""
-    from .executable import Holder, set_deleter
     device = _device(args)
     holder = Holder()
     args.attributes, args.num_attributes = owned_named_values(holder, "attributes", device.description.attributes)

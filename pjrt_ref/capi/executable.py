@@ -6,47 +6,12 @@ from ..buffer import Buffer
 from ..errors import InvalidArgument
 from ..executable import Executable, LoadedExecutable
 from . import _boundary
-from ._boundary import Args, entry_point, owned, owned_array, owned_named_values, owned_text
+from ._boundary import Args, entry_point, hand_out_blob, owned, owned_array, owned_named_values, owned_text
 from .event import new_event_handle
-
-
-class Blob:
-    """Bytes handed to the caller together with a deleter (Serialize, GetCompileOptions)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = _boundary.ffi.new("char[]", data or b"\0")
-        self.size = len(data)
 
 
 class ExecuteContext:
     """PJRT_ExecuteContext: per-execution user data; pjrt-ref keeps none."""
-
-
-class Holder:
-    """Keeps C data alive until the caller's deleter call (e.g. device attributes)."""
-
-
-def release_blob(blob) -> None:
-    """The deleter behind `serialized_executable_deleter` & co. (extern "Python")."""
-    try:
-        handles.remove(blob, (Blob, Holder), "serialized blob")
-    except Exception:  # a deleter cannot report errors
-        pass
-
-
-def set_deleter(args: Args, field: str) -> None:
-    """Point the caller's deleter field at `pjrt_ref_release_blob`, cast to the field's type."""
-    deleter_type = dict(_boundary.ffi.typeof(args.raw).item.fields)[field].type
-    setattr(args, field, _boundary.ffi.cast(deleter_type, _boundary.lib.pjrt_ref_release_blob))
-
-
-def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field: str, data: bytes) -> None:
-    """Give the caller `data` plus a holder handle and the deleter that frees it."""
-    blob = Blob(data)
-    setattr(args, bytes_field, blob.data)
-    setattr(args, bytes_field + "_size", blob.size)
-    setattr(args, holder_field, handles.add(blob))
-    set_deleter(args, deleter_field)
 
 
 def _executable(args: Args) -> Executable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import handles
 from ..executable import Executable, check_program_format
 from ..topology import Topology, local_topology
-from ._boundary import Args, bytes_arg, entry_point, owned_array, owned_named_values, owned_text
+from ._boundary import Args, bytes_arg, entry_point, hand_out_blob, owned_array, owned_named_values, owned_text
 
 
 def _topology(args: Args) -> Topology:
@@ -38,7 +38,6 @@ def topology_destroy(args: Args) -> None:
 @entry_point("PJRT_TopologyDescription_Serialize")
 def topology_serialize(args: Args) -> None:
     """PJRT_TopologyDescription_Serialize: JSON; freed by the deleter."""
-    from .executable import hand_out_blob
     hand_out_blob(args, "serialized_bytes", "serialized_topology", "serialized_topology_deleter",
                   _topology(args).serialize())
 
