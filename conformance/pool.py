@@ -89,6 +89,11 @@ class _Worker:
             return ""
 
 
+def _give_work(w: _Worker, pending: deque) -> None:
+    if pending:
+        w.send(*pending.popleft())
+
+
 def _describe_exit(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -132,44 +137,44 @@ class WorkerPool:
 
     def _loop(self, pending: deque, workers: list, on_result) -> None:
         for w in workers:
-            if pending:
-                w.send(*pending.popleft())
+            _give_work(w, pending)
         while any(w.task is not None for w in workers):
             busy = [w for w in workers if w.task is not None]
             ready = wait([w.connection for w in busy] + [w.process.sentinel for w in busy],
                          timeout=self._wait_time(busy))
-            now = time.monotonic()
             for index, w in enumerate(workers):
                 if w.task is None:
                     continue
+                result, lost = self._outcome(w, ready)
+                if result is None:
+                    continue  # still working
                 key, _ = w.task
-                if w.connection in ready:
-                    try:
-                        result = w.connection.recv()
-                    except (EOFError, OSError):
-                        result = None
-                    if result is not None:
-                        w.task = None
-                        on_result(key, result)
-                        if pending:
-                            w.send(*pending.popleft())
-                        continue
-                if w.process.sentinel in ready or not w.process.is_alive():
-                    w.process.join(1)
-                    message = f"worker process died ({_describe_exit(w.process.exitcode)})"
-                    output = w.last_output()
-                    if output:
-                        message += f"; its last output: {output}"
-                    on_result(key, ("error", message, now - w.started))
-                elif self.timeout is not None and now - w.started > self.timeout:
-                    on_result(key, ("timeout", f"no result after {self.timeout:g} s", now - w.started))
-                else:
-                    continue
                 w.task = None
-                w.kill()
-                workers[index] = w = self._new_worker()
-                if pending:
-                    w.send(*pending.popleft())
+                on_result(key, result)
+                if lost:
+                    w.kill()
+                    workers[index] = w = self._new_worker()
+                _give_work(w, pending)
+
+    def _outcome(self, w: _Worker, ready: list) -> tuple[tuple | None, bool]:
+        """(the busy worker's result or None if it is still working,
+        whether the worker is lost: dead, or to be killed for a timeout)."""
+        now = time.monotonic()
+        if w.connection in ready:
+            try:
+                return w.connection.recv(), False
+            except (EOFError, OSError):
+                pass  # it died; the sentinel tells
+        if w.process.sentinel in ready or not w.process.is_alive():
+            w.process.join(1)
+            message = f"worker process died ({_describe_exit(w.process.exitcode)})"
+            output = w.last_output()
+            if output:
+                message += f"; its last output: {output}"
+            return ("error", message, now - w.started), True
+        if self.timeout is not None and now - w.started > self.timeout:
+            return ("timeout", f"no result after {self.timeout:g} s", now - w.started), True
+        return None, False
 
     def _wait_time(self, busy: list) -> float | None:
         if self.timeout is None:
