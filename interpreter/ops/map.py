@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import register
-from .reduce_regions import is_elementwise, run_body
+from .reduce_regions import analyse_regions, body_analysis, run_body
 
 
-@register("stablehlo.map")
+@register("stablehlo.map", validate=analyse_regions)
 def map_(op, *inputs, regions):
     """Spec "map": result[i] = computation(inputs...[i]) for every index i.
 
@@ -18,7 +18,7 @@ def map_(op, *inputs, regions):
     computation = regions[0]
     result_type = op.result_type
     shape = tuple(result_type.shape)
-    if is_elementwise(op.region_plans[0]):
+    if body_analysis(op, 0).elementwise:
         result, = run_body(computation, [result_type.dtype], shape, *inputs)
         return np.asarray(result, order="C")
     result = np.empty(shape, dtype=result_type.dtype)

@@ -11,12 +11,13 @@ import numpy as np
 
 from ...errors import Unimplemented
 from ..registry import register
-from .reduce_regions import reduce_last_axis
+from .reduce_regions import analyse_regions, body_analysis, reduce_last_axis
 
 
 def _validate_reduce(op) -> None:
     if any(t.quant is not None for t in op.operand_types):
         raise op.error("quantized reduce is not supported", cls=Unimplemented)
+    analyse_regions(op)
 
 
 def move_axes_last(array: np.ndarray, axes) -> np.ndarray:
@@ -47,6 +48,6 @@ def reduce(op, *operands, regions):
     if values[0].shape[-1] == 1:
         results = [v[..., 0].astype(d) for v, d in zip(values, dtypes)]
         return results[0] if n == 1 else tuple(results)
-    results = reduce_last_axis(regions[0], op.region_plans[0], dtypes, values, inits)
+    results = reduce_last_axis(regions[0], body_analysis(op, 0), dtypes, values, inits)
     results = [np.asarray(r, dtype=d).reshape(out_shape) for r, d in zip(results, dtypes)]
     return results[0] if n == 1 else tuple(results)

@@ -18,6 +18,8 @@ Bodies with other ops (calls, while loops, ...) run element by element.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..types import is_bool, is_float
@@ -51,6 +53,31 @@ ELEMENTWISE_OPS = frozenset({
     "stablehlo.tanh", "stablehlo.logistic", "stablehlo.atan2", "stablehlo.popcnt",
     "chlo.next_after",
 })
+
+
+@dataclass(frozen=True)
+class BodyAnalysis:
+    """What a kernel needs to know about one region body, found at plan time."""
+
+    ufuncs: tuple | None      # per-result ufunc of a plain add/max/... body
+    elementwise: bool         # every step element-wise: the body can run on arrays
+
+
+def analyse_body(plan) -> BodyAnalysis:
+    ufuncs = binary_ufuncs(plan)
+    return BodyAnalysis(tuple(ufuncs) if ufuncs is not None else None, is_elementwise(plan))
+
+
+def analyse_regions(op) -> None:
+    """Validate hook helper: analyse every region of `op` once, at load time."""
+    op.cache["bodies"] = tuple(analyse_body(plan) for plan in op.region_plans)
+
+
+def body_analysis(op, index: int) -> BodyAnalysis:
+    """The analysis of region `index` of `op` (made at plan time)."""
+    if "bodies" not in op.cache:
+        analyse_regions(op)
+    return op.cache["bodies"][index]
 
 
 def binary_ufuncs(plan) -> list | None:
@@ -140,7 +167,8 @@ def scalar_reduce(region, dtypes, values: list[np.ndarray], inits) -> list[np.nd
     return outputs
 
 
-def reduce_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> list[np.ndarray]:
+def reduce_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],
+                     inits) -> list[np.ndarray]:
     """`body(init, fold(values along the last axis))` with the fastest safe path.
 
     `values`: N arrays of shape (..., n); `inits`: N 0-d arrays. An empty
@@ -149,10 +177,9 @@ def reduce_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> l
     out_shape = values[0].shape[:-1]
     if values[0].shape[-1] == 0:
         return [np.full(out_shape, i, dtype=d) for i, d in zip(inits, dtypes)]
-    ufuncs = binary_ufuncs(plan)
-    if ufuncs is not None:
-        return [_ufunc_reduce(u, v, i, d) for u, v, i, d in zip(ufuncs, values, inits, dtypes)]
-    if is_elementwise(plan):
+    if body.ufuncs is not None:
+        return [_ufunc_reduce(u, v, i, d) for u, v, i, d in zip(body.ufuncs, values, inits, dtypes)]
+    if body.elementwise:
         folded = tree_reduce(region, dtypes, values)
         inits_b = [np.broadcast_to(np.asarray(i, dtype=d), out_shape) for i, d in zip(inits, dtypes)]
         return [np.asarray(r, order="C") for r in run_body(region, dtypes, out_shape, *inits_b, *folded)]
@@ -169,7 +196,8 @@ def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
     return np.asarray(result).astype(dtype, copy=False).reshape(reduced.shape)
 
 
-def fold_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> list[np.ndarray]:
+def fold_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],
+                   inits) -> list[np.ndarray]:
     """Left fold `acc = body(acc, x_k)` from the init values, k in order.
 
     This is how XLA's CPU backend reduces windows, so sums round exactly as
@@ -177,8 +205,8 @@ def fold_last_axis(region, plan, dtypes, values: list[np.ndarray], inits) -> lis
     """
     out_shape = values[0].shape[:-1]
     accs = [np.full(out_shape, i, dtype=d) for i, d in zip(inits, dtypes)]
-    ufuncs = binary_ufuncs(plan)
-    if ufuncs is None and not is_elementwise(plan):
+    ufuncs = body.ufuncs
+    if ufuncs is None and not body.elementwise:
         return scalar_reduce(region, dtypes, values, inits)
     with np.errstate(all="ignore"):
         for k in range(values[0].shape[-1]):

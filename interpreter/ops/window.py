@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import Unimplemented
 from ..registry import register
-from .reduce_regions import (binary_ufuncs, fold_last_axis, is_elementwise, reduce_last_axis,
+from .reduce_regions import (analyse_regions, body_analysis, fold_last_axis, reduce_last_axis,
                              run_body)
 
 
@@ -61,15 +61,15 @@ _EXACT_UFUNCS = (np.maximum, np.minimum, np.logical_and, np.logical_or,
                  np.bitwise_and, np.bitwise_or, np.bitwise_xor)
 
 
-def _rounding_free(plan) -> bool:
+def _rounding_free(body) -> bool:
     """True if the body is max/min/and/or/xor: any order gives the same result."""
-    ufuncs = binary_ufuncs(plan)
-    return ufuncs is not None and all(u in _EXACT_UFUNCS for u in ufuncs)
+    return body.ufuncs is not None and all(u in _EXACT_UFUNCS for u in body.ufuncs)
 
 
 def _validate_quantization(op) -> None:
     if any(getattr(t, "quant", None) is not None for t in op.operand_types):
         raise op.error(f"quantized {op.name} is not supported", cls=Unimplemented)
+    analyse_regions(op)
 
 
 @register("stablehlo.reduce_window", validate=_validate_quantization)
@@ -90,13 +90,13 @@ def reduce_window(op, *operands, regions):
         padded = pad_and_dilate(x, init, attrs["padding"], attrs["base_dilations"])
         values.append(windows(padded, attrs["dims"], attrs["strides"],
                               attrs["window_dilations"], out_shape))
-    plan = op.region_plans[0]
-    if _rounding_free(plan):
-        results = reduce_last_axis(regions[0], plan, dtypes, values, inits)
+    body = body_analysis(op, 0)
+    if _rounding_free(body):
+        results = reduce_last_axis(regions[0], body, dtypes, values, inits)
     else:
         # Sums and products round differently in different orders: fold in
         # window order, as XLA does.
-        results = fold_last_axis(regions[0], plan, dtypes, values, inits)
+        results = fold_last_axis(regions[0], body, dtypes, values, inits)
     results = [np.asarray(r, dtype=d).reshape(out_shape) for r, d in zip(results, dtypes)]
     return results[0] if n == 1 else tuple(results)
 
@@ -125,18 +125,18 @@ def select_and_scatter(op, operand, source, init_value, regions):
     values = window_values(operand, operand.flat[0] if operand.size else 0)
     valid = window_values(np.ones(operand.shape, bool), False)
     where = windows(positions, attrs["dims"], attrs["strides"], ones, out_shape)
-    chosen, has_choice = _select_in_windows(select, op.region_plans[0], values, valid, where)
+    chosen, has_choice = _select_in_windows(select, body_analysis(op, 0), values, valid, where)
 
     result = np.full(padded_shape, init_value, dtype=op.result_types[0].dtype).reshape(-1)
-    _scatter_into(scatter, op.region_plans[1], result, chosen[has_choice], source[has_choice])
+    _scatter_into(scatter, body_analysis(op, 1), result, chosen[has_choice], source[has_choice])
     result = result.reshape(padded_shape)
     return result[tuple(slice(lo, lo + s) for s, (lo, _) in zip(operand.shape, padding))].copy()
 
 
-def _select_in_windows(select, plan, values, valid, where):
+def _select_in_windows(select, body, values, valid, where):
     """(position, any-valid) of the element `select` keeps in each window."""
     out_shape = values.shape[:-1]
-    if not is_elementwise(plan):
+    if not body.elementwise:
         return _select_in_windows_scalar(select, values, valid, where)
     kept_value, kept_where, kept_valid = values[..., 0], where[..., 0], valid[..., 0]
     for k in range(1, values.shape[-1]):
@@ -166,14 +166,13 @@ def _select_in_windows_scalar(select, values, valid, where):
     return chosen, found
 
 
-def _scatter_into(scatter, plan, result, targets, sources) -> None:
+def _scatter_into(scatter, body, result, targets, sources) -> None:
     """result[t] = scatter(result[t], s) for each (t, s), in source order."""
     dtype = result.dtype
-    ufuncs = binary_ufuncs(plan)
-    if ufuncs is not None:
-        ufuncs[0].at(result, targets, sources)
+    if body.ufuncs is not None:
+        body.ufuncs[0].at(result, targets, sources)
         return
-    vectorised = is_elementwise(plan)
+    vectorised = body.elementwise
     # Round r updates the r-th source aimed at each target: targets within a
     # round are distinct, so each round is one vectorised run of the body.
     order = np.argsort(targets, kind="stable")
