@@ -13,7 +13,8 @@ what XLA CPU gives (and the StableHLO reference interpreter agrees):
     x ** -n = 0 unless |x| = 1, where (+-1) ** -n = (+-1) ** n
 
 Operands compute widened (narrow floats in float32); power and atan2, being
-transcendental, compute in double precision and round once.
+transcendental, compute in double precision and round once. Complex
+multiply, divide and power use XLA's formulas (see `elementwise_complex`).
 """
 from __future__ import annotations
 
