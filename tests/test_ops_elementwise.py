@@ -171,7 +171,7 @@ def test_complex_parts_abs_sign(dtype):
 INTEGER_BINARY = {"add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div,
                   "rem": lax.rem, "max": lax.max, "min": lax.min}
 INTEGER_DTYPES = [np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64,
-                  ml_dtypes.int4, ml_dtypes.uint4]
+                  ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2]
 
 
 @pytest.mark.parametrize("dtype", INTEGER_DTYPES, ids=lambda d: np.dtype(d).name)

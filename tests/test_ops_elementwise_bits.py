@@ -13,7 +13,7 @@ from pjrt_ref.interpreter import load
 from test_ops_elementwise import assert_bits_as_jax, float_sample, integer_sample, same_bits
 
 INTEGER_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
-                  np.uint64, ml_dtypes.int4, ml_dtypes.uint4]
+                  np.uint64, ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2]
 # XLA CPU rejects the f6 types, so they are tested on hand-written values.
 NARROW_FLOATS = [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e5m2,
                  ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
