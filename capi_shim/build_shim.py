@@ -122,7 +122,10 @@ def slot_wrapper(name: str) -> str:
     else:
         guard = "if (pjrt_ref_python_gone()) return PJRT_REF_GONE;"
     call = f"{callback_name(name)}(args)"
-    body = f"{call};" if ret == "void" else f"return {call};"
+    if ret == "void":
+        body = f"PJRT_REF_ENTER;\n    {call};\n    PJRT_REF_LEAVE;"
+    else:
+        body = f"PJRT_REF_ENTER;\n    PJRT_Error* error = {call};\n    PJRT_REF_LEAVE;\n    return error;"
     return (f"static {ret} pjrt_ref_slot_{name}({args_type(name)}* args) {{\n"
             f"    {guard}\n    {body}\n}}")
 
@@ -155,6 +158,18 @@ static int pjrt_ref_python_gone(void) {{
     return !Py_IsInitialized() || _Py_IsFinalizing();
 #endif
 }}
+
+/* A host may call us while its own Python exception is pending (e.g. a
+ * framework destroying buffers while unwinding from a failed Python
+ * callback). Park that exception around our call and put it back after, so
+ * neither side sees the other's error. */
+#define PJRT_REF_ENTER                                          \
+    PyGILState_STATE pjrt_ref_gil = PyGILState_Ensure();        \
+    PyObject *pjrt_ref_type, *pjrt_ref_value, *pjrt_ref_tb;     \
+    PyErr_Fetch(&pjrt_ref_type, &pjrt_ref_value, &pjrt_ref_tb)
+#define PJRT_REF_LEAVE                                          \
+    PyErr_Restore(pjrt_ref_type, pjrt_ref_value, pjrt_ref_tb);  \
+    PyGILState_Release(pjrt_ref_gil)
 
 static char pjrt_ref_gone_storage[16];
 #define PJRT_REF_GONE ((PJRT_Error*)pjrt_ref_gone_storage)
