@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 float32, float64, bool_ = np.float32, np.float64, np.bool_
+int32, int64 = np.int32, np.int64
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -140,3 +141,19 @@ def compile_fused(source: str, input_types: list, output_dtypes: list):
     with _LOCK:
         kernel.compile(tuple(signature))
     return kernel
+
+
+def compile_loop(source: str, input_types: list):
+    """The compiled `loop` of `source` (see loops.py) for the given inputs:
+    (dtype, is_array) each; arrays are 1-d and C-contiguous."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    loop = load_generated(source).loop
+    signature = [types.intp]
+    for dtype, is_array in input_types:
+        scalar = from_dtype(dtype)
+        signature.append(types.Array(scalar, 1, "C") if is_array else scalar)
+    with _LOCK:
+        loop.compile(tuple(signature))
+    return loop

@@ -157,7 +157,11 @@ def fuse_region(region) -> None:
     control-flow ops inside it (see the module docstring)."""
     from . import CONTROL_FLOW_OPS
 
+    from .loops import compile_while
+
     uses = count_uses(region)
+    # Kept for inlining a function's body into a compiled loop (loops.py).
+    region.unfused_steps = list(region.steps)
     new_steps: list = []
     run: list = []        # the fusable steps of the current run
     constants: list = []  # constants met inside the run: they stay, before it
@@ -177,6 +181,8 @@ def fuse_region(region) -> None:
     order = {id(step): index for index, step in enumerate(region.steps)}
     order = _IdOrder(order)
     for step in region.steps:
+        if step.op.name == "stablehlo.while":
+            step = compile_while(step) or step
         if step.op.name in CONTROL_FLOW_OPS:
             for nested in step.regions:
                 fuse_region(nested)

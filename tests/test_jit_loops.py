@@ -1,0 +1,79 @@
+"""Whole while loops compiled by numba (interpreter/jit/loops.py): the same
+bits as the interpreted loop, and close to XLA CPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+
+from pjrt_ref.interpreter import load  # noqa: E402
+
+
+def programs(fn, args, monkeypatch):
+    text = lower_to_text(fn, *args)
+    monkeypatch.setenv("PJRT_REF_JIT", "1")
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
+    plain = load(text)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    return plain, load(text)
+
+
+def compiled(program) -> bool:
+    return any(s.op.name == "pjrt_ref.compiled_while"
+               for f in program.module_plan.functions.values() for s in f.body.steps)
+
+
+def check(fn, args, monkeypatch, expect_compiled=True):
+    plain, fast = programs(fn, args, monkeypatch)
+    assert compiled(fast) == expect_compiled
+    ours, reference = fast(*args), plain(*args)
+    for a, b in zip(ours, reference):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+    for a, b in zip(ours, jax.tree_util.tree_leaves(jax.jit(fn)(*args))):
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_fori_loop_of_vector_math(monkeypatch):
+    x = np.linspace(-3, 3, 16, dtype=np.float32)
+    check(lambda x: lax.fori_loop(0, 1000, lambda i, x: x * 0.99 + 0.01 * jnp.sin(x), x), (x,), monkeypatch)
+
+
+def test_counter_used_in_body_and_captured_array(monkeypatch):
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    w = np.arange(8, dtype=np.float32) / 8
+
+    def fn(x, w):
+        def body(i, carry):
+            x, total = carry
+            x = jnp.where(x > 0, x * w, x - i.astype(jnp.float32) * 0.001)
+            return x, total + i * 3
+        return lax.fori_loop(0, 50, body, (x, jnp.int32(7)))
+
+    check(fn, (x, w), monkeypatch)
+
+
+def test_while_with_data_dependent_condition_and_wrapping_ints(monkeypatch):
+    def fn(n):
+        def cond(c):
+            return c[0] < n
+        def body(c):
+            return c[0] + 1, c[1] * 1_000_003 + 12345, jnp.maximum(c[2], c[2] * -1.5)
+        return lax.while_loop(cond, body, (jnp.int32(0), jnp.int32(1), jnp.float32(-0.0)))
+
+    check(fn, (np.int32(40),), monkeypatch)
+
+
+def test_loop_with_a_matmul_stays_interpreted(monkeypatch):
+    x = np.eye(4, dtype=np.float32)
+    check(lambda x: lax.fori_loop(0, 3, lambda i, x: x @ x + 1, x), (x,), monkeypatch,
+          expect_compiled=False)
+
+
+def test_float64_loop(monkeypatch):
+    x = np.linspace(0, 1, 5)
+    check(lambda x: lax.fori_loop(0, 20, lambda i, x: x * x - 0.5 + x / 3, x), (x,), monkeypatch)
