@@ -19,12 +19,13 @@ The numbers follow XLA CPU, which expands each op into StableHLO
   before cosh itself does; sinh likewise, with
   (expm1(x) + expm1(x) / (expm1(x) + 1)) / 2 for real |x| < 1. XLA runs
   these two in f32 for narrower types, rounding once at the end.
-* tan and the complex inverse functions use numpy's (C99) evaluation in
-  double precision. On the branch cuts XLA picks the side by comparing the
-  argument's parts with 0 (so -0 counts as +0), not by the sign of zero as
-  C99 does; `_COMPLEX_BRANCH_SIGNS` applies XLA's choice. Complex arguments
-  with infinite or NaN parts follow C99 Annex G, where XLA's expansions
-  give NaN for some (e.g. acos(NaN i)).
+* Complex asin, acos, asinh and acosh are XLA's expansion around
+  `asin_acos_kernel` (Hull et al.'s algorithm), complex atanh and atan its
+  log1p/atan2 expansion, infinities and NaNs included. On the branch cuts
+  XLA picks the side by comparing the argument's parts with 0 (so -0
+  counts as +0), not by the sign of zero as C99 and numpy do.
+* tan is numpy's, evaluated in double precision and rounded (with XLA's
+  NaN for complex tan(+-inf + 0i) and tan(NaN + 0i)).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ import numpy as np
 from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex, is_float
-from .chlo_numerics import correctly_rounded, exp, expm1, log, log1p
+from .chlo_numerics import correctly_rounded, cos, exp, expm1, fma, log, log1p, sin
 
 atan2 = correctly_rounded(np.arctan2)
 
@@ -109,15 +110,25 @@ REAL_INVERSES = {"chlo.acos": _acos, "chlo.acosh": _acosh, "chlo.asin": _asin,
 # --- cosh and sinh (real and complex) ------------------------------------------
 
 def _log_half(x: np.ndarray):
-    return math.log(0.5) if is_complex(x.dtype) else x.dtype.type(math.log(0.5))
+    return (x.real.dtype if is_complex(x.dtype) else x.dtype).type(math.log(0.5))
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    """e^x; for complex x = a + bi, XLA's e^a cos(b) + i e^a sin(b), with
+    the imaginary part exactly b when b = 0 (so e^(inf + 0i) = inf + 0i)."""
+    if not is_complex(x.dtype):
+        return exp(x)
+    scale = exp(x.real)
+    imag = np.where(x.imag == 0, x.imag, scale * sin(x.imag))
+    return _complex(scale * cos(x.imag), imag)
 
 
 def _cosh(x: np.ndarray) -> np.ndarray:
-    return exp(x + _log_half(x)) + exp(_log_half(x) - x)
+    return _exp(x + _log_half(x)) + _exp(_log_half(x) - x)
 
 
 def _sinh_large(x: np.ndarray) -> np.ndarray:
-    return exp(x + _log_half(x)) - exp(_log_half(x) - x)
+    return _exp(x + _log_half(x)) - _exp(_log_half(x) - x)
 
 
 def _sinh(x: np.ndarray) -> np.ndarray:
@@ -131,48 +142,137 @@ def _sinh(x: np.ndarray) -> np.ndarray:
 HYPERBOLIC = {"chlo.cosh": _cosh, "chlo.sinh": _sinh}
 
 
-# --- library functions (tan; complex inverse functions) ------------------------
+# --- complex asin, acos, asinh, acosh: XLA's asin_acos_kernel -----------------
+#
+# w = asin_acos_kernel(z) = sqrt(a^2 - x^2) + i log(a + sqrt(a^2 - 1)) with
+# x = |Re z|, y = |Im z|, a = (hypot(x + 1, y) + hypot(x - 1, y)) / 2,
+# evaluated region by region as in Hull et al., "Implementing the complex
+# arcsine and arccosine functions using exception handling" (the modified
+# form XLA generates; see ChloDecompositionPatternsMath.td). Then
+#   asin(z)  = atan2(Re z, Re w) + i sign(Im z) Im w
+#   acos(z)  = atan2(Re w, Re z) - i sign(Im z) Im w
+#   acosh(z) = Im w + i sign(Im z) atan2(Re w, Re z)
+#   asinh(z) = sign(Re z) Im w' + i atan2(Im z, Re w'),  w' = kernel(i z)
+# where sign(v) compares v with 0 (so -0 counts as +0).
 
-LIBRARY = {"chlo.acos": np.arccos, "chlo.acosh": np.arccosh, "chlo.asin": np.arcsin,
-           "chlo.asinh": np.arcsinh, "chlo.atan": np.arctan, "chlo.atanh": np.arctanh,
-           "chlo.tan": np.tan}
-
-
-def _with_signs(real_sign, imag_sign):
-    """Fix the signs of a complex result's parts (None: keep numpy's)."""
-    def fix(z, result):
-        real, imag = result.real, result.imag
-        if real_sign is not None:
-            real = np.copysign(real, real_sign(z))
-        if imag_sign is not None:
-            imag = np.copysign(imag, imag_sign(z))
-        fixed = np.empty_like(result)
-        fixed.real, fixed.imag = real, imag
-        return fixed
-    return fix
-
-
-def _sign_where(condition, when_true: float):
-    return lambda z: np.where(condition(z), when_true, -when_true)
-
-
-# XLA's side of each branch cut: the comparison its expansion makes.
-_COMPLEX_BRANCH_SIGNS = {
-    "chlo.asin": _with_signs(None, _sign_where(lambda z: z.imag < 0, -1.0)),
-    "chlo.acos": _with_signs(None, _sign_where(lambda z: z.imag < 0, 1.0)),
-    "chlo.acosh": _with_signs(None, _sign_where(lambda z: z.imag < 0, -1.0)),
-    "chlo.asinh": _with_signs(_sign_where(lambda z: z.real < 0, -1.0), None),
-    "chlo.atanh": _with_signs(_sign_where(lambda z: z.real >= 0, 1.0), None),
-    "chlo.atan": _with_signs(None, _sign_where(lambda z: -z.imag >= 0, -1.0)),
-}
+def _hypot(u, y):
+    """hypot(u, y) for u, y >= 0, as the kernel computes it."""
+    f = u.dtype.type
+    larger, smaller = np.maximum(u, y), np.minimum(u, y)
+    q = smaller / larger
+    q2 = q * q
+    root = np.sqrt(fma(q, q, f(1)))
+    general = np.where((root == 1) & (q2 > 0), larger + larger * q2 / f(2), larger * root)
+    return np.where(larger == smaller, f(math.sqrt(2)) * larger, general)
 
 
-def _library(name: str, x: np.ndarray) -> np.ndarray:
-    """numpy's function in double precision, rounded to XLA's precision."""
+def asin_acos_kernel(z: np.ndarray):
+    """(Re w, Im w) of w = asin_acos_kernel(z), in z's part precision."""
+    f = z.real.dtype.type
+    info = np.finfo(z.real.dtype)
+    one, half = f(1), f(0.5)
+    x, y = np.abs(z.real), np.abs(z.imag)
+    safe_max = np.sqrt(f(info.max)) / f(8)
+    xp1, xm1 = x + one, x - one
+    r, s = _hypot(np.abs(xp1), y), _hypot(np.abs(xm1), y)
+    a = half * (r + s)
+    half_apx = half * (a + x)
+    yy = y * y
+    rpxp1, smxm1, spxm1 = r + xp1, s - xm1, s + xm1
+    real = np.where(np.maximum(x, y) >= safe_max, y,
+                    np.where(x <= one, np.sqrt(half_apx * (yy / rpxp1 + smxm1)),
+                             y * np.sqrt(half_apx / rpxp1 + half_apx / spxm1)))
+    # Im w = log(a + sqrt(a^2 - 1)): asymptotically for huge arguments,
+    # y / sqrt(a^2 - 1) for tiny y, else log1p(am1 + sqrt(am1 (a + 1))).
+    safe_max_opt = np.where(x < safe_max * f(1e12), safe_max * f(1e-6), safe_max * f(100))
+    y_large = y >= safe_max_opt
+    big = np.where(y_large, y, x)
+    xoy = np.where(y_large & (y != np.inf), x / y, f(0))
+    huge = fma(half, log1p(xoy * xoy), log(f(2)) + log(big))
+    tiny_y = (y < np.sqrt(f(info.tiny)) * f(4)) & (x < one)
+    ap1 = a + one
+    half_yy = half * yy
+    half_yy_over_rpxp1 = half_yy / rpxp1
+    am1 = np.where(tiny_y, -(xp1 * xm1) / ap1,
+                   np.where(x >= one, fma(half, spxm1, half_yy_over_rpxp1),
+                            np.where(a <= f(1.5), half_yy_over_rpxp1 + half_yy / smxm1,
+                                     a - one)))
+    root = np.sqrt(am1 * ap1)
+    imag = np.where(big >= np.where(y_large, safe_max_opt, safe_max), huge,
+                    np.where(tiny_y, y / root, log1p(am1 + root)))
+    return real, imag
+
+
+def _complex(real, imag) -> np.ndarray:
+    result = np.empty(real.shape, np.complex64 if real.dtype == np.float32 else np.complex128)
+    result.real, result.imag = real, imag
+    return result
+
+
+def _complex_asin(z):
+    w_real, w_imag = asin_acos_kernel(z)
+    return _complex(atan2(z.real, w_real), np.where(z.imag < 0, -w_imag, w_imag))
+
+
+def _complex_acos(z):
+    w_real, w_imag = asin_acos_kernel(z)
+    return _complex(atan2(w_real, z.real), np.where(z.imag < 0, w_imag, -w_imag))
+
+
+def _complex_acosh(z):
+    w_real, w_imag = asin_acos_kernel(z)
+    angle = atan2(w_real, z.real)
+    return _complex(w_imag, np.where(z.imag < 0, -angle, angle))
+
+
+def _complex_asinh(z):
+    w_real, w_imag = asin_acos_kernel(_complex(-z.imag, z.real))
+    return _complex(np.where(z.real < 0, -w_imag, w_imag), atan2(z.imag, w_real))
+
+
+def _complex_atanh(z):
+    """atanh(x + iy) = sign(x) log1p(4|x| / ((1 - |x|)^2 + y^2)) / 4
+    + i atan2(2y, (1 - |x|)(1 + |x|) - y^2) / 2, with asymptotic forms once
+    |x| or |y| exceeds 1 / eps^2 (XLA's expansion)."""
+    f = z.real.dtype.type
+    x, y = z.real, z.imag
+    ax, ay = np.abs(x), np.abs(y)
+    inv_eps = f(9007199254740994.0 if z.real.dtype == np.float64 else 16777218.0)
+    safe_max = inv_eps * inv_eps
+    in_safe_region = (ax < safe_max) & (ay < safe_max)
+    one_minus_ax = f(1) - ax
+    y2 = y * y
+    infinite = np.isinf(x) | np.isinf(y)
+    far = np.where(ay * inv_eps < ax, f(1) / ax,
+                   np.where(infinite, f(0), (f(1) / (ax / y + y / ax)) / y))
+    ratio = np.where(in_safe_region, ax / fma(one_minus_ax, one_minus_ax, y2), far)
+    real = np.where(x >= 0, f(1), f(-1)) * log1p(f(4) * ratio) * f(0.25)
+    angle = np.where(in_safe_region, atan2(y + y, fma(one_minus_ax, f(1) + ax, -y2)),
+                     np.where(y >= 0, f(1), f(-1)) * f(math.pi))
+    return _complex(real, angle * f(0.5))
+
+
+def _complex_atan(z):
+    """atan(z) = -i atanh(iz)."""
+    w = _complex_atanh(_complex(-z.imag, z.real))
+    return _complex(w.imag, -w.real)
+
+
+COMPLEX_INVERSES = {"chlo.asin": _complex_asin, "chlo.acos": _complex_acos,
+                    "chlo.acosh": _complex_acosh, "chlo.asinh": _complex_asinh,
+                    "chlo.atan": _complex_atan, "chlo.atanh": _complex_atanh}
+
+
+# --- tan: the library function --------------------------------------------------
+
+def _tan(x: np.ndarray) -> np.ndarray:
+    """numpy's tan in double precision, rounded to XLA's precision. For
+    complex z = +-inf + 0i or NaN + 0i XLA gives NaN + NaN i, where C99 keeps
+    the zero imaginary part."""
     wide = x.astype(np.complex128 if is_complex(x.dtype) else np.float64)
-    result = LIBRARY[name](wide)
-    if name in _COMPLEX_BRANCH_SIGNS and is_complex(x.dtype):
-        result = _COMPLEX_BRANCH_SIGNS[name](wide, result)
+    result = np.tan(wide)
+    if is_complex(x.dtype):
+        result.imag = np.where((wide.imag == 0) & ~np.isfinite(wide.real), np.nan, result.imag)
     return result.astype(xla_dtype(x.dtype))
 
 
@@ -185,7 +285,7 @@ def _validate_trigonometric(op) -> None:
                        f"{op.operand_types[0].element_type}", cls=Unimplemented)
 
 
-@register(*LIBRARY, *HYPERBOLIC, validate=_validate_trigonometric)
+@register(*REAL_INVERSES, "chlo.tan", *HYPERBOLIC, validate=_validate_trigonometric)
 def trigonometric(op, x):
     """ChloOps.td "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh",
     "sinh", "tan": elementwise, principal branches; NaN outside the real
@@ -199,6 +299,21 @@ def trigonometric(op, x):
             largest = float(ml_dtypes.finfo(x.dtype).max)
             result = REAL_INVERSES[op.name](x.astype(xla_dtype(x.dtype)),
                                             step_rounding(x.dtype), largest)
+        elif op.name in COMPLEX_INVERSES:
+            result = COMPLEX_INVERSES[op.name](x)
         else:
-            result = _library(op.name, x)
+            result = _tan(x)
     return np.asarray(result).astype(op.result_type.dtype)
+
+
+def _validate_complex_operand(op) -> None:
+    if not is_complex(op.operand_types[0].dtype):
+        raise op.error(f"{op.name} needs a complex operand", cls=Unimplemented)
+
+
+@register("chlo._asin_acos_kernel", validate=_validate_complex_operand)
+def asin_acos_kernel_op(op, z):
+    """ChloOps.td "_asin_acos_kernel" (internal to the asin/acos expansions):
+    w = sqrt(a^2 - x^2) + i log(a + sqrt(a^2 - 1)) as described above."""
+    with np.errstate(all="ignore"):
+        return _complex(*asin_acos_kernel(np.asarray(z))).astype(op.result_type.dtype)
