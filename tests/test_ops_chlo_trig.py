@@ -98,3 +98,10 @@ def test_non_float_operand_is_rejected_at_load_time():
     }"""
     with pytest.raises(PjrtRefError):
         load(text)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.complex64), np.dtype(np.complex128)], ids=str)
+def test_asin_acos_kernel_matches_xla(dtype):
+    """The internal op the complex asin/acos expansions are built on."""
+    z = complex_inputs(dtype)
+    assert_matches_xla(unary_program("chlo._asin_acos_kernel", z), z, max_ulp=1)
