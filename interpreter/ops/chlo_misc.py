@@ -70,9 +70,10 @@ def _validate_square(op) -> None:
 
 @register("chlo.square", validate=_validate_square)
 def square(op, x):
-    """ChloOps.td "square": x * x (stablehlo.multiply's semantics, so
-    integers wrap). Complex (a + bi)^2 is (a - b)(a + b) + 2abi, with the
-    real part exactly 0 when |a| == |b| and a is finite."""
+    """ChloOps.td "square" (float and complex operands): x * x with
+    stablehlo.multiply's semantics. Complex (a + bi)^2 is
+    (a - b)(a + b) + 2abi, with the real part exactly 0 when |a| == |b| and
+    a is finite."""
     if not is_complex(x.dtype):
         return op.cache["multiply"](op, x, x)
     a, b = x.real, x.imag
@@ -114,11 +115,8 @@ def _validate_float_operand(op) -> None:
                        f"{op.operand_types[0].element_type}", cls=Unimplemented)
 
 
-_INF_TESTS = {
-    "chlo.is_inf": lambda x: np.isinf(x),
-    "chlo.is_pos_inf": lambda x: np.isposinf(x),
-    "chlo.is_neg_inf": lambda x: np.isneginf(x),
-}
+_INF_TESTS = {"chlo.is_inf": np.isinf, "chlo.is_pos_inf": np.isposinf,
+              "chlo.is_neg_inf": np.isneginf}
 
 
 @register(*_INF_TESTS, validate=_validate_float_operand)
