@@ -138,3 +138,15 @@ def test_select_and_scatter_min_select_and_multiply_scatter():
     # source once: 0.5 * 2 * 3 * 5 * 7 at [1, 2].
     assert ours[0][1, 2] == 105.0
     np.testing.assert_array_equal(ours[0], theirs[0])
+
+
+@pytest.mark.parametrize("n", [17, 200, 257, 5000])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_long_scans_round_like_xla_tiled_scan(n, reverse):
+    """XLA rewrites scans longer than 16 into tiles of 16 plus a scan of the
+    tile totals; sums must round the same way (bit-exact)."""
+    x = _floats((2, n))
+    assert_same_as_jax(lambda v: lax.cumsum(v, axis=1, reverse=reverse), x, rtol=0)
+    assert_same_as_jax(lambda v: lax.cummax(v, axis=1, reverse=reverse), x, rtol=0)
+    assert_same_as_jax(lambda v: lax.cumsum(v, axis=0, reverse=reverse),
+                       x.T.astype(ml_dtypes.bfloat16), rtol=0)

@@ -13,6 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import Unimplemented
 from ..registry import register
+from .window_scan import scan, scan_axis
 from .reduce_regions import (analyse_regions, body_analysis, fold_last_axis, reduce_last_axis,
                              run_body)
 
@@ -85,12 +86,19 @@ def reduce_window(op, *operands, regions):
     attrs = _window_attrs(op, inputs[0].ndim)
     out_shape = tuple(op.result_types[0].shape)
     dtypes = [t.dtype for t in op.result_types]
+    body = body_analysis(op, 0)
+    scan_along = scan_axis(attrs, inputs[0].shape, out_shape) if body.ufuncs else None
+    if scan_along is not None:
+        # cumsum & co: XLA's tiled scan, O(n) instead of O(n^2)
+        axis, reverse = scan_along
+        results = [scan(u, x, i, d, axis, reverse)
+                   for u, x, i, d in zip(body.ufuncs, inputs, inits, dtypes)]
+        return results[0] if n == 1 else tuple(results)
     values = []
     for x, init in zip(inputs, inits):
         padded = pad_and_dilate(x, init, attrs["padding"], attrs["base_dilations"])
         values.append(windows(padded, attrs["dims"], attrs["strides"],
                               attrs["window_dilations"], out_shape))
-    body = body_analysis(op, 0)
     if _rounding_free(body):
         results = reduce_last_axis(regions[0], body, dtypes, values, inits)
     else:
