@@ -26,24 +26,23 @@ def _floats(shape, dtype=np.float32):
          base_dilation=(2, 1), window_dilation=(1, 2)),
     dict(window=(2, 2), strides=(1, 1), padding=((-1, 0), (1, -1))),
 ])
-@pytest.mark.parametrize("kind", ["max", "min", "add"])
-def test_reduce_window(config, kind):
+def test_reduce_window(config):
     x = _floats((7, 9))
-    computation = {"max": lax.max, "min": lax.min, "add": lax.add}[kind]
-    init = {"max": -np.inf, "min": np.inf, "add": 0.0}[kind]
     padding = config["padding"]
     if isinstance(padding, str):
         padding = lax.padtype_to_pads(x.shape, config["window"], config["strides"], padding)
 
-    def fn(v):
+    def window(v, computation, init):
         return lax.reduce_window(v, np.float32(init), computation, config["window"],
                                  config["strides"], padding,
                                  base_dilation=config.get("base_dilation"),
                                  window_dilation=config.get("window_dilation"))
 
+    fn = lambda v: [window(v, lax.max, -np.inf), window(v, lax.min, np.inf)]  # noqa: E731
+    assert_same_as_jax(fn, x, rtol=0)
     # XLA may sum a window in another order than row-major (the spec leaves
     # the schedule open), so sums agree to a few ulps.
-    assert_same_as_jax(fn, x, rtol=1e-6 if kind != "add" else 1e-5)
+    assert_same_as_jax(lambda v: window(v, lax.add, 0.0), x, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint32, np.float16, ml_dtypes.bfloat16,
@@ -140,13 +139,11 @@ def test_select_and_scatter_min_select_and_multiply_scatter():
     np.testing.assert_array_equal(ours[0], theirs[0])
 
 
-@pytest.mark.parametrize("n", [17, 200, 257, 5000])
-@pytest.mark.parametrize("reverse", [False, True])
-def test_long_scans_round_like_xla_tiled_scan(n, reverse):
+@pytest.mark.parametrize("n", [17, 257, 5000])
+def test_long_scans_round_like_xla_tiled_scan(n):
     """XLA rewrites scans longer than 16 into tiles of 16 plus a scan of the
     tile totals; sums must round the same way (bit-exact)."""
     x = _floats((2, n))
-    assert_same_as_jax(lambda v: lax.cumsum(v, axis=1, reverse=reverse), x, rtol=0)
-    assert_same_as_jax(lambda v: lax.cummax(v, axis=1, reverse=reverse), x, rtol=0)
-    assert_same_as_jax(lambda v: lax.cumsum(v, axis=0, reverse=reverse),
-                       x.T.astype(ml_dtypes.bfloat16), rtol=0)
+    fn = lambda v, w: [lax.cumsum(v, axis=1), lax.cumsum(v, axis=1, reverse=True),  # noqa: E731
+                       lax.cummax(v, axis=1, reverse=True), lax.cumsum(w, axis=0)]
+    assert_same_as_jax(fn, x, x.T.astype(ml_dtypes.bfloat16), rtol=0)
