@@ -27,6 +27,7 @@ import traceback
 from dataclasses import dataclass
 
 from ..errors import PjrtRefError, Unimplemented
+from . import dynamic
 from .generic_form import to_generic_form
 from .testfile import read_text, split_chunks
 
@@ -47,6 +48,7 @@ class _LoadedChunk:
     module: object  # keeps the parsed module (and its context) alive
     plan: object  # the ModulePlan; functions are planned when first run
     uses_probes: bool  # does it write with interpreter.probe?
+    source: str  # the chunk's text as written (line numbers are the file's)
 
 
 class _ChunkCache:
@@ -79,6 +81,9 @@ class _Contexts:
 
         if self.context is None or self.count >= self.uses:
             self.context = make_context()
+            # No MLIR worker threads: dynamic cases fork this process to run
+            # the reference interpreter, and a fork copies no threads.
+            self.context.enable_multithreading(False)
             self.count = 0
         self.count += 1
         return self.context
@@ -98,7 +103,8 @@ def _load_chunk(path: str, chunk_index: int):
         chunk = next(c for c in chunks if c.index == chunk_index)
         text = to_generic_form(chunk.padded_text())
         module = parse_module(text, _CONTEXTS.get())
-        return _LoadedChunk(module, ModulePlan(module), "interpreter.probe" in text)
+        return _LoadedChunk(module, ModulePlan(module), "interpreter.probe" in text,
+                            chunk.padded_text())
     except Exception as error:  # reported when a case of this chunk runs
         return error
 
@@ -128,10 +134,10 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
         raise loaded
     plan = loaded.plan.function(function)
     if plan.input_types:
-        # Upstream's dynamic-shape testdata only round-trips through
-        # serialization; there is nothing to feed such a function.
+        if function == "main" and not dynamic.has_checks(loaded.source):
+            return _run_dynamic(loaded.source, plan)
         return UNSUPPORTED, (f"@{function} loads, but takes {len(plan.input_types)} "
-                             "argument(s) and test cases run without arguments")
+                             "argument(s) and has checks, so it is no dynamic case")
     checks.reset_check_count()
     if loaded.uses_probes:
         with tempfile.TemporaryDirectory(prefix="probes-") as probes:
@@ -144,6 +150,32 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
         plan.run([])
     count = checks.checks_passed
     return PASS, f"{count} check(s) passed" if count else "ran; no checks in the case"
+
+
+def _run_dynamic(source: str, plan) -> tuple[str, str]:
+    """A dynamic case (see `dynamic.py`): round trip, run on synthesized
+    arguments, compare with the reference interpreter."""
+    from . import oracle
+
+    try:
+        version = dynamic.round_trip(source)
+    except dynamic.RoundTripMismatch as mismatch:
+        return FAIL, str(mismatch)
+    arguments = dynamic.synthesize(plan.input_types)
+    dimensions = dynamic.dimension_argument_count(plan.input_types)
+    try:
+        ours = plan.run([a.copy() for a in arguments])
+    except Exception as error:  # noqa: BLE001 - ours to explain
+        return ERROR, "pjrt-ref raised on the synthesized arguments: " + _message(error)
+    try:
+        theirs = oracle.reference_results(source, arguments, dimensions)
+    except oracle.OracleUnavailable as why:
+        return UNSUPPORTED, f"pjrt-ref ran it, but the oracle could not: {why}"
+    try:
+        dynamic.compare(ours, theirs)
+    except dynamic.ResultMismatch as mismatch:
+        return FAIL, f"differs from the StableHLO reference interpreter: {mismatch}"
+    return PASS, dynamic.describe(arguments, dimensions, version, len(ours))
 
 
 def classify(error: BaseException) -> tuple[str, str]:
