@@ -53,6 +53,20 @@ def minimum(a, b):
     if a == b:
         return a if math.copysign(1.0, a) < 0 else b
     return a if a < b else b
+
+
+@njit(cache=True, inline="always")
+def total_order_key32(x):
+    """An int32 ordered like IEEE totalOrder orders float32 x."""
+    bits = float32(x).view(np.int32)
+    return bits ^ np.int32(0x7FFFFFFF) if bits < 0 else bits
+
+
+@njit(cache=True, inline="always")
+def total_order_key64(x):
+    """An int64 ordered like IEEE totalOrder orders float64 x."""
+    bits = float64(x).view(np.int64)
+    return bits ^ np.int64(0x7FFFFFFFFFFFFFFF) if bits < 0 else bits
 '''
 
 _TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",

@@ -14,7 +14,8 @@ What fuses, and why it is exact (the same bits as the unfused kernels):
   NaN, no exception; no fastmath).
 * f32/f64 maximum, minimum: NaN propagates (the NaN operand is returned),
   max(-0, +0) = +0 and min(-0, +0) = -0, as `elementwise_binary` does.
-* f32/f64 compare with FLOAT (or no) compare_type; select; f32 <-> f64 convert.
+* f32/f64 compare with FLOAT (or no) compare_type, or TOTALORDER (on the
+  bits, like elementwise_compare); select; f32 <-> f64 convert.
 * sqrt (correctly rounded everywhere), and for f32 only: exp, expm1, log,
   log1p, logistic, sine, cosine (not tanh, see MATH_F32). The unfused kernels compute these in
   float64 and round once to float32; so does the fused loop, but with libm's
@@ -94,10 +95,15 @@ def scalar_expression(op) -> str | None:
             return None
         return ARITHMETIC.get(name) or MATH_F32[name]
     if name == "stablehlo.compare":
-        if (result != BOOL or operands[0] != operands[1] or operands[0] not in FLOATS
-                or op.attrs.get("compare_type") not in (None, "FLOAT")):
+        if result != BOOL or operands[0] != operands[1] or operands[0] not in FLOATS:
             return None
-        return "{0} %s {1}" % COMPARE[op.attrs["comparison_direction"]]
+        compare = COMPARE[op.attrs["comparison_direction"]]
+        compare_type = op.attrs.get("compare_type")
+        if compare_type == "TOTALORDER":
+            # IEEE totalOrder through the bits, as elementwise_compare does.
+            key = "total_order_key32" if operands[0] == F32 else "total_order_key64"
+            return f"{key}({{0}}) {compare} {key}({{1}})"
+        return "{0} %s {1}" % compare if compare_type in (None, "FLOAT") else None
     if name == "stablehlo.select":
         if operands[0] != BOOL or operands[1] != result or operands[2] != result:
             return None

@@ -10,7 +10,8 @@ What qualifies (anything else keeps the interpreted loop):
 * every value is a tensor of static shape, 0-d or of one common shape S;
   element types f32, f64, i32, i64 or i1;
 * the ops are the ones `fusion.scalar_expression` fuses exactly, integer
-  add/subtract/multiply/negate/maximum/minimum/compare/select (wrapping
+  add/subtract/multiply/negate/maximum/minimum/compare/select, and/or/xor/not
+  on integers and i1 (wrapping
   exactly like the interpreter: each result is cast back to its 32- or
   64-bit type), constants, splats (broadcast_in_dim of a 0-d value) and
   `func.call`s of functions made of the same (inlined);
@@ -44,6 +45,9 @@ INTEGER_OPS = {
     "stablehlo.maximum": "max({0}, {1})",
     "stablehlo.minimum": "min({0}, {1})",
 }
+# Bitwise on integers, logical on i1 (spec "and", "or", "xor").
+BITWISE_OPS = {"stablehlo.and": "{0} & {1}", "stablehlo.or": "{0} | {1}",
+               "stablehlo.xor": "{0} ^ {1}"}
 COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 MAX_INLINE_DEPTH = 4
 
@@ -64,6 +68,13 @@ def _integer_expression(op) -> str | None:
     dtypes = [t.dtype for t in op.operand_types] + [t.dtype for t in op.result_types]
     if op.name in INTEGER_OPS:
         return INTEGER_OPS[op.name] if len(set(dtypes)) == 1 and dtypes[0] in (I32, I64) else None
+    if op.name in BITWISE_OPS and len(set(dtypes)) == 1 and dtypes[0] in (I32, I64, BOOL):
+        return BITWISE_OPS[op.name]
+    if op.name == "stablehlo.not" and len(set(dtypes)) == 1:
+        if dtypes[0] == BOOL:
+            return "not {0}"
+        if dtypes[0] in (I32, I64):
+            return "~{0}"
     if op.name == "stablehlo.compare":
         operand = op.operand_types[0].dtype
         if operand in (I32, I64, BOOL) and op.attrs.get("compare_type") in (None, "SIGNED"):
