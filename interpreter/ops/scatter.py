@@ -18,7 +18,8 @@ The update computation is recognised when the program is planned:
   or, xor) on its two arguments becomes `numpy.<ufunc>.at` (unbuffered, in
   order, so duplicate indices accumulate);
 * anything else (several inputs, type promotion, longer bodies) calls the
-  region once per update element, in order (slow but exact).
+  region once per update element, in order (slow but exact), in a numba
+  loop when interpreter/jit can compile the body.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import dataclasses
 
 import numpy as np
 
+from ..jit.regions import scatter_applier
 from ..registry import register
 from .gather import batching_positions, index_vectors
 
@@ -140,6 +142,10 @@ def scatter(op, *args, regions):
         flat_results[0][targets[last]] = flat_updates[0][last]
     elif body is not None:
         body.at(flat_results[0], targets, flat_updates[0])
+    elif (applier := scatter_applier(op)) is not None:
+        # The same per-element loop, compiled by numba (interpreter/jit).
+        applier(np.ascontiguousarray(targets), *flat_results,
+                *(np.ascontiguousarray(u) for u in flat_updates))
     else:
         _apply_region(regions[0], flat_results, targets, flat_updates)
     outputs = tuple(r.reshape(x.shape) for r, x in zip(flat_results, inputs))

@@ -6,6 +6,8 @@ Three paths, chosen from the comparator's body:
   integer, boolean or TOTALORDER compare) is numpy's stable argsort on a
   key that orders like the compare; so is a `compare` of g(lhs) and g(rhs)
   for an element-wise g (JAX's float comparators), keyed on g(row);
+* a comparator of scalar element-wise ops that numba can compile drives a
+  stable merge sort in numba (interpreter/jit/regions.py);
 * any other comparator made of element-wise ops runs vectorised inside a
   bitonic sorting network: O(log^2 n) runs of the comparator, each on
   whole arrays of pairs;
@@ -21,6 +23,7 @@ import functools
 
 import numpy as np
 
+from ..jit.regions import sort_order, sort_orderer
 from ..registry import register
 from ..types import is_bool, is_complex, is_float
 from .reduce_regions import is_elementwise, run_body
@@ -46,8 +49,11 @@ def sort(op, *inputs, regions):
         key = _simple_sort_key(plan, rows)
         if key is None:
             key = _derived_sort_key(comparator, plan, rows)
+        orderer = None if key is not None else sort_orderer(op)
         if key is not None:
             order = np.argsort(key, axis=-1, kind="stable")
+        elif orderer is not None:
+            order = sort_order(orderer, rows)  # numba merge sort (interpreter/jit)
         elif is_elementwise(plan):
             order = _bitonic_order(comparator, rows)
         else:
