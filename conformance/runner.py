@@ -6,7 +6,30 @@
 Every case (see `testfile.py`) ends as pass, fail (a check did not hold),
 error (anything else went wrong), unsupported (pjrt-ref does not implement
 something it needs) or timeout. Cases run in worker processes (`pool.py`),
-so a case that crashes or hangs costs only itself. The exit status is 0 when
+so a case that crashes or hangs costs only itself.
+
+A case checks itself (`check.*` ops or `@check.*` custom calls), except a
+*dynamic case*: an `@main` that takes arguments and has no checks, like the
+JAX shape-polymorphic exports in upstream's `stablehlo/testdata/dynamic`
+(leading `tensor<i64>` dimension sizes, then tensors with `?` dimensions).
+Upstream only round-trips those through serialization. Here such a case
+passes when (`dynamic.py`, `oracle.py`):
+
+1. serialized to a portable artifact at the current StableHLO version and
+   deserialized, the module prints exactly as the original (else: fail);
+2. pjrt-ref runs it on synthesized arguments: every dimension size and `?`
+   dimension 3, seeded random values (integers 0..2, floats multiples of
+   1/4 in [-2, 2]) (an exception here: error);
+3. its results agree with StableHLO's C++ reference interpreter
+   (`stablehlo.eval_module`, in a forked child) run on the module made
+   static: argument types pinned, dimension sizes made constants, shapes
+   refined with XLA's `refine_polymorphic_shapes`, `@shape_assertion`
+   calls removed. Integers and booleans must be equal, floats within 3 ULP
+   or a small relative tolerance (else: fail, naming the result, the first
+   differing index and both values).
+
+A dynamic case is unsupported only when the oracle cannot run the program
+(the message says why); its passing message says what was checked. The exit status is 0 when
 no case failed, errored or timed out, 1 when some did, 2 when there was
 nothing to run.
 

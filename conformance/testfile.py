@@ -15,7 +15,8 @@ Comment lines (`// RUN:`, `// CHECK:`) are just MLIR comments, except that
 when upstream does not interpret a file (a `// RUN-DISABLED(reason)` line,
 or RUN lines that never use `--interpret`, as for the dynamic-shape files
 that only round-trip through serialization), the report of a case that does
-not pass says so. Finding the
+not pass says so. (Those dynamic-shape files are run all the same: see
+`dynamic.py`.) Finding the
 cases uses a text scan, not the MLIR parser, so that the runner's main
 process never loads MLIR (a crash there would end the whole run).
 """
@@ -90,6 +91,8 @@ def upstream_note(text: str) -> str:
         return f"RUN-DISABLED({match['reason']})" if match["reason"] else "RUN-DISABLED"
     run_lines = _RUN_LINE.findall(text)
     if run_lines and not any("--interpret" in line for line in run_lines):
+        if any("--serialize" in line for line in run_lines):
+            return "its RUN lines only test a serialization round trip"
         return "its RUN lines never use --interpret"
     return ""
 

@@ -8,8 +8,11 @@ returns `(status, message, seconds)`, where status is one of
 * "fail": a check did not hold (`CheckFailure`);
 * "unsupported": pjrt-ref does not implement something the case needs
   (`Unimplemented`, at load or at run time; or an op of a dialect jaxlib
-  cannot parse), or the function needs arguments, so it is no test case;
+  cannot parse), or the function needs arguments but has checks;
 * "error": any other exception (the message names the op and location).
+
+A dynamic case (`@main` takes arguments, no checks) is run by
+`_run_dynamic` instead; see `dynamic.py` for its statuses.
 
 `serve(connection)` is the loop of a worker process: it receives tasks and
 sends back results until it receives None. Timeouts and crashes are the

@@ -15,6 +15,9 @@ from pjrt_ref.conformance.runner import main
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "conformance")
 INTERPRET = os.path.join(DATA, "interpret", "checks.mlir")
+# The self-checking files; the dynamic cases (data/conformance/dynamic) have
+# their own tests in test_conformance_dynamic.py.
+CHECKED = [os.path.join(DATA, name) for name in sorted(os.listdir(DATA)) if name != "dynamic"]
 
 EXPECTED_STATUSES = {
     ("jax_add_pass.mlir", "main"): "pass",
@@ -33,7 +36,7 @@ EXPECTED_STATUSES = {
 def report(tmp_path_factory):
     """Run the runner once over all test data; (exit status, JSON report)."""
     path = tmp_path_factory.mktemp("conformance") / "report.json"
-    status = main([DATA, "--jobs", "2", "--json", str(path)])
+    status = main([*CHECKED, "--jobs", "2", "--json", str(path)])
     with open(path) as handle:
         return status, json.load(handle)
 
@@ -93,7 +96,7 @@ def test_unsupported_alone_does_not_fail_the_run():
 
 def test_k_selects_cases_by_substring(tmp_path):
     path = tmp_path / "report.json"
-    assert main([DATA, "-k", "checks.mlir::eq_const", "--jobs", "1", "--json", str(path)]) == 1
+    assert main([*CHECKED, "-k", "checks.mlir::eq_const", "--jobs", "1", "--json", str(path)]) == 1
     cases = json.loads(path.read_text())["cases"]
     assert sorted(c["case"] for c in cases) == ["eq_const_fails:31", "eq_const_passes:4"]
 
@@ -119,7 +122,7 @@ def test_parse_error_is_an_error(tmp_path):
 
 
 def test_verbose_prints_every_case_that_did_not_pass(capsys):
-    assert main([DATA, os.path.join(DATA, "jax_add_pass.mlir"), "-v", "--jobs", "2"]) == 1
+    assert main([*CHECKED, os.path.join(DATA, "jax_add_pass.mlir"), "-v", "--jobs", "2"]) == 1
     lines = capsys.readouterr().out.splitlines()
     flagged = sorted(line.split(":: ")[0].split()[0] for line in lines[:-1])
     assert flagged == ["FAIL", "FAIL", "FAIL", "UNSUPPORTED", "UNSUPPORTED"]
