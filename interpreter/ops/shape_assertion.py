@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from ...errors import InvalidArgument
 from ..registry import register_custom_call
 from ..types import TensorType, is_bool, is_integer
 
@@ -55,5 +56,6 @@ def shape_assertion(op, predicate, *message_inputs):
     if not bool(np.asarray(predicate)):
         message = format_error_message(op.attrs.get("error_message", "shape assertion failed"),
                                        message_inputs)
-        raise op.error(message)
+        raise InvalidArgument(message, op="stablehlo.custom_call @shape_assertion",
+                              location=op.location)
     return ()
