@@ -140,7 +140,8 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
         if function == "main" and not dynamic.has_checks(loaded.source):
             return _run_dynamic(loaded.source, plan)
         return UNSUPPORTED, (f"@{function} loads, but takes {len(plan.input_types)} "
-                             "argument(s) and has checks, so it is no dynamic case")
+                             "argument(s); only an @main without checks runs on synthesized "
+                             "arguments (as a dynamic case)")
     checks.reset_check_count()
     if loaded.uses_probes:
         with tempfile.TemporaryDirectory(prefix="probes-") as probes:

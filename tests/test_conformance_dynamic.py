@@ -134,3 +134,16 @@ def test_cases_with_checks_are_not_dynamic_cases():
     assert dynamic.has_checks('stablehlo.custom_call @check.expect_eq(%0, %1)')
     assert dynamic.has_checks('check.expect_almost_eq %0, %1 : tensor<2xf32>')
     assert not dynamic.has_checks('stablehlo.custom_call @shape_assertion(%0)')
+
+
+def test_a_function_with_arguments_and_checks_stays_unsupported(tmp_path):
+    source = tmp_path / "checks_with_arguments.mlir"
+    source.write_text(
+        "func.func @main(%arg0: tensor<1xi32>) {\n"
+        "  check.expect_eq_const %arg0, dense<[1]> : tensor<1xi32>\n"
+        "  func.return\n}\n")
+    report = tmp_path / "report.json"
+    assert main([str(source), "--jobs", "1", "--json", str(report)]) == 0
+    (case,) = json.loads(report.read_text())["cases"]
+    assert case["status"] == "unsupported"
+    assert "only an @main without checks runs on synthesized arguments" in case["message"]
