@@ -1,6 +1,6 @@
 """StableHLO's C++ reference interpreter as the oracle of dynamic cases.
 
-`reference_results(text, function, arguments, dimensions)` makes the
+`reference_results(text, arguments, dimensions)` makes the
 shape-polymorphic program static for `arguments` (`static_module`) and runs
 it on `jaxlib.mlir.dialects.stablehlo.eval_module`. Both happen in a child
 forked from the worker (so it starts with jaxlib loaded): the reference
@@ -59,6 +59,8 @@ def _child(write_end: int, output_fd: int, text: str, arguments: list, dimension
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         payload = pickle.dumps(("results", _evaluate(text, arguments, dimensions)))
+    except OracleUnavailable as why:
+        payload = pickle.dumps(("error", str(why)))
     except BaseException as error:  # noqa: BLE001 - reported to the parent
         payload = pickle.dumps(("error", f"{type(error).__name__}: {error}"))
     with os.fdopen(write_end, "wb") as pipe:
@@ -247,7 +249,9 @@ def _arrays(results: list, rewritten: list[str]) -> list[np.ndarray]:
     for element in rewritten:
         if element.startswith("complex"):
             real, imag = next(plain), next(plain)
-            arrays.append((real + 1j * imag).astype(ELEMENT_DTYPES[element]))
+            joined = np.empty(real.shape, ELEMENT_DTYPES[element])  # not real + 1j * imag,
+            joined.real, joined.imag = real, imag  # which turns an infinite part into NaN
+            arrays.append(joined)
         elif element:
             arrays.append(next(plain).view(ELEMENT_DTYPES[element]))
         else:
