@@ -167,21 +167,31 @@ def compare(ours: list, theirs: list) -> None:
             index = tuple(int(i) for i in bad[0])
             raise ResultMismatch(
                 f"result {number}: {len(bad)} of {ok.size} element(s) differ; first at index "
-                f"{list(index)}: pjrt-ref {mine[index]!r} vs reference interpreter "
-                f"{reference[index]!r}")
+                f"{list(index)}: pjrt-ref {_text(mine[index])} vs reference interpreter "
+                f"{_text(reference[index])}")
 
 
 def _agree(mine: np.ndarray, reference: np.ndarray) -> np.ndarray:
     ok = equal_elements(mine, reference)
     if is_float(mine.dtype) or is_complex(mine.dtype):
         ok |= ulp_difference(mine, reference) <= np.uint64(MAX_ULP_DIFFERENCE)
-        tolerance = RELATIVE_TOLERANCE.get(np.dtype(mine.dtype).itemsize // (2 if is_complex(
-            mine.dtype) else 1), 0.0)
-        wide = np.complex128 if is_complex(mine.dtype) else np.float64
+        complex_ = is_complex(mine.dtype)
+        part_width = mine.dtype.itemsize // (2 if complex_ else 1)
+        tolerance = RELATIVE_TOLERANCE.get(part_width, 0.0)
+        wide = np.complex128 if complex_ else np.float64
         a, b = mine.astype(wide), reference.astype(wide)
         with np.errstate(invalid="ignore", over="ignore"):
             ok |= np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= tolerance * np.abs(b))
     return ok
+
+
+def _text(value) -> str:
+    dtype = np.asarray(value).dtype
+    if is_complex(dtype):
+        return repr(complex(value))
+    if is_float(dtype):
+        return repr(float(value))
+    return str(np.asarray(value).item())
 
 
 def describe(arguments: list, dimensions: int, version: str, results: int) -> str:
@@ -190,4 +200,6 @@ def describe(arguments: list, dimensions: int, version: str, results: int) -> st
             if dimensions else f"every '?' = {DIMENSION_SIZE}")
     return (f"round trip at version {version} reproduces the module; ran with {dims} "
             f"({len(arguments)} argument(s), seed {SEED}); {results} result(s) match the "
-            f"StableHLO reference interpreter on the shape-refined module")
+            f"StableHLO reference interpreter on the shape-refined module (integers exactly, "
+            f"floats within {MAX_ULP_DIFFERENCE} ULP or a relative {RELATIVE_TOLERANCE[4]:g} "
+            f"for f32)")
