@@ -11,14 +11,24 @@ runs, and rewrites its steps:
 2. `fusion` (numba): a run of elementwise steps whose intermediates are
    used only inside the run becomes one step, one compiled loop over the
    elements.
+3. `loops` (numba): a `while` whose cond and body are small element-wise
+   programs becomes one compiled function running every iteration.
 
-It also caps numpy's BLAS at one thread, once (see `blas`).
+Kernels with regions ask `regions` (numba) for compiled bodies when their
+numpy fast paths do not apply: scatter update computations, sort
+comparators. `codegen` writes every generated kernel to a cache directory
+so numba's own cache keeps the machine code across processes; `blas` caps
+OpenBLAS at one thread.
 
 Switches (environment, read when a program is planned):
-    PJRT_REF_JIT=0       no numba: no fused loops, no compiled region bodies
+    PJRT_REF_JIT=0       no numba: no fused loops, no compiled loops or regions
     PJRT_REF_OPTIMIZE=0  no plan-time rewrites at all (the plain interpreter)
+    PJRT_REF_CACHE_DIR   where generated kernels live (~/.cache/pjrt_ref/numba)
+    PJRT_REF_BLAS_THREADS  OpenBLAS threads (default 1; 0 leaves it alone)
 
-numba is imported lazily, the first time a program has something to fuse.
+numba is imported lazily, the first time a program has something to compile.
+Every rewrite is checked by tests/test_jit_*.py against the unoptimised
+interpreter (bit for bit) and against XLA CPU.
 """
 from __future__ import annotations
 
