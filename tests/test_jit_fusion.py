@@ -128,3 +128,17 @@ def test_blas_threads_setting_is_harmless():
     blas.limit_blas_threads()  # idempotent; matmuls still right afterwards
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(a @ a.T, np.asarray(jnp.asarray(a) @ jnp.asarray(a).T))
+
+
+def test_numba_is_imported_only_when_something_compiles():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from pjrt_ref.interpreter import load\n"
+        "load('func.func @main(%x: tensor<f32>) -> tensor<f32> {\\n"
+        "  %0 = stablehlo.add %x, %x : tensor<f32>\\n  return %0 : tensor<f32>\\n}')\n"
+        "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
