@@ -89,3 +89,17 @@ def test_cholesky_reads_only_its_triangle():
     spd[np.triu_indices(5, 1)] = 1e6  # ignored with lower = true
     ours, theirs = ours_and_xla(_cholesky_program(spd.shape, "f64", True), [spd])
     assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,left_side,lower,transpose", [
+    ((300, 300), (300, 4), True, True, "TRANSPOSE"),        # three 128-blocks
+    ((260, 260), (3, 260), False, False, "NO_TRANSPOSE"),
+    ((10, 6, 6), (10, 6, 2), True, False, "NO_TRANSPOSE"),  # batched small: direct solve
+    ((10, 6, 6), (10, 2, 6), False, True, "TRANSPOSE"),
+])
+def test_triangular_solve_blocked_and_direct_paths(a_shape, b_shape, left_side, lower, transpose):
+    a = _well_conditioned(a_shape, np.float64)
+    b = RNG.normal(size=b_shape)
+    text = _triangular_solve_program(a_shape, b_shape, "f64", left_side, lower, transpose, False)
+    ours, theirs = ours_and_xla(text, [a, b])
+    assert_close(ours, theirs, rtol=1e-10, atol=1e-12)

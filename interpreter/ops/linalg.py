@@ -2,7 +2,7 @@
 
 Spec "triangular_solve" (docs/spec.md#triangular_solve) and "cholesky"
 (docs/spec.md#cholesky). Both work on batches of matrices (the last two
-dimensions) with substitution loops that are vectorised over the batch, so
+dimensions) with loops over rows that are vectorised over the batch, so
 they need O(n) numpy operations for n x n matrices. Narrow floats are
 computed in f32 and rounded once.
 """
@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex, is_float
+from .linalg_trsm import masked_triangle, solve_by_inverting_blocks, use_direct_solve
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -38,32 +39,38 @@ def triangular_solve(op, a, b):
 
     Only the triangle of `a` named by `lower` is read; with `unit_diagonal`
     the diagonal is taken to be 1. op(a) is a, its transpose or its
-    conjugate transpose (`transpose_a`). Batch dimensions broadcast as in the
-    spec (a and b have the same leading dimensions).
+    conjugate transpose (`transpose_a`). a and b share their batch
+    dimensions. The algorithm is XLA's (see `linalg_trsm`).
     """
     attrs = op.attrs
     work = _compute_dtype(b.dtype)
     lower = bool(attrs.get("lower", False))
-    n = a.shape[-1]
-    a = a.astype(work)
-    a = np.tril(a) if lower else np.triu(a)
-    if attrs.get("unit_diagonal", False):
-        a = a.copy()
-        a[..., np.arange(n), np.arange(n)] = 1
+    left_side = bool(attrs.get("left_side", False))
     transpose = attrs.get("transpose_a", "NO_TRANSPOSE")
+    a = masked_triangle(a.astype(work), lower, bool(attrs.get("unit_diagonal", False)))
+    rhs = b.astype(work)
+    with np.errstate(all="ignore"):
+        if b.size == 0:
+            x = rhs
+        elif use_direct_solve(a):
+            x = _direct_solve(a, rhs, left_side, lower, transpose)
+        else:
+            x = solve_by_inverting_blocks(a, rhs, left_side, lower, transpose)
+    return np.asarray(x.astype(op.result_type.dtype), order="C")
+
+
+def _direct_solve(a, b, left_side, lower, transpose):
+    """Substitution on the equivalent left-side system."""
     if transpose != "NO_TRANSPOSE":
         a = _matrix_transpose(a)
         lower = not lower
         if transpose == "ADJOINT":
             a = np.conj(a)
-    rhs = b.astype(work)
-    if not attrs.get("left_side", False):
+    if not left_side:
         # x A = b  <=>  A^T x^T = b^T
-        a, rhs, lower = _matrix_transpose(a), _matrix_transpose(rhs), not lower
-    x = _substitute(a, rhs, lower)
-    if not attrs.get("left_side", False):
-        x = _matrix_transpose(x)
-    return np.asarray(x.astype(op.result_type.dtype), order="C")
+        a, b, lower = _matrix_transpose(a), _matrix_transpose(b), not lower
+    x = _substitute(a, b, lower)
+    return x if left_side else _matrix_transpose(x)
 
 
 def _substitute(a: np.ndarray, b: np.ndarray, lower: bool) -> np.ndarray:
