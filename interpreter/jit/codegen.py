@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -113,6 +114,17 @@ def _replace_word(text: str, old: str, new: str) -> str:
     return re.sub(rf"\b{re.escape(old)}\b", new, text)
 
 
+def _write_source(directory: str, digest: str, source: str) -> str:
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"pjrt_ref_kernel_{digest}.py")
+    if not os.path.exists(path):
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as f:
+            f.write(source)
+        os.replace(temporary, path)  # atomic: other processes see all or nothing
+    return path
+
+
 def load_generated(source: str):
     """The module of generated `source`, written to and imported from the cache."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
@@ -120,14 +132,11 @@ def load_generated(source: str):
         module = _MODULES.get(digest)
         if module is not None:
             return module
-        directory = cache_dir()
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"pjrt_ref_kernel_{digest}.py")
-        if not os.path.exists(path):
-            temporary = f"{path}.{os.getpid()}.tmp"
-            with open(temporary, "w") as f:
-                f.write(source)
-            os.replace(temporary, path)  # atomic: other processes see all or nothing
+        try:
+            path = _write_source(cache_dir(), digest, source)
+        except OSError:  # cache directory not writable: a private one
+            path = _write_source(os.path.join(tempfile.gettempdir(), f"pjrt_ref_numba_{os.getuid()}"),
+                                 digest, source)
         name = f"pjrt_ref_kernel_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
