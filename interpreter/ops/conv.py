@@ -100,9 +100,11 @@ def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, r
                        (1,) + lhs_dilation + (1,))
     window = kernel.shape[1:1 + spatial]
     n, channels, out_features = x.shape[0], x.shape[-1], kernel.shape[-1]
-    patches = np.zeros((n,) + out_spatial + (channels,) + window, work)
     spans = [(w - 1) * d + 1 for w, d in zip(window, rhs_dilation)]
-    if 0 not in out_spatial and all(s <= size for s, size in zip(spans, x.shape[1:-1])):
+    fits = 0 not in out_spatial and all(s <= size for s, size in zip(spans, x.shape[1:-1]))
+    # Every element is written below when the windows fit; else the result is 0.
+    patches = (np.empty if fits else np.zeros)((n,) + out_spatial + (channels,) + window, work)
+    if fits:
         for position in np.ndindex(*window):
             source = tuple(slice(p * d, p * d + (o - 1) * s + 1, s) for p, d, o, s
                            in zip(position, rhs_dilation, out_spatial, strides))
