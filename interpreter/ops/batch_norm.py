@@ -37,7 +37,7 @@ def _mean(x: np.ndarray, feature_index: int) -> np.ndarray:
 
 
 def _outputs(op, *values):
-    return tuple(np.asarray(np.asarray(v).astype(t.dtype).reshape(t.shape), order="C")
+    return tuple(np.asarray(np.asarray(v).astype(t.dtype), order="C")
                  for v, t in zip(values, op.result_types))
 
 

@@ -30,12 +30,19 @@ def _compute_type(operand: np.ndarray) -> np.ndarray:
     return operand.astype(np.complex64 if is_complex(operand.dtype) else np.float32)
 
 
+def _transformed_lengths(op, lengths) -> tuple:
+    """Result sizes of the transformed dimensions (RFFT keeps n // 2 + 1)."""
+    if op.attrs["fft_type"] == "RFFT":
+        return lengths[:-1] + (lengths[-1] // 2 + 1,)
+    return lengths
+
+
 @register("stablehlo.fft", validate=_validate_fft)
 def fft(op, operand):
     """Spec "fft". Zero-length transforms give zeros of the result shape."""
     lengths = tuple(op.attrs["fft_length"])
     result_type = op.result_type
-    shape = tuple(result_type.shape)
+    shape = operand.shape[:operand.ndim - len(lengths)] + _transformed_lengths(op, lengths)
     if 0 in lengths or operand.size == 0 or 0 in shape:
         return np.zeros(shape, result_type.dtype)
     axes = tuple(range(operand.ndim - len(lengths), operand.ndim))

@@ -17,7 +17,7 @@ def map_(op, *inputs, regions):
     """
     computation = regions[0]
     result_type = op.result_type
-    shape = tuple(result_type.shape)
+    shape = inputs[0].shape
     if body_analysis(op, 0).elementwise:
         result, = run_body(computation, [result_type.dtype], shape, *inputs)
         return np.asarray(result, order="C")

@@ -43,7 +43,7 @@ def reduce(op, *operands, regions):
     inputs, inits = operands[:n], operands[n:]
     dims = op.attrs["dimensions"]
     dtypes = [t.dtype for t in op.result_types]
-    out_shape = tuple(op.result_types[0].shape)
+    out_shape = tuple(size for d, size in enumerate(inputs[0].shape) if d not in dims)
     values = [move_axes_last(x, dims) for x in inputs]
     if values[0].shape[-1] == 1:
         results = [v[..., 0].astype(d) for v, d in zip(values, dtypes)]

@@ -67,6 +67,19 @@ def _rounding_free(body) -> bool:
     return body.ufuncs is not None and all(u in _EXACT_UFUNCS for u in body.ufuncs)
 
 
+def window_output_shape(in_shape, attrs) -> tuple:
+    """Spec "reduce_window" (C15): the number of windows along each dimension."""
+    shape = []
+    for size, window, stride, base, dilation, (lo, hi) in zip(
+            in_shape, attrs["dims"], attrs["strides"], attrs["base_dilations"],
+            attrs["window_dilations"], attrs["padding"]):
+        dilated = (size - 1) * base + 1 if size else 0
+        padded = lo + dilated + hi
+        span = (window - 1) * dilation + 1
+        shape.append(0 if padded <= 0 or span > padded else (padded - span) // stride + 1)
+    return tuple(shape)
+
+
 def _validate_quantization(op) -> None:
     if any(getattr(t, "quant", None) is not None for t in op.operand_types):
         raise op.error(f"quantized {op.name} is not supported", cls=Unimplemented)
@@ -84,7 +97,7 @@ def reduce_window(op, *operands, regions):
     n = len(operands) // 2
     inputs, inits = operands[:n], operands[n:]
     attrs = _window_attrs(op, inputs[0].ndim)
-    out_shape = tuple(op.result_types[0].shape)
+    out_shape = window_output_shape(inputs[0].shape, attrs)
     dtypes = [t.dtype for t in op.result_types]
     body = body_analysis(op, 0)
     scan_along = scan_axis(attrs, inputs[0].shape, out_shape) if body.ufuncs else None
