@@ -80,6 +80,8 @@ def extern_python_declarations() -> str:
 HELPERS_CDEF = """
 const PJRT_Api* GetPjrtApi(void);
 const char* pjrt_ref_shim_path(void);
+void pjrt_ref_begin_shutdown(void);
+int pjrt_ref_inflight_calls(void);
 extern "Python" void pjrt_ref_release_blob(void* blob);
 """
 
@@ -92,42 +94,49 @@ def c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-# While Python shuts down, a framework's C++ destructors may still call the
-# plugin (e.g. JAX freeing a cached executable after Py_Finalize began).
-# Entering Python then would kill the thread mid-unwind (std::terminate), so
-# each slot first checks, in C, that Python is still alive. If it is not:
-# Destroy calls succeed without doing anything (the process is exiting) and
-# everything else returns one static UNAVAILABLE error, which the Error_*
+# Shutdown. A framework's threads may still call the plugin while Python
+# exits (JAX's thread pool destroying a cached executable, say). A thread
+# that asks for the GIL of a finalizing interpreter is killed by a forced
+# unwind, which std::terminate()s the process when it crosses a C++
+# destructor. So each slot enters Python only through `pjrt_ref_enter()`:
+#   - once Python is finalizing, nobody enters;
+#   - once `pjrt_ref_begin_shutdown()` ran (our atexit hook, see
+#     pjrt_ref/capi/__init__.py), only the exiting thread enters; the hook
+#     then waits for calls already inside to finish.
+# A slot that may not enter does nothing: Destroy calls succeed (the process
+# is exiting), the rest return one static UNAVAILABLE error that the Error_*
 # entry points recognise without Python.
-GONE_BODIES = {
-    "PJRT_Error_Destroy": "if (args->error == PJRT_REF_GONE || pjrt_ref_python_gone()) return;",
-    "PJRT_Error_Message": ("if (args->error == PJRT_REF_GONE || pjrt_ref_python_gone()) {\n"
-                           "        args->message = pjrt_ref_gone_message;\n"
-                           "        args->message_size = strlen(pjrt_ref_gone_message);\n"
-                           "        return;\n    }"),
-    "PJRT_Error_GetCode": ("if (args->error == PJRT_REF_GONE || pjrt_ref_python_gone()) {\n"
-                           "        args->code = PJRT_Error_Code_UNAVAILABLE;\n"
-                           "        return NULL;\n    }"),
-    "PJRT_Error_ForEachPayload": "if (args->error == PJRT_REF_GONE || pjrt_ref_python_gone()) return NULL;",
+GONE_ACTIONS = {
+    "PJRT_Error_Destroy": "return;",
+    "PJRT_Error_Message": ("{ args->message = pjrt_ref_gone_message;"
+                           " args->message_size = strlen(pjrt_ref_gone_message); return; }"),
+    "PJRT_Error_GetCode": "{ args->code = PJRT_Error_Code_UNAVAILABLE; return NULL; }",
+    "PJRT_Error_ForEachPayload": "return NULL;",
 }
 
 
 def slot_wrapper(name: str) -> str:
     """The C function in the PJRT_Api table for `name`: guard, then the Python callback."""
     ret = "void" if name in RETURNS_VOID else "PJRT_Error*"
-    if name in GONE_BODIES:
-        guard = GONE_BODIES[name]
+    if name in GONE_ACTIONS:
+        gone = GONE_ACTIONS[name]
     elif name.endswith("_Destroy"):
-        guard = "if (pjrt_ref_python_gone()) return NULL;"
+        gone = "return NULL;"
     else:
-        guard = "if (pjrt_ref_python_gone()) return PJRT_REF_GONE;"
+        gone = "return PJRT_REF_GONE;"
+    lines = [f"static {ret} pjrt_ref_slot_{name}({args_type(name)}* args) {{"]
+    if name in GONE_ACTIONS:
+        lines.append(f"    if (args->error == PJRT_REF_GONE) {gone}")
+    lines.append(f"    if (!pjrt_ref_enter()) {gone}")
+    lines.append("    PJRT_REF_ENTER;")
     call = f"{callback_name(name)}(args)"
-    if ret == "void":
-        body = f"PJRT_REF_ENTER;\n    {call};\n    PJRT_REF_LEAVE;"
-    else:
-        body = f"PJRT_REF_ENTER;\n    PJRT_Error* error = {call};\n    PJRT_REF_LEAVE;\n    return error;"
-    return (f"static {ret} pjrt_ref_slot_{name}({args_type(name)}* args) {{\n"
-            f"    {guard}\n    {body}\n}}")
+    lines.append(f"    {call};" if ret == "void" else f"    PJRT_Error* error = {call};")
+    lines.append("    PJRT_REF_LEAVE;")
+    lines.append("    pjrt_ref_leave();")
+    if ret != "void":
+        lines.append("    return error;")
+    lines.append("}")
+    return "\n".join(lines)
 
 
 def c_source(header: str) -> str:
@@ -140,6 +149,7 @@ def c_source(header: str) -> str:
     return f"""
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +167,36 @@ static int pjrt_ref_python_gone(void) {{
 #else
     return !Py_IsInitialized() || _Py_IsFinalizing();
 #endif
+}}
+
+static atomic_int pjrt_ref_inflight;      /* calls inside Python right now */
+static atomic_int pjrt_ref_closing;       /* set by pjrt_ref_begin_shutdown */
+static pthread_t pjrt_ref_closing_thread;
+
+/* Whether this call may enter Python; if so it counts as in flight until
+ * pjrt_ref_leave(). (Count first, then check: the shutdown hook either sees
+ * us in flight or we see it closing.) */
+static int pjrt_ref_enter(void) {{
+    if (pjrt_ref_python_gone()) return 0;
+    atomic_fetch_add(&pjrt_ref_inflight, 1);
+    if (atomic_load(&pjrt_ref_closing) && !pthread_equal(pthread_self(), pjrt_ref_closing_thread)) {{
+        atomic_fetch_sub(&pjrt_ref_inflight, 1);
+        return 0;
+    }}
+    return 1;
+}}
+
+static void pjrt_ref_leave(void) {{
+    atomic_fetch_sub(&pjrt_ref_inflight, 1);
+}}
+
+void pjrt_ref_begin_shutdown(void) {{
+    pjrt_ref_closing_thread = pthread_self();
+    atomic_store(&pjrt_ref_closing, 1);
+}}
+
+int pjrt_ref_inflight_calls(void) {{
+    return atomic_load(&pjrt_ref_inflight);
 }}
 
 /* A host may call us while its own Python exception is pending (e.g. a

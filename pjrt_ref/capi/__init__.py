@@ -11,6 +11,9 @@ struct_size, PJRT_Error creation, C memory owned by Python objects).
 """
 from __future__ import annotations
 
+import atexit
+import time
+
 from . import _boundary
 
 _installed = False
@@ -39,7 +42,22 @@ def install(ffi, lib) -> None:
             callback = _boundary.make_callback(name, fn, returns_void=name in table.RETURNS_VOID)
         ffi.def_extern(name=table.callback_name(name))(callback)
     ffi.def_extern(name="pjrt_ref_release_blob")(_boundary.release_blob)
+    atexit.register(_drain, lib)
     _installed = True
+
+
+def _drain(lib, timeout: float = 5.0) -> None:
+    """At exit: from now on only this thread may enter Python through the shim.
+
+    Other threads (a framework's pool freeing executables, say) get a no-op
+    or an UNAVAILABLE error instead of blocking on the GIL of an interpreter
+    that is about to finalize (which would kill them mid-unwind). Calls
+    already inside finish first; we release the GIL while waiting.
+    """
+    lib.pjrt_ref_begin_shutdown()
+    deadline = time.monotonic() + timeout
+    while lib.pjrt_ref_inflight_calls() > 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def implemented() -> list[str]:
