@@ -139,3 +139,24 @@ def test_non_elementwise_body_runs_element_by_element():
     ours = load(_SCALAR_BODY)(x)
     theirs = run_reference_interpreter(_SCALAR_BODY, [x])
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e5m2, ml_dtypes.int4, ml_dtypes.uint4,
+                                   ml_dtypes.float4_e2m1fn])
+def test_narrow_types_through_reduce_window_and_sort(dtype):
+    """ml_dtypes' narrow types: no ufunc loops for 4-bit ints, no stride
+    tricks for user dtypes, f4's sign bit inside its byte."""
+    import jax.numpy as jnp
+    if np.dtype(dtype).name.startswith("float"):
+        x = (RNG.normal(size=(4, 6)) * 3).astype(dtype)
+    else:
+        x = RNG.integers(0, 7, (4, 6)).astype(dtype)
+    fn = lambda v: [lax.reduce(v, np.zeros((), v.dtype), lax.add, (1,)),  # noqa: E731
+                    lax.reduce_max(v, (0,)),
+                    lax.reduce_window(v, np.zeros((), v.dtype), lax.add, (2, 2), (1, 1), "VALID"),
+                    jnp.cumsum(v, axis=1, dtype=v.dtype),
+                    jnp.sort(v, axis=1)]
+    ours, theirs = compare_with_jax(fn, x)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a.astype(np.float64), b.astype(np.float64))

@@ -186,14 +186,25 @@ def reduce_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray
     return scalar_reduce(region, dtypes, values, inits)
 
 
+def ufunc_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype numpy's ufuncs can work in for `dtype`: 2- and 4-bit
+    integers have no ufunc loops, so they use 8 bits and wrap on the way back."""
+    if dtype.name in ("int2", "int4"):
+        return np.dtype(np.int8)
+    if dtype.name in ("uint2", "uint4"):
+        return np.dtype(np.uint8)
+    return dtype
+
+
 def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
     """`ufunc(init, ufunc.reduce(values, axis=-1))`, computed in `dtype`
     (integers wrap around; narrow floats round at every step, as the body
     would)."""
-    reduced = ufunc.reduce(values.astype(dtype, copy=False), axis=-1, dtype=dtype)
+    work = ufunc_dtype(dtype)
     with np.errstate(all="ignore"):
-        result = ufunc(np.asarray(init, dtype=dtype), reduced)
-    return np.asarray(result).astype(dtype, copy=False).reshape(reduced.shape)
+        reduced = ufunc.reduce(values.astype(work), axis=-1, dtype=work)
+        result = ufunc(np.asarray(init).astype(work), reduced)
+    return np.asarray(result).astype(dtype).reshape(reduced.shape)
 
 
 def fold_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],
@@ -212,7 +223,7 @@ def fold_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],
         for k in range(values[0].shape[-1]):
             items = [v[..., k] for v in values]
             if ufuncs is not None:
-                accs = [np.asarray(u(a, x)).astype(d, copy=False)
+                accs = [np.asarray(u(a.astype(ufunc_dtype(d)), x.astype(ufunc_dtype(d)))).astype(d)
                         for u, a, x, d in zip(ufuncs, accs, items, dtypes)]
             else:
                 accs = run_body(region, dtypes, out_shape, *accs, *items)

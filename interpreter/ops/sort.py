@@ -154,7 +154,12 @@ def _reads_only(slot, producers, allowed, forbidden) -> bool:
 
 def total_order_key(values: np.ndarray) -> np.ndarray:
     """Signed integers ordered like the floats' IEEE totalOrder
-    (-NaN < -inf < ... < -0 < +0 < ... < inf < NaN)."""
+    (-NaN < -inf < ... < -0 < +0 < ... < inf < NaN).
+
+    Floats of fewer than 8 bits (f4, f6) keep their sign below the top bit
+    of their byte; they are ordered through f32, which holds them exactly."""
+    if values.dtype.itemsize == 1 and values.dtype.name.startswith(("float4", "float6")):
+        values = values.astype(np.float32)
     width = values.dtype.itemsize
     bits = np.ascontiguousarray(values).view(np.dtype(f"i{width}"))
     magnitude = np.array(np.iinfo(bits.dtype).max, dtype=bits.dtype)

@@ -15,7 +15,7 @@ from ...errors import Unimplemented
 from ..registry import register
 from .window_scan import scan, scan_axis
 from .reduce_regions import (analyse_regions, body_analysis, fold_last_axis, reduce_last_axis,
-                             run_body)
+                             run_body, ufunc_dtype)
 
 
 def _window_attrs(op, rank: int) -> dict:
@@ -51,6 +51,11 @@ def windows(padded: np.ndarray, dims, strides, window_dilations, out_shape) -> n
     if 0 in out_shape or count == 0:
         return np.empty(tuple(out_shape) + (count,), padded.dtype)
     spans = [(w - 1) * d + 1 for w, d in zip(dims, window_dilations)]
+    if padded.dtype.isbuiltin != 1:
+        # numpy's stride tricks cannot build views of ml_dtypes' arrays: window
+        # their bits instead.
+        bits = padded.view(np.dtype(f"u{padded.dtype.itemsize}"))
+        return windows(bits, dims, strides, window_dilations, out_shape).view(padded.dtype)
     view = sliding_window_view(padded, spans)
     view = view[tuple(slice(0, o * s, s) for o, s in zip(out_shape, strides))
                 + tuple(slice(None, None, d) for d in window_dilations)]
@@ -190,7 +195,7 @@ def _select_in_windows_scalar(select, values, valid, where):
 def _scatter_into(scatter, body, result, targets, sources) -> None:
     """result[t] = scatter(result[t], s) for each (t, s), in source order."""
     dtype = result.dtype
-    if body.ufuncs is not None:
+    if body.ufuncs is not None and ufunc_dtype(dtype) == dtype:
         body.ufuncs[0].at(result, targets, sources)
         return
     vectorised = body.elementwise

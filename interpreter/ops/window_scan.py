@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .reduce_regions import ufunc_dtype
+
 TILE = 16
 
 
@@ -45,8 +47,9 @@ def scan_axis(attrs, in_shape, out_shape) -> tuple[int, bool] | None:
 
 def scan(ufunc, x: np.ndarray, init, dtype, axis: int, reverse: bool) -> np.ndarray:
     """The inclusive scan of `x` along `axis` with `ufunc`, from `init`."""
-    moved = np.moveaxis(np.asarray(x, dtype), axis, -1)
-    init = np.asarray(init, dtype)
+    work = ufunc_dtype(np.dtype(dtype))
+    moved = np.moveaxis(np.asarray(x).astype(work), axis, -1)
+    init = np.asarray(init).astype(work)
     with np.errstate(all="ignore"):
         result = _inclusive(ufunc, moved, init, reverse)
     return np.asarray(np.moveaxis(result.astype(dtype, copy=False), -1, axis), order="C")
