@@ -103,3 +103,12 @@ def test_triangular_solve_blocked_and_direct_paths(a_shape, b_shape, left_side, 
     text = _triangular_solve_program(a_shape, b_shape, "f64", left_side, lower, transpose, False)
     ours, theirs = ours_and_xla(text, [a, b])
     assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+def test_cholesky_of_more_than_one_panel():
+    """n > 128: panels factored one by one, the rest solved by triangular solves."""
+    m = RNG.normal(size=(150, 150))
+    spd = m @ m.T + 150 * np.eye(150)
+    for lower in (True, False):
+        ours, theirs = ours_and_xla(_cholesky_program(spd.shape, "f64", lower), [spd])
+        assert_close(ours, theirs, rtol=1e-10, atol=1e-12)

@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex, is_float
-from .linalg_trsm import masked_triangle, solve_by_inverting_blocks, use_direct_solve
+from .linalg_trsm import BLOCK, masked_triangle, solve_by_inverting_blocks, use_direct_solve
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:
@@ -92,33 +92,56 @@ def cholesky(op, a):
     """Spec "cholesky": L with L L^H = a (lower) or U with U^H U = a.
 
     Reads only the named triangle of `a`; the other triangle of the result
-    is zero. Like XLA, a matrix that is not positive definite gives a
-    matrix of NaNs instead of an error.
+    is zero. As in XLA (its CholeskyExpander, reproduced here: 128-wide
+    panels, each factored column by column, the rest of the panel by a
+    triangular solve), `lower = false` factors the transpose, and a matrix
+    with a non-positive pivot gives a matrix of NaNs instead of an error.
     """
     lower = bool(op.attrs.get("lower", False))
     work = _compute_dtype(a.dtype)
     a = a.astype(work)
     if not lower:
-        a = np.conj(_matrix_transpose(a))  # the upper triangle, as a lower one
-    factor = _cholesky_lower(a)
-    failed = np.isnan(factor).any(axis=(-1, -2))
+        a = _matrix_transpose(a)
+    with np.errstate(all="ignore"):
+        factor, failed = _cholesky_blocked(a)
     factor[failed] = np.nan
     if not lower:
-        factor = np.conj(_matrix_transpose(factor))
+        factor = _matrix_transpose(factor)
     return np.asarray(factor.astype(op.result_type.dtype), order="C")
 
 
-def _cholesky_lower(a: np.ndarray) -> np.ndarray:
-    """Column-by-column Cholesky of the lower triangle of each matrix."""
+def _cholesky_blocked(a: np.ndarray):
+    """(L, failed per matrix): left-looking blocked Cholesky of the lower triangles."""
     n = a.shape[-1]
     factor = np.zeros_like(a)
-    with np.errstate(all="ignore"):
-        for j in range(n):
-            row = factor[..., j, :j]
-            diagonal = a[..., j, j] - np.sum(row * np.conj(row), axis=-1)
-            pivot = np.sqrt(diagonal.real if is_complex(a.dtype) else diagonal)
-            factor[..., j, j] = pivot
-            below = a[..., j + 1:, j] - np.matmul(factor[..., j + 1:, :j],
-                                                   np.conj(row)[..., :, None])[..., 0]
-            factor[..., j + 1:, j] = below / pivot[..., None]
-    return factor
+    failed = np.zeros(a.shape[:-2], bool)
+    for start in range(0, n, BLOCK):
+        size = min(BLOCK, n - start)
+        stop = start + size
+        panel = a[..., start:, start:stop]
+        if start > 0:
+            done = factor[..., start:, :start]
+            panel = panel - np.matmul(done, np.conj(_matrix_transpose(factor[..., start:stop, :start])))
+        block, block_failed = _cholesky_unblocked(panel[..., :size, :])
+        failed |= block_failed
+        factor[..., start:stop, start:stop] = block
+        if stop < n:
+            rest = panel[..., size:, :]
+            solver = _direct_solve if use_direct_solve(block) else solve_by_inverting_blocks
+            factor[..., stop:, start:stop] = solver(block, rest, False, True, "ADJOINT")
+    return factor, failed
+
+
+def _cholesky_unblocked(a: np.ndarray):
+    """Column by column: t = a - L L^H; L[j:, j] = t[j:, j] / sqrt(t[j, j])."""
+    n = a.shape[-1]
+    factor = np.zeros_like(a)
+    failed = np.zeros(a.shape[:-2], bool)
+    for j in range(n):
+        row = factor[..., j, :j]
+        column = a[..., j:, j] - np.matmul(factor[..., j:, :j], np.conj(row)[..., :, None])[..., 0]
+        pivot_square = column[..., 0].real if is_complex(a.dtype) else column[..., 0]
+        pivot = np.sqrt(pivot_square)
+        failed |= np.isnan(pivot)
+        factor[..., j:, j] = column / pivot[..., None]
+    return factor, failed
