@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import Unimplemented
 from ..registry import register
-from .window_scan import scan, scan_axis
+from .window_scan import is_identity, scan, scan_axis
 from .reduce_regions import (analyse_regions, body_analysis, fold_last_axis, reduce_last_axis,
                              run_body, ufunc_dtype)
 
@@ -95,9 +95,10 @@ def _validate_quantization(op) -> None:
 def reduce_window(op, *operands, regions):
     """Spec "reduce_window": `reduce` of each window of the padded inputs.
 
-    Padding and base-dilation holes hold the init value; windows may be
-    dilated and strided; variadic inputs share the windows. Negative padding
-    crops the input.
+    Padding and base-dilation holes hold the init value, as the spec says
+    (XLA skips padding instead: the two differ only for an init value that is
+    not the body's identity); windows may be dilated and strided; variadic
+    inputs share the windows. Negative padding crops the input.
     """
     n = len(operands) // 2
     inputs, inits = operands[:n], operands[n:]
@@ -106,7 +107,8 @@ def reduce_window(op, *operands, regions):
     dtypes = [t.dtype for t in op.result_types]
     body = body_analysis(op, 0)
     scan_along = scan_axis(attrs, inputs[0].shape, out_shape) if body.ufuncs else None
-    if scan_along is not None:
+    if scan_along is not None and all(is_identity(u, i, d) for u, i, d
+                                      in zip(body.ufuncs, inits, dtypes)):
         # cumsum & co: XLA's tiled scan, O(n) instead of O(n^2)
         axis, reverse = scan_along
         results = [scan(u, x, i, d, axis, reverse)

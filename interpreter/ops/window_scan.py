@@ -45,6 +45,43 @@ def scan_axis(attrs, in_shape, out_shape) -> tuple[int, bool] | None:
     return None
 
 
+def is_identity(ufunc, init, dtype) -> bool:
+    """True if `init` is the body's identity (or, for add, either zero):
+    then folding in the spec's init-filled padding changes nothing, the
+    spec and XLA (which skips padding) agree, and the tiled scan applies."""
+    dtype = np.dtype(dtype)
+    value = np.asarray(init).astype(ufunc_dtype(dtype))
+    if ufunc in (np.add, np.bitwise_or, np.bitwise_xor, np.logical_or):
+        return not value.any()
+    if ufunc in (np.multiply, np.logical_and):
+        return bool(value == 1) if ufunc is np.multiply else bool(value)
+    if ufunc is np.bitwise_and:
+        return bool(value == ~np.zeros((), value.dtype))
+    if ufunc in (np.maximum, np.minimum):
+        wide = value.astype(np.float64) if dtype.kind != "u" else value.astype(np.uint64)
+        bound = _lowest(dtype) if ufunc is np.maximum else _highest(dtype)
+        return bool(wide == bound)
+    return False
+
+
+def _lowest(dtype):
+    if dtype.kind in "iu" or dtype.name in ("int2", "int4", "uint2", "uint4"):
+        import ml_dtypes
+        return ml_dtypes.iinfo(dtype).min
+    if dtype == np.bool_:
+        return 0
+    return -np.inf
+
+
+def _highest(dtype):
+    if dtype.kind in "iu" or dtype.name in ("int2", "int4", "uint2", "uint4"):
+        import ml_dtypes
+        return ml_dtypes.iinfo(dtype).max
+    if dtype == np.bool_:
+        return 1
+    return np.inf
+
+
 def scan(ufunc, x: np.ndarray, init, dtype, axis: int, reverse: bool) -> np.ndarray:
     """The inclusive scan of `x` along `axis` with `ufunc`, from `init`."""
     work = ufunc_dtype(np.dtype(dtype))
