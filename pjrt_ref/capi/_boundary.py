@@ -9,6 +9,7 @@ Nothing escapes into C.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -115,13 +116,14 @@ class Args:
         return self._raw
 
 
-TRACE = bool(os.environ.get("PJRT_REF_TRACE"))
+LOG_API = os.environ.get("PJRT_REF_LOG_API", "0") not in ("", "0")
+_API_LOG = logging.getLogger("pjrt_ref.api")
 
 
 def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = False):
-    """The Python function cffi runs for slot `name` (PJRT_REF_TRACE=1 logs each call)."""
-    if TRACE:
-        fn = _traced(name, fn)
+    """The Python function cffi runs for slot `name` (PJRT_REF_LOG_API=1 logs each call)."""
+    if LOG_API:
+        fn = _logged(name, fn)
     if returns_void:
         def void_callback(raw):
             try:
@@ -144,15 +146,23 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
     return callback
 
 
-def _traced(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:
-    def traced(args: Args) -> None:
-        print(f"pjrt-ref: -> {name}", file=sys.stderr, flush=True)
+def _logged(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:
+    """`fn`, logging each call and its outcome to the `pjrt_ref.api` logger."""
+    if not logging.getLogger().handlers and not _API_LOG.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("pjrt-ref: %(message)s"))
+        _API_LOG.addHandler(handler)
+        _API_LOG.setLevel(logging.INFO)
+
+    def logged(args: Args) -> None:
+        _API_LOG.info("-> %s", name)
         try:
             fn(args)
         except BaseException as exc:
-            print(f"pjrt-ref: <- {name} raised {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _API_LOG.info("<- %s error %s: %s", name, type(exc).__name__, exc)
             raise
-    return traced
+        _API_LOG.info("<- %s ok", name)
+    return logged
 
 
 def unimplemented_callback(name: str):
