@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...errors import Unimplemented
+from ...errors import InvalidArgument, Unimplemented
 from ..registry import register
 from .dot import from_work, to_work, work_dtype
 from .window import pad_and_dilate
@@ -22,6 +22,12 @@ def _validate_conv(op) -> None:
     for t in (*op.operand_types, *op.result_types):
         if getattr(t, "quant", None) is not None:
             raise op.error("quantized convolution is not supported", cls=Unimplemented)
+    spatial = len(op.attrs["dimension_numbers"].input_spatial_dimensions)
+    for name in ("window_strides", "lhs_dilation", "rhs_dilation", "window_reversal"):
+        value = op.attrs.get(name)
+        if value is not None and len(value) != spatial:
+            raise op.error(f"{name} has {len(value)} entries for {spatial} spatial dimension(s)",
+                           cls=InvalidArgument)
 
 
 @register("stablehlo.convolution", validate=_validate_conv)
@@ -66,7 +72,8 @@ def convolve(op, lhs, rhs, padding) -> np.ndarray:
     flipped = tuple(2 + d for d, r in enumerate(reversal) if r)
     if flipped:
         kernel = np.flip(kernel, flipped)
-    out_spatial = tuple(result_type.shape[d] for d in numbers.output_spatial_dimensions)
+    out_spatial = output_spatial_sizes(x.shape[2:], kernel.shape[2:], padding, strides,
+                                       lhs_dilation, rhs_dilation)
     x = pad_and_dilate(x, np.zeros((), work), [(0, 0), (0, 0)] + [tuple(p) for p in padding],
                        (1, 1) + lhs_dilation)
     patches = _windows(x, kernel.shape[2:], strides, rhs_dilation, out_spatial)
@@ -76,6 +83,20 @@ def convolve(op, lhs, rhs, padding) -> np.ndarray:
              *numbers.output_spatial_dimensions)
     result = np.transpose(result, np.argsort(order))
     return np.asarray(from_work(result, result_type.dtype), order="C")
+
+
+def output_spatial_sizes(input_sizes, window_sizes, padding, strides, lhs_dilation,
+                         rhs_dilation) -> tuple[int, ...]:
+    """The spec's output spatial sizes: windows that fit in the padded,
+    lhs-dilated input, stepping by the stride (computed from the operands,
+    so dynamic `?` result dimensions work)."""
+    sizes = []
+    for size, window, (low, high), stride, base, dilation in zip(
+            input_sizes, window_sizes, padding, strides, lhs_dilation, rhs_dilation):
+        padded = (size - 1) * base + 1 + low + high if size > 0 else low + high
+        span = (window - 1) * dilation + 1
+        sizes.append(0 if padded < span else (padded - span) // stride + 1)
+    return tuple(sizes)
 
 
 def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, rhs_dilation,
@@ -95,7 +116,8 @@ def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, r
     flipped = tuple(1 + d for d, r in enumerate(reversal) if r)
     if flipped:
         kernel = np.flip(kernel, flipped)
-    out_spatial = tuple(result_type.shape[d] for d in numbers.output_spatial_dimensions)
+    out_spatial = output_spatial_sizes(x.shape[1:-1], kernel.shape[1:-1], padding, strides,
+                                       lhs_dilation, rhs_dilation)
     x = pad_and_dilate(x, np.zeros((), work), [(0, 0)] + [tuple(p) for p in padding] + [(0, 0)],
                        (1,) + lhs_dilation + (1,))
     window = kernel.shape[1:1 + spatial]
