@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jit_support import assert_same_values  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
@@ -42,9 +43,7 @@ def check(fn, args, monkeypatch, expect_fused=True):
     ours = fused(*args)
     reference = plain(*args)
     for a, b in zip(ours, reference):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        # Bit for bit, NaN payloads included.
-        np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+        assert_same_values(a, b)
     # XLA CPU flushes subnormals to zero and fuses multiply-adds (whose
     # cancellations differ by an ulp of the operands): absolute slack of a
     # few ulps of the largest finite input.
@@ -74,6 +73,15 @@ def test_compare_select_and_several_outputs(monkeypatch):
     x, y = values(np.float32), values(np.float32, seed=2)
     fn = lambda x, y: (jnp.where(x < y, x * y, x - y) + 1, x * 3 + 1, (x >= y) & (x != y))
     check(fn, (x, y), monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_math_runs_fuse_chunk_by_chunk(dtype, monkeypatch):
+    # 200001 elements: several chunks and a partial one; two outputs.
+    x = np.concatenate([values(dtype, 100_000), np.linspace(-20, 20, 100_001, dtype=dtype)])
+    fn = lambda x: (jnp.tanh(x * 2 + 1) * jax.nn.sigmoid(x), jnp.exp(-x) + x)
+    fused = check(fn, (x,), monkeypatch)
+    assert any(s.op.attrs.get("chunked") for s in fused.function.body.steps)
 
 
 def test_f32_math_in_double_rounded_once(monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jit_support import assert_same_values  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
@@ -76,7 +77,7 @@ def test_numba_on_and_off_agree(name, monkeypatch):
         monkeypatch.setenv("PJRT_REF_JIT", setting)
         results[setting] = load(text)(*flat)
     for a, b in zip(results["1"], results["0"]):
-        np.testing.assert_array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+        assert_same_values(a, b)
     xla = [np.asarray(r) for r in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
     for a, b in zip(results["1"], xla):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)

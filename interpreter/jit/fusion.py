@@ -1,11 +1,17 @@
-"""Fusion: a run of elementwise steps becomes one numba loop.
+"""Fusion: a run of elementwise steps becomes one step.
 
 `fuse_region(region)` scans a block's steps for runs of fusable steps that
 produce tensors of one shape, and replaces each run (of at least two
-computing steps) by one step whose kernel loops once over the elements,
-keeping intermediates in registers. Values a run produces that are used
-after it (by later steps, nested regions or the block's results) are
-written out; the others never exist as arrays.
+computing steps) by one step. Values a run produces that are used after it
+(by later steps, nested regions or the block's results) are written out; the
+others never exist as full arrays. Two kinds of fused step:
+
+* a run of arithmetic (below) compiles to one numba loop over the elements,
+  intermediates in registers;
+* a run that contains a transcendental op (exp, log, tanh, ...) runs its
+  steps' own kernels chunk by chunk (`_chunked_step`): numpy's vectorised
+  float64 math (3-4x faster than the scalar libm calls a numba loop would
+  make) on cache-sized pieces, with no full-size temporaries.
 
 What fuses, and why it is exact (the same bits as the unfused kernels):
 
@@ -16,14 +22,16 @@ What fuses, and why it is exact (the same bits as the unfused kernels):
   max(-0, +0) = +0 and min(-0, +0) = -0, as `elementwise_binary` does.
 * f32/f64 compare with FLOAT (or no) compare_type, or TOTALORDER (on the
   bits, like elementwise_compare); select; f32 <-> f64 convert.
-* sqrt (correctly rounded everywhere), and for f32 only: exp, expm1, log,
-  log1p, logistic, sine, cosine (not tanh, see MATH_F32). The unfused kernels compute these in
-  float64 and round once to float32; so does the fused loop, but with libm's
-  float64 functions where numpy may use its own SIMD ones. Those differ by an
-  ulp of float64 now and then, which changes the float32 result only if the
-  exact value lies within that ulp of a float32 rounding boundary (odds about
-  2^-29 per element; none in tests on millions of values). float64
-  transcendentals do not fuse: there the ulp would show.
+* sqrt (correctly rounded everywhere).
+* For compiled loops and region bodies only (not in fused runs, see
+  MATH_F32), f32 exp, expm1, log, log1p, logistic, sine, cosine, tanh. The
+  unfused kernels compute these in float64 and round once to float32; so
+  does compiled code, but with libm's float64 functions where numpy may use
+  its own SIMD ones. Those differ by an ulp of float64 now and then, which
+  changes the float32 result only if the exact value lies within that ulp
+  of a float32 rounding boundary (odds about 2^-29 per element; none in
+  tests on millions of values). float64 transcendentals are never compiled:
+  there the ulp would show.
 * broadcast_in_dim of a 0-d value (a splat) joins as a scalar operand;
   constants are left in place before the fused step.
 
@@ -64,9 +72,13 @@ MATH_F32 = {
     "stablehlo.logistic": "1.0 / (1.0 + math.exp(-float64({0})))",
     "stablehlo.sine": "math.sin(float64({0}))",
     "stablehlo.cosine": "math.cos(float64({0}))",
+    "stablehlo.tanh": "math.tanh(float64({0}))",
 }
-# Not fused: tanh. libm's float64 tanh, which numba calls, is about three
-# times slower than numpy's vectorised one; the fused loop would lose.
+# Runs of elementwise steps do not fuse these: numpy computes float64
+# exp/log/sin/tanh... with vectorised (AVX-512) code, 3-4x faster than the
+# scalar libm calls a numba loop makes, so a fused loop would lose. Compiled
+# loops and region bodies (loops.py, regions.py), which work on few elements
+# at a time, do use them.
 COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 # Fusing fewer computing steps than this does not pay for the loop's call,
@@ -134,13 +146,20 @@ def _fusable_shape(op):
         return None
     if _is_splat(op, shape):
         return shape
-    if scalar_expression(op) is None:
+    if scalar_expression(op) is None and not _is_vector_math(op):
         return None
     if any(t.shape not in (shape, ()) for t in op.operand_types):
         return None
     if any(t.shape == () for t in op.operand_types) and shape != ():
         return None  # elementwise ops take equal shapes; 0-d only via a splat
     return shape
+
+
+def _is_vector_math(op) -> bool:
+    """A transcendental op on floats: fuses only into chunked runs."""
+    return (op.name in MATH_F32 and len(op.operand_types) == 1
+            and op.operand_types[0].dtype in FLOATS and op.result_type.dtype in FLOATS
+            and op.operand_types[0].quant is None and op.result_type.quant is None)
 
 
 # --- finding runs -------------------------------------------------------------
@@ -243,6 +262,8 @@ def _fuse(run: list, uses: dict, shape: tuple):
     outputs = [s for s in run if uses.get(s.results[0], 0) > inner_uses.get(s.results[0], 0)]
     if not outputs:
         return None
+    if any(_is_vector_math(s.op) for s in run):
+        return _chunked_step(run, inputs, input_types, outputs, shape)
 
     names = {}
     for index, ((slot, is_array), ttype) in enumerate(zip(inputs, input_types)):
@@ -293,3 +314,63 @@ def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple):
 
     fused.__doc__ = "A fused elementwise loop (interpreter/jit/fusion.py)."
     return fused
+
+
+# --- runs with transcendental ops: chunked numpy ------------------------------------
+
+# Elements per chunk: the chunk's temporaries (float64 ones too) stay in cache.
+CHUNK = 1 << 14
+
+
+def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple) -> Step:
+    """A run containing exp/log/tanh/...: its steps' own kernels applied
+    chunk by chunk, so numpy's vectorised math still does the work but no
+    intermediate exists at full size. Each element meets exactly the
+    kernels it met unfused: the same bits."""
+    members = []
+    for step in run:
+        if _is_splat(step.op, shape):
+            members.append((None, None, step.operands, step.results[0]))
+        else:
+            members.append((step.kernel, step.op, step.operands, step.results[0]))
+    out_types = tuple(s.op.result_type for s in outputs)
+    kernel = _chunked_kernel(members, inputs, [s.results[0] for s in outputs],
+                             [t.dtype for t in out_types], shape)
+    info = OpInfo(
+        name="pjrt_ref.fused",
+        location=run[0].op.location,
+        attrs={"ops": tuple(s.op.name for s in run), "chunked": True},
+        operand_types=tuple(input_types),
+        result_types=out_types,
+        module=run[0].op.module,
+    )
+    return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
+                results=tuple(s.results[0] for s in outputs))
+
+
+def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape):
+    size = math.prod(shape)
+
+    def fused_chunks(op, *values):
+        flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
+        outs = [np.empty(size, dtype) for dtype in out_dtypes]
+        splats = {}  # a splat: its 0-d value across a whole chunk, made once
+        for start in range(0, size, CHUNK):
+            stop = min(start + CHUNK, size)
+            env = {slot: v[start:stop] if is_array else v
+                   for v, (slot, is_array) in zip(flat, inputs)}
+            for kernel, member_op, operands, result in members:
+                if kernel is None:
+                    splat = splats.get(result)
+                    if splat is None:
+                        splat = splats[result] = np.broadcast_to(env[operands[0]], (CHUNK,))
+                    env[result] = splat[:stop - start]
+                else:
+                    env[result] = kernel(member_op, *[env[s] for s in operands])
+            for out, slot in zip(outs, out_slots):
+                out[start:stop] = env[slot]
+        results = [out.reshape(shape) for out in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    fused_chunks.__doc__ = "A fused elementwise run, chunk by chunk (interpreter/jit/fusion.py)."
+    return fused_chunks
