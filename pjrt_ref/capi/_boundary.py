@@ -170,8 +170,8 @@ def unimplemented_callback(name: str):
     message = f"{name} is not implemented by pjrt-ref"
 
     def callback(raw):
-        if TRACE:
-            print(f"pjrt-ref: -> {name} (UNIMPLEMENTED)", file=sys.stderr, flush=True)
+        if LOG_API:
+            _API_LOG.info("-> %s (UNIMPLEMENTED)", name)
         try:
             return new_error(ErrorCode.UNIMPLEMENTED, message)
         except BaseException:  # pragma: no cover
