@@ -1,0 +1,245 @@
+"""Debug instrumentation: watch every op of a program as it runs.
+
+Three switches, read from the environment when a program is loaded:
+
+    PJRT_REF_CHECK_NANS=1        stop at the first op whose result holds a NaN
+                                 (or an Inf) that none of its operands held
+    PJRT_REF_TRACE=1             log each op (name, location, result summary)
+                                 to the `pjrt_ref.trace` logger (stderr)
+    PJRT_REF_TRACE=FILE.jsonl    write the same as JSON lines to FILE
+    PJRT_REF_PROFILE=FILE.json   time each op into a Chrome trace-event file
+                                 (see `pjrt_ref.debug.profile`)
+
+With none of them set, `from_environment()` returns None and the interpreter
+runs its plan untouched: nothing here costs anything. With one set, the
+program is planned without the plan-time optimisations (`interpreter/jit`:
+fused or compiled steps would hide ops) and each step's kernel is wrapped
+once, at plan time, by `Instrument.apply`. The ops inside while/if/case
+bodies are wrapped as well; the regions of reduce, sort, scatter & co. are
+not (their kernels may run them once per element pair).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ..errors import InvalidArgument
+from .types import DTYPE_ELEMENT_NAMES, Token, is_complex, is_float
+
+CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
+# Ops that introduce values rather than compute them: a constant -inf (the
+# init of a max reduction) is written in the program, not produced by it.
+_SOURCE_OPS = ("stablehlo.constant", "stablehlo.iota")
+
+_TRACE_LOG = logging.getLogger("pjrt_ref.trace")
+
+
+class NonFiniteResult(InvalidArgument):
+    """PJRT_REF_CHECK_NANS: an op produced a NaN or Inf from finite operands."""
+
+
+# ------------------------------------------------------------ summaries
+def type_text(value) -> str:
+    """`f32[2,3]` for an array, `token`, or `tuple(...)`."""
+    if isinstance(value, Token):
+        return "token"
+    if isinstance(value, tuple):
+        return "tuple(" + ", ".join(type_text(v) for v in value) + ")"
+    array = np.asarray(value)
+    name = DTYPE_ELEMENT_NAMES.get(array.dtype, str(array.dtype))
+    return f"{name}[{','.join(str(d) for d in array.shape)}]"
+
+
+def _as_numbers(array: np.ndarray) -> np.ndarray | None:
+    """The values as float64/complex128 for statistics, or None (tokens...)."""
+    if array.dtype == np.bool_ or array.dtype.kind in "iuf":
+        return array.astype(np.float64)
+    if array.dtype.kind == "c":
+        return array.astype(np.complex128)
+    try:  # ml_dtypes: bf16, f8..., int4...
+        return array.astype(np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def summarize(value) -> dict:
+    """Type, min, max, mean and NaN/Inf counts of a value (JSON-ready).
+
+    Complex values are summarised by their magnitudes; min/max/mean skip
+    NaNs (they are counted instead)."""
+    summary = {"type": type_text(value)}
+    if isinstance(value, (Token, tuple)):
+        return summary
+    value = np.asarray(value)
+    numbers = _as_numbers(value)
+    if numbers is None or numbers.size == 0:
+        return summary
+    nans = np.isnan(numbers)
+    infs = np.isinf(numbers)
+    if is_float(value.dtype) or is_complex(value.dtype):
+        summary["nan"] = int(nans.sum())
+        summary["inf"] = int(infs.sum())
+    finite = np.abs(numbers) if numbers.dtype.kind == "c" else numbers
+    finite = finite[~nans]
+    if finite.size:
+        summary["min"] = float(finite.min())
+        summary["max"] = float(finite.max())
+        summary["mean"] = float(finite.mean()) if not infs.any() else float("nan")
+    return summary
+
+
+def summary_text(summary: dict) -> str:
+    """`f32[3] min=-1 max=2 mean=0.5 nan=0 inf=0` (the fields present)."""
+    parts = [summary["type"]]
+    for key in ("min", "max", "mean", "nan", "inf"):
+        if key in summary:
+            value = summary[key]
+            parts.append(f"{key}={value:.6g}" if isinstance(value, float) else f"{key}={value}")
+    return " ".join(parts)
+
+
+def _results_of(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
+
+
+# ------------------------------------------------------------ the checks
+def _non_finite_counts(values) -> tuple[int, int]:
+    """Total NaN and Inf elements of the float/complex arrays among `values`."""
+    nan = inf = 0
+    for value in values:
+        if isinstance(value, (Token, tuple)):
+            continue
+        array = np.asarray(value)
+        if array.dtype.kind in "biu":
+            continue
+        numbers = _as_numbers(array)
+        if numbers is None:
+            continue
+        nan += int(np.isnan(numbers).sum())
+        inf += int(np.isinf(numbers).sum())
+    return nan, inf
+
+
+def check_non_finite(op, operands, results) -> None:
+    """Raise NonFiniteResult if `results` hold a NaN (Inf) no operand held."""
+    result_nan, result_inf = _non_finite_counts(results)
+    if not result_nan and not result_inf:
+        return
+    operand_nan, operand_inf = _non_finite_counts(operands)
+    new = [kind for kind, got, had in (("NaN", result_nan, operand_nan), ("Inf", result_inf, operand_inf))
+           if got and not had]
+    if not new:
+        return
+    lines = [f"result holds {' and '.join(new)} that its operands did not (PJRT_REF_CHECK_NANS)"]
+    for index, value in enumerate(results):
+        lines.append(f"  result {index}: {summary_text(summarize(value))}")
+    for index, value in enumerate(operands):
+        lines.append(f"  operand {index}: {summary_text(summarize(value))}")
+    raise op.error("\n".join(lines), cls=NonFiniteResult)
+
+
+# ------------------------------------------------------------ the trace
+_SINKS: dict[str, "object"] = {}
+_SINKS_LOCK = threading.Lock()
+
+
+def _trace_file(path: str):
+    """One shared, line-buffered append handle per path (many programs, one file)."""
+    with _SINKS_LOCK:
+        sink = _SINKS.get(path)
+        if sink is None:
+            sink = _SINKS[path] = open(path, "a", buffering=1, encoding="utf-8")
+        return sink
+
+
+def _ensure_trace_handler() -> None:
+    if not logging.getLogger().handlers and not _TRACE_LOG.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("pjrt-ref trace: %(message)s"))
+        _TRACE_LOG.addHandler(handler)
+        _TRACE_LOG.setLevel(logging.INFO)
+        _TRACE_LOG.propagate = False
+
+
+def trace_record(op, function: str, results) -> dict:
+    return {"op": op.name, "location": op.location, "function": function,
+            "results": [summarize(value) for value in results]}
+
+
+# ------------------------------------------------------------ the wrapper
+class Instrument:
+    """What to do around each op; `apply(plan)` wraps a function's steps."""
+
+    def __init__(self, check_nans: bool = False, trace: str | None = None,
+                 profile: str | None = None) -> None:
+        self.check_nans = check_nans
+        self.trace_file = None
+        self.trace_log = False
+        if trace:
+            if trace in ("1", "stderr", "log"):
+                self.trace_log = True
+                _ensure_trace_handler()
+            else:
+                self.trace_file = _trace_file(trace)
+        self.profiler = None
+        if profile:
+            from ..debug.profile import recorder
+
+            self.profiler = recorder(profile)
+
+    @classmethod
+    def from_environment(cls) -> "Instrument | None":
+        environ = os.environ
+        check_nans = environ.get("PJRT_REF_CHECK_NANS", "0") not in ("", "0")
+        trace = environ.get("PJRT_REF_TRACE", "0")
+        trace = None if trace in ("", "0") else trace
+        profile = environ.get("PJRT_REF_PROFILE") or None
+        if not (check_nans or trace or profile):
+            return None
+        return cls(check_nans, trace, profile)
+
+    def apply(self, plan) -> None:
+        """Wrap every step of `plan` (and of its control-flow bodies)."""
+        self._apply_region(plan.body, plan.name)
+
+    def _apply_region(self, region, function: str) -> None:
+        for step in region.steps:
+            step.kernel = self.wrap(step.kernel, function)
+            if step.op.name in CONTROL_FLOW_OPS:
+                for body in step.regions:
+                    self._apply_region(body, function)
+        region.runners = None
+
+    def wrap(self, kernel, function: str):
+        check_nans = self.check_nans
+        trace_log, trace_file, profiler = self.trace_log, self.trace_file, self.profiler
+        clock = time.perf_counter
+
+        def instrumented(op, *operands, **regions):
+            start = clock()
+            result = kernel(op, *operands, **regions)
+            end = clock()
+            results = _results_of(result)
+            if profiler is not None:
+                profiler.op_slice(op, operands, results, start, end)
+            if trace_log or trace_file is not None:
+                record = trace_record(op, function, results)
+                if trace_log:
+                    _TRACE_LOG.info("%s  %s  %s", op.name, op.location,
+                                    "; ".join(summary_text(s) for s in record["results"]))
+                if trace_file is not None:
+                    trace_file.write(json.dumps(record) + "\n")
+            if check_nans and op.name not in _SOURCE_OPS:
+                check_non_finite(op, operands, results)
+            return result
+        return instrumented
+
+
+def from_environment() -> Instrument | None:
+    return Instrument.from_environment()

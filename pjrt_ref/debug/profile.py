@@ -1,0 +1,135 @@
+"""PJRT_REF_PROFILE=FILE.json: a Chrome trace-event file of a run.
+
+One complete ("X") event per compile, per execute and per op, in
+microseconds since the recorder started; ops carry their location and the
+shapes of their operands and results in `args`. The file is the JSON object
+format `{"traceEvents": [...]}` that Perfetto (ui.perfetto.dev) and
+chrome://tracing open. It is written when the process exits, and whenever
+`flush()` is called.
+
+`pjrt-ref profile FILE.json` (`report`) prints the ops and the source lines
+that took the most time, by self time (an op's time minus the time of the
+ops nested in it, e.g. a while loop's body ops).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import threading
+import time
+
+_RECORDERS: dict[str, "Recorder"] = {}
+_LOCK = threading.Lock()
+
+
+class Recorder:
+    """Collects trace events for one output file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.events: list[dict] = []
+        self.origin = time.perf_counter()
+        self.pid = os.getpid()
+        atexit.register(self.flush)
+
+    def _micros(self, seconds: float) -> float:
+        return round((seconds - self.origin) * 1e6, 3)
+
+    def slice(self, name: str, category: str, start: float, end: float, args: dict | None = None) -> None:
+        """A complete event from `start` to `end` (time.perf_counter seconds)."""
+        event = {"name": name, "cat": category, "ph": "X", "ts": self._micros(start),
+                 "dur": round((end - start) * 1e6, 3), "pid": self.pid,
+                 "tid": threading.get_native_id()}
+        if args:
+            event["args"] = args
+        self.events.append(event)
+
+    def op_slice(self, op, operands, results, start: float, end: float) -> None:
+        from ..interpreter.instrument import type_text
+
+        self.slice(op.name.removeprefix("stablehlo."), "op", start, end, {
+            "op": op.name, "location": op.location,
+            "operands": [type_text(v) for v in operands],
+            "results": [type_text(v) for v in results]})
+
+    def flush(self) -> None:
+        with _LOCK:
+            events = list(self.events)
+        with open(self.path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+
+
+def recorder(path: str) -> Recorder:
+    """The process's recorder for `path` (one per file, shared by programs)."""
+    with _LOCK:
+        found = _RECORDERS.get(path)
+        if found is None:
+            found = _RECORDERS[path] = Recorder(path)
+        return found
+
+
+def from_environment() -> Recorder | None:
+    path = os.environ.get("PJRT_REF_PROFILE")
+    return recorder(path) if path else None
+
+
+# ------------------------------------------------------------------ report
+_LINE = re.compile(r"^(.*?:\d+):\d+")
+
+
+def source_line(location: str) -> str:
+    """`file.py:12` from `file.py:12:5 (jit(f)/log)`; the location otherwise."""
+    match = _LINE.match(location or "")
+    return match.group(1) if match else (location or "<unknown>")
+
+
+def self_times(events: list[dict]) -> list[tuple[dict, float]]:
+    """(event, self time in us) for every X event: its duration minus its children's."""
+    result = []
+    by_thread: dict = {}
+    for event in events:
+        if event.get("ph") == "X":
+            by_thread.setdefault((event.get("pid"), event.get("tid")), []).append(event)
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list[list] = []          # [event, children time]
+        for event in thread_events:
+            while stack and stack[-1][0]["ts"] + stack[-1][0]["dur"] <= event["ts"]:
+                done = stack.pop()
+                result.append((done[0], done[0]["dur"] - done[1]))
+            if stack:
+                stack[-1][1] += event["dur"]
+            stack.append([event, 0.0])
+        while stack:
+            done = stack.pop()
+            result.append((done[0], done[0]["dur"] - done[1]))
+    return result
+
+
+def report(path: str, top: int = 10) -> str:
+    """Top ops and top source lines by self time, as text."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    timed = self_times(events)
+    totals = {cat: sum(e["dur"] for e, _ in timed if e.get("cat") == cat) for cat in ("compile", "execute")}
+    ops = [(e, t) for e, t in timed if e.get("cat") == "op"]
+    lines = [f"{path}: {totals['compile'] / 1e3:.2f} ms compiling, {totals['execute'] / 1e3:.2f} ms executing, "
+             f"{len(ops)} op runs"]
+    op_total = sum(t for _, t in ops) or 1.0
+    for title, key in (("op", lambda e: e["args"].get("op", e["name"])),
+                       ("source line", lambda e: source_line(e["args"].get("location", "")))):
+        groups: dict[str, list[float]] = {}
+        for event, spent in ops:
+            entry = groups.setdefault(key(event), [0.0, 0])
+            entry[0] += spent
+            entry[1] += 1
+        ranked = sorted(groups.items(), key=lambda item: -item[1][0])[:top]
+        lines.append("")
+        lines.append(f"top {title}s by self time:")
+        lines.append(f"  {'ms':>9} {'%':>6} {'runs':>6}  {title}")
+        for name, (spent, count) in ranked:
+            lines.append(f"  {spent / 1e3:9.3f} {100 * spent / op_total:5.1f}% {count:6d}  {name}")
+    return "\n".join(lines)
