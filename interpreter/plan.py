@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
 from .attributes import convert_attribute, read_attributes
+from .instrument import from_environment as instrument_from_environment
 from .jit import optimize_function
 from .location import describe_location
 from .quantization import dequantize_op_quantize
@@ -190,6 +191,9 @@ class ModulePlan:
                 self._funcs[name] = op
         self.num_partitions = _module_int_attr(module, "mhlo.num_partitions", 1)
         self.num_replicas = _module_int_attr(module, "mhlo.num_replicas", 1)
+        # Debug switches (PJRT_REF_CHECK_NANS / _TRACE / _PROFILE), read once
+        # per program: None unless one is set (interpreter/instrument.py).
+        self.instrument = instrument_from_environment()
 
     @property
     def function_names(self) -> list[str]:
@@ -201,7 +205,10 @@ class ModulePlan:
             if name not in self._funcs:
                 raise InvalidArgument(f"no function @{name} in the program")
             plan = _FunctionPlanner(self, self._funcs[name]).plan()
-            optimize_function(plan)  # plan-time rewrites (interpreter/jit)
+            if self.instrument is None:
+                optimize_function(plan)  # plan-time rewrites (interpreter/jit)
+            else:
+                self.instrument.apply(plan)  # every op visible, none fused
             # Planning finished (callees were planned through `function`, and
             # recursive calls resolve lazily at run time).
             self.functions[name] = plan
