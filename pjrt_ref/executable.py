@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import os
 import threading
+import time
 
 import numpy as np
 
@@ -20,6 +22,16 @@ from .errors import Internal, InvalidArgument, Unimplemented
 
 _MAGIC = b"pjrt-ref executable v1\n"
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
+# PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py).
+_PROFILING = bool(os.environ.get("PJRT_REF_PROFILE"))
+
+
+def _profile_slice(name: str, category: str, start: float, args: dict) -> None:
+    from .debug.profile import from_environment
+
+    recorder = from_environment()
+    if recorder is not None:
+        recorder.slice(name, category, start, time.perf_counter(), args)
 
 
 class Executable:
@@ -28,10 +40,13 @@ class Executable:
     def __init__(self, code: bytes, compile_options: bytes = b"") -> None:
         from .interpreter import load
 
+        start = time.perf_counter()
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
+        if _PROFILING:
+            _profile_slice(f"compile {self.name}", "compile", start, {"program_bytes": len(self.code)})
         self.output_types = tuple(self.program.output_types)
         self.donor_indices = _donor_indices(self.program)
         self.fingerprint = hashlib.sha256(self.code + b"\0" + self.compile_options).hexdigest()
@@ -111,7 +126,11 @@ class LoadedExecutable:
             raise InvalidArgument("executable has been deleted")
         exe = self.executable
         arrays = [buffer.array for buffer in arguments]
+        start = time.perf_counter()
         outputs = exe.program(*arrays)
+        if _PROFILING:
+            _profile_slice(f"execute {exe.name}", "execute", start,
+                           {"arguments": [f"{a.dtype}{list(a.shape)}" for a in arrays]})
         if len(outputs) != exe.num_outputs:
             raise Internal(f"program returned {len(outputs)} results, signature says {exe.num_outputs}")
         for index in exe.donor_indices:
