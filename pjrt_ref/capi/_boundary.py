@@ -154,14 +154,17 @@ def _logged(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:
         _API_LOG.addHandler(handler)
         _API_LOG.setLevel(logging.INFO)
 
+    from ..debug.api_log import describe_inputs, describe_outputs
+
     def logged(args: Args) -> None:
-        _API_LOG.info("-> %s", name)
+        inputs, snapshot = describe_inputs(name, args)
+        _API_LOG.info("-> %s %s", name, inputs)
         try:
             fn(args)
         except BaseException as exc:
             _API_LOG.info("<- %s error %s: %s", name, type(exc).__name__, exc)
             raise
-        _API_LOG.info("<- %s ok", name)
+        _API_LOG.info("<- %s ok %s", name, describe_outputs(name, args, snapshot))
     return logged
 
 
