@@ -1,6 +1,9 @@
 """The `pjrt-ref` command line.
 
     pjrt-ref run PROGRAM.mlir [--arg FILE.npy | --arg LITERAL ...] [--random-args]
+    pjrt-ref trace PROGRAM.mlir [--jsonl FILE] [run's arguments]
+    pjrt-ref explain SCRIPT.py [--jit NAME] [--log FILE] [SCRIPT ARGS...]
+    pjrt-ref profile TRACE.json [--top N]
     pjrt-ref conformance PATH... [--jobs N] [--json FILE] [-k SUBSTRING] [--timeout S]
     pjrt-ref library-path
 
@@ -19,6 +22,37 @@ def _run_command(argv: list[str]) -> int:
     return run_main(argv)
 
 
+def _trace_command(argv: list[str]) -> int:
+    """`run` with PJRT_REF_TRACE on: each op logged to stderr (or --jsonl FILE)."""
+    import os
+
+    from .run_file import main as run_main
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--jsonl", metavar="FILE")
+    options, rest = parser.parse_known_args(argv)
+    os.environ["PJRT_REF_TRACE"] = options.jsonl or "1"
+    return run_main(rest, prog="pjrt-ref trace")
+
+
+def _explain_command(argv: list[str]) -> int:
+    from .debug.explain import main as explain_main
+
+    return explain_main(argv)
+
+
+def _profile_command(argv: list[str]) -> int:
+    from .debug.profile import report
+
+    parser = argparse.ArgumentParser(prog="pjrt-ref profile",
+                                     description="Top ops and source lines of a PJRT_REF_PROFILE file.")
+    parser.add_argument("trace", help="a Chrome trace-event file written with PJRT_REF_PROFILE=FILE")
+    parser.add_argument("--top", type=int, default=10, help="rows per table (default 10)")
+    options = parser.parse_args(argv)
+    print(report(options.trace, options.top))
+    return 0
+
+
 def _conformance_command(argv: list[str]) -> int:
     from pjrt_ref.conformance.runner import main as conformance_main
 
@@ -34,6 +68,9 @@ def _library_path_command(argv: list[str]) -> int:
 
 COMMANDS = {
     "run": (_run_command, "run a StableHLO program file and print its results"),
+    "trace": (_trace_command, "run a program logging every op (PJRT_REF_TRACE)"),
+    "explain": (_explain_command, "run a JAX script on pjrt-ref and summarise its PJRT calls"),
+    "profile": (_profile_command, "top ops and source lines of a PJRT_REF_PROFILE trace"),
     "conformance": (_conformance_command, "run StableHLO test files and report pass/fail"),
     "library-path": (_library_path_command, "print the path of the PJRT plugin library"),
 }
