@@ -10,12 +10,13 @@ import argparse
 import ast
 import os
 import sys
+import time
 
 import numpy as np
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pjrt-ref run",
+def build_parser(prog: str = "pjrt-ref run") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Run a StableHLO program and print its results.")
     parser.add_argument("program", help="StableHLO text, MLIR bytecode or a portable artifact")
     parser.add_argument("--arg", action="append", default=[], metavar="FILE.npy|LITERAL",
@@ -54,15 +55,21 @@ def random_argument(ttype, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "pjrt-ref run") -> int:
+    from pjrt_ref.debug.profile import from_environment as profile_recorder
     from pjrt_ref.errors import PjrtRefError
     from pjrt_ref.interpreter import load
 
-    options = build_parser().parse_args(argv)
+    options = build_parser(prog).parse_args(argv)
     with open(options.program, "rb") as f:
         source = f.read()
+    profiler = profile_recorder()  # PJRT_REF_PROFILE: compile and execute slices too
     try:
+        start = time.perf_counter()
         program = load(source, entry=options.entry)
+        if profiler is not None:
+            profiler.slice(f"compile {options.program}", "compile", start, time.perf_counter(),
+                           {"program_bytes": len(source)})
         types = program.input_types
         if options.random_args:
             rng = np.random.default_rng(options.seed)
@@ -73,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{len(options.arg)} given (use --arg or --random-args)", file=sys.stderr)
                 return 2
             args = [read_argument(text, t) for text, t in zip(options.arg, types)]
+        start = time.perf_counter()
         results = program(*args)
+        if profiler is not None:
+            profiler.slice(f"execute @{program.entry}", "execute", start, time.perf_counter())
     except PjrtRefError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
