@@ -150,11 +150,12 @@ _SINKS_LOCK = threading.Lock()
 
 
 def _trace_file(path: str):
-    """One shared, line-buffered append handle per path (many programs, one file)."""
+    """One line-buffered handle per path, truncated when first opened and shared by
+    every program of the process."""
     with _SINKS_LOCK:
         sink = _SINKS.get(path)
         if sink is None:
-            sink = _SINKS[path] = open(path, "a", buffering=1, encoding="utf-8")
+            sink = _SINKS[path] = open(path, "w", buffering=1, encoding="utf-8")
         return sink
 
 
