@@ -1,0 +1,98 @@
+"""PJRT_REF_CHECK_NANS and PJRT_REF_TRACE on the interpreter (in process).
+
+The switches are read when a program is loaded, so each test sets them
+(monkeypatch) before `load`; programs come from JAX's lowering with debug
+info, so locations name this file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pjrt_ref.interpreter import load
+from pjrt_ref.interpreter.instrument import NonFiniteResult, summarize
+from pjrt_ref.errors import ErrorCode
+
+
+def lowered(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).as_text(debug_info=True)
+
+
+def nan_in_loop(x):
+    def body(i, c):
+        c = c - 1.0
+        return jnp.sqrt(c)  # line of interest: sqrt of a negative on iteration 2
+    return jax.lax.fori_loop(0, 3, body, x)
+
+
+def test_switches_off_leave_the_plan_alone(monkeypatch):
+    for name in ("PJRT_REF_CHECK_NANS", "PJRT_REF_TRACE", "PJRT_REF_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    program = load(lowered(lambda x: jnp.log(x) * 2.0, np.float32(-1.0)))
+    assert program.module_plan.instrument is None
+    assert np.isnan(program(np.float32(-1.0))[0])
+
+
+def test_check_nans_names_op_location_and_operands(monkeypatch):
+    monkeypatch.setenv("PJRT_REF_CHECK_NANS", "1")
+    program = load(lowered(nan_in_loop, np.float32(1.5)))
+    with pytest.raises(NonFiniteResult) as info:
+        program(np.float32(1.5))
+    error = info.value
+    assert error.code == ErrorCode.INVALID_ARGUMENT
+    assert error.op == "stablehlo.sqrt"
+    line = nan_in_loop.__code__.co_firstlineno + 3
+    assert f"test_debug_instrument.py:{line}:" in error.location
+    message = str(error)
+    assert "result holds NaN that its operands did not" in message
+    # sqrt(0.5) - 1 on the second iteration
+    assert "operand 0: f32[] min=-0.292893 max=-0.292893 mean=-0.292893 nan=0 inf=0" in message
+
+
+def test_check_nans_flags_new_inf_but_not_constants_or_propagation(monkeypatch):
+    monkeypatch.setenv("PJRT_REF_CHECK_NANS", "1")
+    # A max reduction starts from a -inf constant; NaN inputs just propagate.
+    quiet = load(lowered(lambda x: jnp.max(x) + x, np.zeros(3, np.float32)))
+    quiet(np.array([1.0, np.nan, 2.0], np.float32))
+    noisy = load(lowered(lambda x, y: x / y, np.float32(1), np.float32(0)))
+    with pytest.raises(NonFiniteResult, match="stablehlo.divide.*Inf that its operands did not"):
+        noisy(np.float32(1), np.float32(0))
+
+
+def test_trace_jsonl_records_every_op_including_loop_bodies(monkeypatch, tmp_path):
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("PJRT_REF_TRACE", str(path))
+    program = load(lowered(nan_in_loop, np.float32(1.5)))
+    program(np.float32(1.5))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    sqrts = [r for r in records if r["op"] == "stablehlo.sqrt"]
+    assert len(sqrts) == 3                     # once per iteration
+    assert sqrts[0]["results"][0] == {"type": "f32[]", "nan": 0, "inf": 0,
+                                      "min": float(np.sqrt(np.float32(0.5))), "max": float(np.sqrt(np.float32(0.5))),
+                                      "mean": float(np.sqrt(np.float32(0.5)))}
+    assert sqrts[1]["results"][0]["nan"] == 1
+    assert "test_debug_instrument.py" in sqrts[0]["location"]
+    assert records[-1]["op"] == "stablehlo.while"
+
+
+def test_trace_logs_to_the_trace_logger(monkeypatch, caplog):
+    monkeypatch.setenv("PJRT_REF_TRACE", "1")
+    program = load(lowered(lambda x: jnp.sin(x) * 2.0, np.zeros(4, np.float32)))
+    with caplog.at_level(logging.INFO, logger="pjrt_ref.trace"):
+        program(np.arange(4, dtype=np.float32))
+    lines = [r.getMessage() for r in caplog.records if r.name == "pjrt_ref.trace"]
+    assert any(l.startswith("stablehlo.sine") and "f32[4] min=0 max=0.909297" in l for l in lines), lines
+
+
+def test_summaries_of_narrow_and_complex_types():
+    import ml_dtypes
+
+    assert summarize(np.array([1, -2], ml_dtypes.bfloat16)) == {
+        "type": "bf16[2]", "nan": 0, "inf": 0, "min": -2.0, "max": 1.0, "mean": -0.5}
+    assert summarize(np.array([3 + 4j, np.nan], np.complex64))["max"] == 5.0
+    assert "nan" not in summarize(np.array([1, 2], np.int32))
