@@ -62,7 +62,13 @@ def _buffer_type_name(value: int) -> str:
         return str(int(value))
 
 
+def _is_null(ptr) -> bool:
+    return handles.address(ptr) == 0
+
+
 def _dims(ptr, count: int) -> str:
+    if _is_null(ptr):
+        return "NULL"
     return "[" + ",".join(str(int(ptr[i])) for i in range(count)) + "]"
 
 
@@ -78,6 +84,8 @@ def _compile_inputs(args) -> str:
     from ..capi._boundary import text_arg
 
     program = args.program
+    if _is_null(program):
+        return "program=NULL"
     fmt = text_arg(program.format, int(program.format_size))
     return f"program={fmt}, {int(program.code_size)} bytes"
 
@@ -88,7 +96,10 @@ def _from_host_inputs(args) -> str:
 
 def _execute_inputs(args) -> str:
     num_args = int(args.num_args)
-    buffers = [_buffer_text(args.argument_lists[0][i]) for i in range(num_args)] if int(args.num_devices) else []
+    lists = args.argument_lists
+    if num_args and (_is_null(lists) or _is_null(lists[0])):
+        return f"num_args={num_args} argument_lists=NULL"
+    buffers = [_buffer_text(lists[0][i]) for i in range(num_args)] if int(args.num_devices) else []
     return f"num_args={num_args} args=[{', '.join(buffers)}]"
 
 
@@ -101,7 +112,10 @@ def _compile_outputs(args) -> str:
 def _execute_outputs(args) -> str:
     loaded = _object(args.executable)
     count = getattr(getattr(loaded, "executable", None), "num_outputs", 0)
-    outputs = [_buffer_text(args.output_lists[0][i]) for i in range(count)] if int(args.num_devices) else []
+    lists = args.output_lists
+    if _is_null(lists) or _is_null(lists[0]) or not int(args.num_devices):
+        return ""
+    outputs = [_buffer_text(lists[0][i]) for i in range(count)]
     text = f"outputs=[{', '.join(outputs)}]"
     events = args.get("device_complete_events")
     if events is not None and handles.address(events) != 0:
@@ -110,6 +124,8 @@ def _execute_outputs(args) -> str:
 
 
 def _to_host_inputs(args) -> str:
+    if _is_null(args.src):
+        return ""
     text = _buffer_text(args.src).split(" ", 1)
     return f"src_shape={text[1]}" if len(text) == 2 else ""
 
