@@ -222,6 +222,8 @@ class Instrument:
         trace_log, trace_file, profiler = self.trace_log, self.trace_file, self.profiler
         clock = time.perf_counter
 
+        where = "" if function == "main" else f"@{function} "
+
         def instrumented(op, *operands, **regions):
             start = clock()
             result = kernel(op, *operands, **regions)
@@ -232,7 +234,7 @@ class Instrument:
             if trace_log or trace_file is not None:
                 record = trace_record(op, function, results)
                 if trace_log:
-                    _TRACE_LOG.info("%s  %s  %s", op.name, op.location,
+                    _TRACE_LOG.info("%s  %s%s  %s", op.name, where, op.location,
                                     "; ".join(summary_text(s) for s in record["results"]))
                 if trace_file is not None:
                     trace_file.write(json.dumps(record) + "\n")
