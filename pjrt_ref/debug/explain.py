@@ -43,6 +43,10 @@ PHASES = (
 )
 
 
+DISPLAY_ORDER = ("setup", "compile", "transfer", "execute", "events", "buffers", "executables",
+                 "errors", "teardown", "other")
+
+
 def phase_of(name: str) -> str:
     for phase, prefixes in PHASES:
         if name.startswith(prefixes):
@@ -127,7 +131,7 @@ def summary(calls: list[dict], script_text: str, wanted: str | None = None) -> s
         by_phase.setdefault(phase_of(name), []).append(name)
     lines.append("")
     lines.append("calls per entry point:")
-    for phase in [p for p, _ in PHASES] + ["other"]:
+    for phase in DISPLAY_ORDER:
         names = by_phase.get(phase)
         if not names:
             continue
