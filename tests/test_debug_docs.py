@@ -1,0 +1,53 @@
+"""docs/debugging.md cannot rot: its scripts are written to a fresh directory,
+its console commands run there, and each transcript line must appear in the
+real output.
+
+Lines are compared after putting the test's directory in place of
+`/tmp/tutorial`. Skipped: `...` (a cut), lines with handle addresses (`0x`)
+and the profile's timing lines (they change from run to run).
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+
+from test_jax_support import clean_env
+
+DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "debugging.md"
+_FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.S)
+_CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
+_VARIABLE = re.compile(r"0x[0-9a-f]+|\d+\.\d+ ms|\d\.\d+%")
+
+
+def sessions(text: str) -> list[tuple[str, list[str]]]:
+    """(command, expected lines) for every `$ ` line of the console blocks."""
+    found = []
+    for block in _CONSOLE.findall(text):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                if line.startswith("$ JAX_PLATFORMS=pjrt_ref PJRT_REF_LOG_API=1 python"):
+                    found[-1][1].append(line)   # the explain report echoes its command
+                    continue
+                found.append((line[2:], []))
+            elif found:
+                found[-1][1].append(line)
+    return found
+
+
+def checked(line: str) -> bool:
+    return bool(line.strip()) and line.strip() != "..." and not _VARIABLE.search(line)
+
+
+def test_tutorial_transcripts_are_true(tmp_path):
+    text = DOC.read_text()
+    for name, body in _FILE.findall(text):
+        (tmp_path / name).write_text(body)
+    runs = sessions(text)
+    assert len(runs) >= 10
+    for command, expected in runs:
+        proc = subprocess.run(command, shell=True, cwd=tmp_path, env=clean_env(), capture_output=True,
+                              text=True, timeout=120)
+        output = (proc.stdout + proc.stderr).replace(str(tmp_path), "/tmp/tutorial")
+        for line in filter(checked, expected):
+            assert line.strip() in output, f"$ {command}\nmissing: {line}\n--- output\n{output[-3000:]}"
