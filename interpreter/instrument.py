@@ -126,7 +126,7 @@ def _non_finite_counts(values) -> tuple[int, int]:
     return nan, inf
 
 
-def check_non_finite(op, operands, results) -> None:
+def check_non_finite(op, operands, results, function: str = "main") -> None:
     """Raise NonFiniteResult if `results` hold a NaN (Inf) no operand held."""
     result_nan, result_inf = _non_finite_counts(results)
     if not result_nan and not result_inf:
@@ -136,7 +136,8 @@ def check_non_finite(op, operands, results) -> None:
            if got and not had]
     if not new:
         return
-    lines = [f"result holds {' and '.join(new)} that its operands did not (PJRT_REF_CHECK_NANS)"]
+    where = "" if function == "main" else f" (in @{function})"
+    lines = [f"result holds {' and '.join(new)} that its operands did not{where} (PJRT_REF_CHECK_NANS)"]
     for index, value in enumerate(results):
         lines.append(f"  result {index}: {summary_text(summarize(value))}")
     for index, value in enumerate(operands):
@@ -239,7 +240,7 @@ class Instrument:
                 if trace_file is not None:
                     trace_file.write(json.dumps(record) + "\n")
             if check_nans and op.name not in _SOURCE_OPS:
-                check_non_finite(op, operands, results)
+                check_non_finite(op, operands, results, function)
             return result
         return instrumented
 

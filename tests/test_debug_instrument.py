@@ -49,7 +49,7 @@ def test_check_nans_names_op_location_and_operands(monkeypatch):
     line = nan_in_loop.__code__.co_firstlineno + 3
     assert f"test_debug_instrument.py:{line}:" in error.location
     message = str(error)
-    assert "result holds NaN that its operands did not" in message
+    assert "result holds NaN that its operands did not (in @closed_call)" in message
     # sqrt(0.5) - 1 on the second iteration
     assert "operand 0: f32[] min=-0.292893 max=-0.292893 mean=-0.292893 nan=0 inf=0" in message
 
