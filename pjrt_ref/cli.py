@@ -32,7 +32,8 @@ def _trace_command(argv: list[str]) -> int:
     parser.add_argument("--jsonl", metavar="FILE")
     options, rest = parser.parse_known_args(argv)
     os.environ["PJRT_REF_TRACE"] = options.jsonl or "1"
-    return run_main(rest, prog="pjrt-ref trace")
+    return run_main(rest, prog="pjrt-ref trace",
+                    epilog="Each op is logged to stderr as it runs; --jsonl FILE writes JSON lines instead.")
 
 
 def _explain_command(argv: list[str]) -> int:

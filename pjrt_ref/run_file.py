@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 
-def build_parser(prog: str = "pjrt-ref run") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog,
+def build_parser(prog: str = "pjrt-ref run", epilog: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, epilog=epilog,
                                      description="Run a StableHLO program and print its results.")
     parser.add_argument("program", help="StableHLO text, MLIR bytecode or a portable artifact")
     parser.add_argument("--arg", action="append", default=[], metavar="FILE.npy|LITERAL",
@@ -55,12 +55,12 @@ def random_argument(ttype, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
-def main(argv: list[str] | None = None, prog: str = "pjrt-ref run") -> int:
+def main(argv: list[str] | None = None, prog: str = "pjrt-ref run", epilog: str | None = None) -> int:
     from pjrt_ref.debug.profile import from_environment as profile_recorder
     from pjrt_ref.errors import PjrtRefError
     from pjrt_ref.interpreter import load
 
-    options = build_parser(prog).parse_args(argv)
+    options = build_parser(prog, epilog).parse_args(argv)
     with open(options.program, "rb") as f:
         source = f.read()
     profiler = profile_recorder()  # PJRT_REF_PROFILE: compile and execute slices too
