@@ -1,0 +1,30 @@
+"""The benchmark harness runs end to end (timings themselves are never
+asserted: numbers come from the benchmark, not from tests)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_w1_on_three_backends(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "W1", "--repeats", "2",
+         "--time-limit", "30", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("Reproduce: `python -m benchmarks --only W1")
+    report = json.loads(out.read_text())
+    (entry,) = report["workloads"]
+    backends = entry["backends"]
+    assert set(backends) == {"pjrt_ref", "xla_cpu", "reference"}
+    for name, result in backends.items():
+        assert "median_s" in result, (name, result)
+        assert result.get("max_abs_error") == 0.0, (name, result)
+    assert backends["pjrt_ref"]["path"] in ("plugin", "interpreter")
+    assert report["dispatch"]["num_ops"] == 1000
+    assert "| W1 | pjrt_ref" in proc.stdout and "| W1 | reference" in proc.stdout
