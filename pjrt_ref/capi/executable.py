@@ -22,6 +22,18 @@ def _loaded(args: Args, field: str = "executable") -> LoadedExecutable:
     return handles.get(getattr(args, field), LoadedExecutable, "PJRT_LoadedExecutable")
 
 
+def _cost_analysis(exe: Executable) -> dict:
+    """The per-op cost model's properties (interpreter/cost.py), computed once per executable."""
+    from ..interpreter.cost import cost_analysis
+    return owned(exe, "cost_properties", lambda: cost_analysis(exe.program))
+
+
+def _temp_bytes(exe: Executable) -> int:
+    """Peak live intermediate bytes (interpreter/cost.py), computed once per executable."""
+    from ..interpreter.cost import temp_bytes
+    return owned(exe, "temp_bytes", lambda: [temp_bytes(exe.program)])[0]
+
+
 # ------------------------------------------------------------ executable
 @entry_point("PJRT_Executable_Destroy")
 def executable_destroy(args: Args) -> None:
@@ -61,9 +73,10 @@ def executable_size_of_generated_code(args: Args) -> None:
 
 @entry_point("PJRT_Executable_GetCostAnalysis")
 def executable_get_cost_analysis(args: Args) -> None:
-    """PJRT_Executable_GetCostAnalysis: no cost model; an empty property list."""
+    """PJRT_Executable_GetCostAnalysis: XLA-style properties ("flops", "transcendentals",
+    "bytes accessed", ...) from the per-op model in interpreter/cost.py, as kFloat values."""
     exe = _executable(args)
-    args.properties, args.num_properties = owned_named_values(exe, "cost", {})
+    args.properties, args.num_properties = owned_named_values(exe, "cost", _cost_analysis(exe))
 
 
 def _memory_kinds(args: Args, count: int, count_field: str) -> None:
@@ -154,17 +167,19 @@ def executable_fingerprint(args: Args) -> None:
 
 @entry_point("PJRT_Executable_GetCompiledMemoryStats")
 def executable_get_compiled_memory_stats(args: Args) -> None:
-    """PJRT_Executable_GetCompiledMemoryStats: argument and output sizes; no temporaries tracked."""
+    """PJRT_Executable_GetCompiledMemoryStats: argument and output sizes; temp = peak bytes of
+    live intermediates of the unfused entry function (interpreter/cost.py temp_bytes)."""
     exe = _executable(args)
     for field in ("generated_code_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
                   "host_generated_code_size_in_bytes", "host_argument_size_in_bytes",
                   "host_output_size_in_bytes", "host_alias_size_in_bytes", "host_temp_size_in_bytes",
                   "total_allocation_bytes", "indefinite_allocations", "peak_unpadded_heap_bytes"):
         setattr(args, field, 0)
+    args.temp_size_in_bytes = _temp_bytes(exe)
     args.argument_size_in_bytes = exe.input_bytes()
     args.output_size_in_bytes = exe.output_bytes()
-    args.peak_memory_in_bytes = exe.input_bytes() + exe.output_bytes()
-    args.total_size_in_bytes = exe.input_bytes() + exe.output_bytes()
+    args.peak_memory_in_bytes = exe.input_bytes() + exe.output_bytes() + _temp_bytes(exe)
+    args.total_size_in_bytes = exe.input_bytes() + exe.output_bytes() + _temp_bytes(exe)
 
 
 # ----------------------------------------------------- loaded executable
