@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-import struct
 import os
 import threading
 import time
 
 import numpy as np
 
+from . import serialization
 from .buffer import Buffer
 from .dtypes import BufferType, from_numpy
 from .errors import Internal, InvalidArgument, Unimplemented
 
-_MAGIC = b"pjrt-ref executable v1\n"
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
 # PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py).
 _PROFILING = bool(os.environ.get("PJRT_REF_PROFILE"))
@@ -78,21 +77,17 @@ class Executable:
 
     # -- serialization --------------------------------------------------------
     def serialize(self) -> bytes:
-        """Our executable format: magic, two lengths, compile options, program."""
-        header = struct.pack("<QQ", len(self.compile_options), len(self.code))
-        return _MAGIC + header + self.compile_options + self.code
+        """The PJRT_Executable_Serialize blob: see pjrt_ref/serialization.py for the format."""
+        return serialization.encode(self.code, self.compile_options)
 
     @classmethod
     def deserialize(cls, blob: bytes, compile_options: bytes | None = None) -> "Executable":
-        blob = bytes(blob)
-        if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 16:
-            raise InvalidArgument("not a serialized pjrt-ref executable")
-        start = len(_MAGIC) + 16
-        n_options, n_code = struct.unpack_from("<QQ", blob, len(_MAGIC))
-        if start + n_options + n_code != len(blob):
-            raise InvalidArgument("truncated or corrupt serialized pjrt-ref executable")
-        options = blob[start:start + n_options]
-        code = blob[start + n_options:]
+        """Inverse of `serialize`: checks the frame and digest, then compiles the program.
+
+        `compile_options` (PJRT_Executable_DeserializeAndLoad's override)
+        replaces the stored options when given.
+        """
+        code, options = serialization.decode(blob)
         return cls(code, options if compile_options is None else compile_options)
 
 

@@ -244,16 +244,18 @@ def _fill_named_value(item, name: str, value: Any, keep: list) -> None:
 def read_named_values(array, count: int) -> dict:
     """Decode a caller's `PJRT_NamedValue[count]` into a dict."""
     out: dict = {}
+    require_array(array, count, "PJRT_NamedValue array")
     for i in range(count):
         item = array[i]
-        name = ffi.string(item.name, item.name_size).decode()
+        name = text_arg(item.name, item.name_size, "PJRT_NamedValue name")
         kind = item.type
         if kind == lib.PJRT_NamedValue_kString:
-            out[name] = ffi.string(item.string_value, item.value_size).decode()
+            out[name] = text_arg(item.string_value, item.value_size, f"named value {name!r}")
         elif kind == lib.PJRT_NamedValue_kInt64:
             out[name] = int(item.int64_value)
         elif kind == lib.PJRT_NamedValue_kInt64List:
-            out[name] = [int(item.int64_array_value[j]) for j in range(item.value_size)]
+            values = require_array(item.int64_array_value, item.value_size, f"named value {name!r}")
+            out[name] = [int(values[j]) for j in range(item.value_size)]
         elif kind == lib.PJRT_NamedValue_kFloat:
             out[name] = float(item.float_value)
         elif kind == lib.PJRT_NamedValue_kBool:
@@ -261,12 +263,29 @@ def read_named_values(array, count: int) -> dict:
     return out
 
 
-def text_arg(ptr, size: int) -> str:
-    return ffi.string(ptr, size).decode() if size else ""
+def require_array(ptr, count: int, what: str = "array"):
+    """`ptr`, after checking a caller's (pointer, count) pair is not (NULL, count > 0).
+
+    Indexing a NULL cdata pointer would crash the host; a NULL array with
+    elements is INVALID_ARGUMENT instead. (Wild non-NULL pointers cannot be
+    checked: the C API trusts the caller's memory, as every plugin does.)
+    """
+    if count and ptr == NULL:
+        raise InvalidArgument(f"{what} is NULL but its size/count is {int(count)}")
+    return ptr
 
 
-def bytes_arg(ptr, size: int) -> bytes:
-    return bytes(ffi.buffer(ptr, size)) if size else b""
+def text_arg(ptr, size: int, what: str = "string argument") -> str:
+    """A caller's (const char*, size) as text; NULL with size > 0 or bad UTF-8 is INVALID_ARGUMENT."""
+    try:
+        return bytes_arg(ptr, size, what).decode()
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"{what} is not valid UTF-8: {exc}") from None
+
+
+def bytes_arg(ptr, size: int, what: str = "byte argument") -> bytes:
+    """A caller's (const char*, size) as bytes; NULL with size > 0 is INVALID_ARGUMENT."""
+    return bytes(ffi.buffer(require_array(ptr, size, what), size)) if size else b""
 
 
 # ----------------------------------------- memory handed over with a deleter
@@ -306,5 +325,5 @@ def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field
 
 
 __all__ = ["Args", "entry_point", "new_error", "owned", "owned_text", "owned_array",
-           "owned_named_values", "read_named_values", "text_arg", "bytes_arg", "REGISTRY",
+           "owned_named_values", "read_named_values", "text_arg", "bytes_arg", "require_array", "REGISTRY",
            "Holder", "hand_out_blob", "set_deleter", "release_blob"]
