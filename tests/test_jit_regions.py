@@ -108,3 +108,70 @@ def test_descending_lexsort(monkeypatch):
     ours, plain, _ = run_both(text, (a, b), monkeypatch)
     same_bits(ours, plain)
     same_bits(ours, [np.asarray(jax.jit(fn)(a, b))])
+
+
+REDUCE_WITH_CALL = """
+func.func @combine(%a: tensor<f32>, %b: tensor<f32>) -> tensor<f32> {
+  %p = stablehlo.multiply %a, %b : tensor<f32>
+  %s = stablehlo.add %p, %b : tensor<f32>
+  return %s : tensor<f32>
+}
+func.func @main(%x: tensor<3x50xf32>, %i: tensor<f32>) -> (tensor<3xf32>, tensor<3x25xf32>) {
+  %r = stablehlo.reduce(%x init: %i) across dimensions = [1] : (tensor<3x50xf32>, tensor<f32>) -> tensor<3xf32>
+    reducer(%a: tensor<f32>, %b: tensor<f32>) {
+      %c = func.call @combine(%a, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      stablehlo.return %c : tensor<f32>
+    }
+  %w = "stablehlo.reduce_window"(%x, %i) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %c = func.call @combine(%a, %b) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      stablehlo.return %c : tensor<f32>
+    }) {window_dimensions = array<i64: 1, 4>, window_strides = array<i64: 1, 2>}
+    : (tensor<3x50xf32>, tensor<f32>) -> tensor<3x24xf32>
+  %pad = stablehlo.constant dense<0.0> : tensor<f32>
+  %wp = stablehlo.pad %w, %pad, low = [0, 0], high = [0, 1], interior = [0, 0] : (tensor<3x24xf32>, tensor<f32>) -> tensor<3x25xf32>
+  return %r, %wp : tensor<3xf32>, tensor<3x25xf32>
+}
+"""
+
+MAP_WITH_CALL = """
+func.func @f(%a: tensor<f32>, %b: tensor<i32>) -> tensor<f32> {
+  %c = stablehlo.convert %b : (tensor<i32>) -> tensor<f32>
+  %m = stablehlo.maximum %a, %c : tensor<f32>
+  %d = stablehlo.divide %m, %a : tensor<f32>
+  return %d : tensor<f32>
+}
+func.func @main(%x: tensor<4x5xf32>, %y: tensor<4x5xi32>) -> tensor<4x5xf32> {
+  %r = "stablehlo.map"(%x, %y) ({
+    ^bb0(%a: tensor<f32>, %b: tensor<i32>):
+      %c = func.call @f(%a, %b) : (tensor<f32>, tensor<i32>) -> tensor<f32>
+      stablehlo.return %c : tensor<f32>
+    }) {dimensions = array<i64: 0, 1>} : (tensor<4x5xf32>, tensor<4x5xi32>) -> tensor<4x5xf32>
+  return %r : tensor<4x5xf32>
+}
+"""
+
+
+def test_reduce_and_reduce_window_bodies_with_calls_fold_compiled(monkeypatch):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 50)) * 0.3).astype(np.float32)
+    x[1, 7] = np.nan
+    args = (x, np.asarray(np.float32(0.5)))
+    ours, plain, program = run_both(REDUCE_WITH_CALL, args, monkeypatch)
+    folds = [s.regions[0].__dict__.get("jit_folds") for s in program.function.body.steps if s.regions]
+    assert folds and all(f and all(v is not None for v in f.values()) for f in folds)
+    same_bits(ours, plain)
+    reference = run_reference_interpreter(REDUCE_WITH_CALL, args)
+    for a, b in zip(ours, reference):
+        np.testing.assert_allclose(a, b, rtol=1e-6, equal_nan=True)
+
+
+def test_map_body_with_a_call(monkeypatch):
+    x = np.array([[1, -2, 0.0, -0.0, np.nan], [3, 4, 5, 6, 7], [np.inf, -1, 2, 0.5, 8], [1, 2, 3, 4, 5]],
+                 np.float32)
+    y = np.arange(20, dtype=np.int32).reshape(4, 5) - 10
+    ours, plain, program = run_both(MAP_WITH_CALL, (x, y), monkeypatch)
+    assert used(program, "jit_map_apply")
+    same_bits(ours, plain)
+    reference = run_reference_interpreter(MAP_WITH_CALL, (x, y))
+    np.testing.assert_array_equal(ours[0], reference[0])

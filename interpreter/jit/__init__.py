@@ -52,6 +52,7 @@ CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
 
 def optimize_function(plan) -> None:
     """Rewrite `plan`'s steps in place (see the module docstring)."""
+    _record_jit_setting(plan.body, jit_enabled())
     if not optimize_enabled():
         return
     from . import blas, fastpath
@@ -63,3 +64,16 @@ def optimize_function(plan) -> None:
         from . import fusion
 
         fusion.fuse_region(plan.body)
+
+
+def _record_jit_setting(region, enabled: bool) -> None:
+    """Remember, on every region and op with regions, whether numba was on
+    when the program was planned: region bodies compile on first run
+    (`regions.py`), and must follow the setting of the plan, not of the
+    moment they first run."""
+    region.jit_enabled = enabled
+    for step in region.steps:
+        if step.regions:
+            step.op.cache["jit_enabled"] = enabled
+            for nested in step.regions:
+                _record_jit_setting(nested, enabled)

@@ -4,6 +4,11 @@ numpy fast paths do not apply:
 * `scatter_applier(op)`: an update computation other than "replace" or one
   ufunc (several inputs, promoted types, longer bodies) runs per update
   element, in the interpreter's order, inside one numba loop;
+* `map_applier(op)`: a `map` computation that is not element-wise on
+  arrays runs once per element inside one numba loop;
+* `folder(region, dtypes)`: reduce and reduce_window bodies that are not
+  element-wise on arrays fold each window in one numba loop, in the
+  interpreter's order;
 * `sort_orderer(op)`: a comparator that is not a compare of one key (e.g.
   lexicographic on two keys) drives a stable merge sort in numba. Any stable
   sort gives the same permutation for a comparator that is a strict weak
@@ -49,7 +54,7 @@ def _cached(op, key: str, build):
     value = op.cache.get(key, _MISSING)
     if value is _MISSING:
         value = None
-        if jit_enabled():
+        if op.cache.get("jit_enabled", jit_enabled()):
             from numba.core.errors import NumbaError
             try:
                 value = build()
@@ -146,3 +151,88 @@ def sort_order(orderer, rows: list) -> np.ndarray:
     for position in np.ndindex(*batch):
         order[position] = orderer(n, *(np.ascontiguousarray(r[position]) for r in rows))
     return order
+
+
+# --- map ---------------------------------------------------------------------------
+
+def map_applier(op):
+    """`apply(inputs..., out)` over flat arrays, or None (see the docstring)."""
+    return _cached(op, "jit_map_apply", lambda: _build_map(op))
+
+
+def _build_map(op):
+    (region,) = op.region_plans
+    if len(region.result_slots) != 1:
+        raise NotCompilable("map with several results")
+    lines = scalar_function_lines(region, "body", op.module)
+    arg_types = [TYPE_NAMES[t.dtype] for t in region.arg_types]
+    inputs = [f"x{i}" for i in range(len(region.arg_slots))]
+    arguments = ", ".join(f"{t}({x}[i])" for t, x in zip(arg_types, inputs))
+    lines += ["", "", "@njit(cache=True, error_model=\"numpy\")",
+              f"def apply({', '.join(inputs)}, out):",
+              "    for i in range(out.size):",
+              f"        out[i] = body({arguments})[0]"]
+    source = codegen.PRELUDE + "\n".join(lines) + "\n"
+    return codegen.load_generated(source).apply
+
+
+# --- sequential folds (reduce and reduce_window with general bodies) ------------------
+
+def folder(region, dtypes) -> object:
+    """`fold(values, inits) -> results` for `scalar_reduce`, or None.
+
+    The same left fold as the interpreter's: for each output element,
+    acc = inits, then acc = body(acc, x_k) for k in order, each result cast
+    to its dtype. Cached on the region's plan, per result dtypes.
+    """
+    plan = region.plan
+    cache = plan.__dict__.setdefault("jit_folds", {})
+    key = tuple(np.dtype(d) for d in dtypes)
+    if key not in cache:
+        cache[key] = None
+        if getattr(plan, "jit_enabled", jit_enabled()):
+            from numba.core.errors import NumbaError
+            try:
+                cache[key] = _build_fold(plan, key)
+            except (NotCompilable, NumbaError, KeyError):
+                cache[key] = None
+    return cache[key]
+
+
+def _build_fold(plan, dtypes):
+    module = plan.steps[0].op.module if plan.steps else None
+    count = len(dtypes)
+    if len(plan.arg_slots) != 2 * count:
+        raise NotCompilable("fold arity")
+    lines = scalar_function_lines(plan, "body", module)
+    arg_types = [TYPE_NAMES[t.dtype] for t in plan.arg_types]
+    result_types = [TYPE_NAMES[d] for d in dtypes]
+    accs = [f"a{i}" for i in range(count)]
+    inits = [f"i{i}" for i in range(count)]
+    values = [f"v{i}" for i in range(count)]
+    outs = [f"o{i}" for i in range(count)]
+    arguments = [f"{t}({a})" for t, a in zip(arg_types, accs)]
+    arguments += [f"{t}({v}[r, k])" for t, v in zip(arg_types[count:], values)]
+    lines += ["", "", "@njit(cache=True, error_model=\"numpy\")",
+              f"def fold({', '.join(inits + values + outs)}):",
+              f"    for r in range({values[0]}.shape[0]):"]
+    lines += [f"        {a} = {t}({i})" for a, t, i in zip(accs, result_types, inits)]
+    lines += [f"        for k in range({values[0]}.shape[1]):",
+              f"            new = body({', '.join(arguments)})"]
+    lines += [f"            {a} = {t}(new[{n}])" for n, (a, t) in enumerate(zip(accs, result_types))]
+    lines += [f"        {o}[r] = {a}" for o, a in zip(outs, accs)]
+    source = codegen.PRELUDE + "\n".join(lines) + "\n"
+    fold = codegen.load_generated(source).fold
+
+    def run(values_list, init_values):
+        out_shape = values_list[0].shape[:-1]
+        n = values_list[0].shape[-1]
+        if n == 0:
+            return [np.full(out_shape, i, dtype=d) for i, d in zip(init_values, dtypes)]
+        rows = [np.ascontiguousarray(v).reshape(-1, n) for v in values_list]
+        outputs = [np.empty(rows[0].shape[0], d) for d in dtypes]
+        initial = [np.asarray(i, dtype=d)[()] for i, d in zip(init_values, dtypes)]
+        fold(*initial, *rows, *outputs)
+        return [o.reshape(out_shape) for o in outputs]
+
+    return run
