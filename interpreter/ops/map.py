@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..jit.regions import map_applier
 from ..registry import register
 from .reduce_regions import analyse_regions, body_analysis, run_body
 
@@ -22,6 +23,10 @@ def map_(op, *inputs, regions):
         result, = run_body(computation, [result_type.dtype], shape, *inputs)
         return np.asarray(result, order="C")
     result = np.empty(shape, dtype=result_type.dtype)
+    applier = map_applier(op)  # the same loop, compiled by numba (interpreter/jit)
+    if applier is not None:
+        applier(*(np.ascontiguousarray(x).reshape(-1) for x in inputs), result.reshape(-1))
+        return result
     for index in np.ndindex(*shape):
         result[index] = computation(*(np.asarray(x[index]) for x in inputs))[0]
     return result

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..jit.regions import folder
 from ..types import is_bool, is_float
 
 # Region body op -> the numpy ufunc it computes on two arrays of one dtype.
@@ -153,8 +154,12 @@ def tree_reduce(region, dtypes, values: list[np.ndarray]) -> list[np.ndarray]:
 def scalar_reduce(region, dtypes, values: list[np.ndarray], inits) -> list[np.ndarray]:
     """Left fold of the last axis, element by element: the slow, general path.
 
-    Starts from `inits` (N 0-d arrays) for every output element.
+    Starts from `inits` (N 0-d arrays) for every output element. The same
+    fold runs compiled when interpreter/jit can translate the body.
     """
+    compiled = folder(region, dtypes)
+    if compiled is not None:
+        return compiled(values, inits)
     out_shape = values[0].shape[:-1]
     outputs = [np.empty(out_shape, dtype=d) for d in dtypes]
     for index in np.ndindex(*out_shape):
