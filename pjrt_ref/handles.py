@@ -19,6 +19,7 @@ T = TypeVar("T")
 _ffi = None                       # set by bind(); the shim's cffi FFI object
 _lock = threading.Lock()
 _objects: dict[int, tuple[Any, Any]] = {}   # address -> (object, backing allocation)
+watch = None      # PJRT_REF_STRICT=1: the strict-mode observer (pjrt_ref/strict.py Watch)
 
 
 def bind(ffi) -> None:
@@ -47,9 +48,13 @@ def get(ptr, kind: type[T], what: str | None = None) -> T:
     entry = _objects.get(key)
     if entry is None or not isinstance(entry[0], kind):
         name = what or kind.__name__
+        if watch is not None:
+            watch.bad_handle(key, entry[0] if entry else None, name)
         if key == 0:
             raise InvalidArgument(f"{name} handle is NULL")
         raise InvalidArgument(f"0x{key:x} is not a live {name} handle")
+    if watch is not None:
+        watch.used(entry[0], what or kind.__name__)
     return entry[0]
 
 
@@ -57,8 +62,16 @@ def remove(ptr, kind: type[T], what: str | None = None) -> T:
     """Unregister `ptr` (after checking it names a `kind`); returns the object."""
     obj = get(ptr, kind, what)
     with _lock:
-        _objects.pop(address(ptr), None)
+        entry = _objects.pop(address(ptr), None)
+    if watch is not None and entry is not None:
+        watch.removed(address(ptr), obj, entry[1], what or kind.__name__)
     return obj
+
+
+def live_objects() -> list:
+    """Every object that has a live handle (for strict mode's leak report)."""
+    with _lock:
+        return [obj for obj, _ in _objects.values()]
 
 
 def count(kind: type | None = None) -> int:

@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from .. import handles
+from .. import handles, strict
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 
 ffi: Any = None            # the shim's FFI, set by bind()
@@ -29,6 +29,8 @@ def bind(shim_ffi, shim_lib) -> None:
     global ffi, lib, NULL
     ffi, lib, NULL = shim_ffi, shim_lib, shim_ffi.NULL
     handles.bind(shim_ffi)
+    if strict.ENABLED:
+        strict.enable()
 
 
 def entry_point(name: str):
@@ -58,10 +60,26 @@ def new_error(code: int, message: str):
 
 
 def error_from_exception(name: str, exc: BaseException):
+    """The `PJRT_Error*` for `exc`: its own code for a PjrtRefError, CANCELLED for Ctrl-C, else INTERNAL."""
+    if isinstance(exc, KeyboardInterrupt):
+        return _interrupted(name)
     if isinstance(exc, PjrtRefError):
         return new_error(exc.code, str(exc))
     detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return new_error(ErrorCode.INTERNAL, f"{name}: internal error in pjrt-ref: {detail}")
+
+
+def _interrupted(name: str):
+    """Ctrl-C arrived while Python ran an entry point (the host is a Python program).
+
+    The KeyboardInterrupt cannot cross the C frames between us and the
+    host's Python code, so the call ends with CANCELLED and the interrupt is
+    raised again (`_thread.interrupt_main`): the host's next Python bytecode
+    gets a plain KeyboardInterrupt, as if Ctrl-C had come a moment later.
+    """
+    import _thread
+    _thread.interrupt_main()
+    return new_error(ErrorCode.CANCELLED, f"{name}: interrupted by KeyboardInterrupt (Ctrl-C)")
 
 
 # -------------------------------------------------------------------- args
@@ -124,10 +142,13 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
     """The Python function cffi runs for slot `name` (PJRT_REF_LOG_API=1 logs each call)."""
     if LOG_API:
         fn = _logged(name, fn)
+    invoke = lambda raw: fn(Args(raw, name))  # noqa: E731
+    if strict.ENABLED:  # PJRT_REF_STRICT=1: API-usage checks around the call (pjrt_ref/strict.py)
+        invoke = strict.checked(name, invoke, ffi, returns_void)
     if returns_void:
         def void_callback(raw):
             try:
-                fn(Args(raw, name))
+                invoke(raw)
             except BaseException:  # nowhere to report it: print, never raise into C
                 print(f"pjrt-ref: {name} failed:", file=sys.stderr)
                 traceback.print_exc()
@@ -135,7 +156,7 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
 
     def callback(raw):
         try:
-            fn(Args(raw, name))
+            invoke(raw)
             return NULL
         except BaseException as exc:
             try:

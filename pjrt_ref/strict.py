@@ -1,0 +1,217 @@
+"""Strict mode (`PJRT_REF_STRICT=1`): check how the caller uses the PJRT C API.
+
+For framework authors writing a PJRT client. Every violation is logged on
+the `pjrt_ref.strict` logger, naming the entry point, and (where the entry
+point returns a `PJRT_Error*`) returned as an INVALID_ARGUMENT or
+FAILED_PRECONDITION error:
+
+* struct sizes: an Args `struct_size` smaller than pjrt-ref's header is an
+  error (as XLA's own `ActualStructSizeIsGreaterOrEqual` check); a larger one
+  (a newer caller) is logged only, its extra fields are ignored
+  (pjrt_c_api.h: "struct_size ... allows the caller and callee to have
+  different versions of a struct");
+* NULL where a value is required: a NULL Args pointer or a NULL handle;
+* stale, foreign and mismatched handles: with strict mode on, a destroyed
+  handle's address is never reused, so a later use is told apart from a
+  pointer pjrt-ref never issued and from a handle of another kind;
+* double destroy (a second `*_Destroy` on the same handle);
+* use of a buffer after `PJRT_Buffer_Delete` or after it was donated to
+  `PJRT_LoadedExecutable_Execute` (in the entry points that read its data);
+* leaks: at `PJRT_Client_Destroy`, a report of the client's buffers and
+  executables still alive and of every `PJRT_Event` and `PJRT_Error` never
+  destroyed (pjrt_c_api.h: the caller owns these and must destroy them).
+
+Hooks: `_boundary.make_callback` wraps each entry point with `checked`;
+`handles.get`/`handles.remove` report to `watch` (set by `enable`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections import Counter
+from typing import Any, Callable
+
+from .errors import FailedPrecondition, InvalidArgument, PjrtRefError
+
+ENABLED = os.environ.get("PJRT_REF_STRICT", "0") not in ("", "0")
+LOG = logging.getLogger("pjrt_ref.strict")
+
+# Entry points that read a buffer's contents: using a deleted/donated buffer there is a bug.
+DATA_ACCESS = frozenset({
+    "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_CopyToDevice", "PJRT_Buffer_CopyToMemory",
+    "PJRT_Buffer_UnsafePointer", "PJRT_Buffer_OpaqueDeviceMemoryDataPointer",
+    "PJRT_Buffer_IncreaseExternalReferenceCount", "PJRT_Buffer_CopyRawToHost",
+    "PJRT_LoadedExecutable_Execute", "PJRT_Buffer_ReadyEvent",
+})
+
+
+class StrictViolation(InvalidArgument):
+    """A misuse of the API found by strict mode (INVALID_ARGUMENT)."""
+
+
+class UseAfterFree(FailedPrecondition):
+    """A deleted or donated buffer used for its data (FAILED_PRECONDITION)."""
+
+
+_local = threading.local()
+
+
+def current_entry() -> str:
+    """The entry point this thread is inside (or "?" outside any)."""
+    return getattr(_local, "entry", "?")
+
+
+def report(message: str, error: type[PjrtRefError] | None = StrictViolation) -> PjrtRefError | None:
+    """Log one violation under the current entry point; the exception to raise, if any."""
+    entry = current_entry()
+    LOG.warning("%s: %s", entry, message)
+    Watch.instance.count[entry] += 1
+    return error(f"strict mode: {entry}: {message}") if error is not None else None
+
+
+# ------------------------------------------------------------ entry points
+def checked(name: str, invoke: Callable[[Any], None], ffi, returns_void: bool) -> Callable[[Any], None]:
+    """`invoke(raw_args)` with the entry-point checks around it."""
+    def run(raw) -> None:
+        previous = current_entry()
+        _local.entry = name
+        try:
+            _check_args(raw, ffi)
+            if name == "PJRT_Client_Destroy":
+                leak_report(raw.client)
+            invoke(raw)
+        except (StrictViolation, UseAfterFree):
+            if not returns_void:      # PJRT_Error_Destroy/_Message cannot report: logged only
+                raise
+        except InvalidArgument as error:
+            if "NULL" in str(error):  # a required pointer field the entry point found NULL
+                report(str(error), error=None)
+            raise
+        finally:
+            _local.entry = previous
+    return run
+
+
+def _check_args(raw, ffi) -> None:
+    """NULL Args and struct_size against our header (pjrt_c_api.h PJRT_*_Args)."""
+    if raw == ffi.NULL:
+        raise report("Args pointer is NULL")
+    ctype = ffi.typeof(raw).item
+    ours, theirs = ffi.sizeof(ctype), int(raw.struct_size)
+    if theirs < ours:
+        raise report(f"struct_size {theirs} of {ctype.cname} is smaller than pjrt-ref's {ours} "
+                     "(caller built against an older or wrong pjrt_c_api.h, or struct_size unset)")
+    if theirs > ours:
+        report(f"struct_size {theirs} of {ctype.cname} is larger than pjrt-ref's {ours}: "
+               "fields past it are ignored", error=None)
+
+
+# ----------------------------------------------------------------- handles
+class Watch:
+    """What strict mode remembers about handles (called from pjrt_ref/handles.py)."""
+
+    instance: "Watch"
+
+    def __init__(self) -> None:
+        self.graveyard: dict[int, tuple[str, str, Any]] = {}   # address -> (kind, destroyed by, backing)
+        self.deleted_by: dict[int, str] = {}                   # id(buffer) -> entry that deleted it
+        self.count: Counter = Counter()
+        self.lock = threading.Lock()
+
+    def removed(self, key: int, obj: Any, backing: Any, what: str) -> None:
+        """A handle was destroyed: keep its memory so the address is never reused."""
+        with self.lock:
+            self.graveyard[key] = (what, current_entry(), backing)
+
+    def bad_handle(self, key: int, obj: Any, what: str) -> None:
+        """`handles.get` failed: raise a precise violation."""
+        if key == 0:
+            raise report(f"NULL {what} where a value is required")
+        dead = self.graveyard.get(key)
+        if dead is not None:
+            kind, destroyed_by, _ = dead
+            if current_entry().endswith("_Destroy"):
+                raise report(f"double destroy of {kind} 0x{key:x} (already destroyed by {destroyed_by})")
+            raise report(f"use of destroyed {kind} 0x{key:x} (destroyed by {destroyed_by})")
+        if obj is not None:
+            raise report(f"0x{key:x} is a {_kind(obj)} handle, passed where a {what} is required")
+        raise report(f"0x{key:x} is not a handle pjrt-ref issued (foreign or corrupt pointer), "
+                     f"{what} expected")
+
+    def used(self, obj: Any, what: str) -> None:
+        """`handles.get` succeeded: a deleted buffer may not be read."""
+        if getattr(obj, "is_deleted", False) is True and current_entry() in DATA_ACCESS:
+            how = self.deleted_by.get(id(obj), "PJRT_Buffer_Delete")
+            reason = ("donated to PJRT_LoadedExecutable_Execute" if how == "PJRT_LoadedExecutable_Execute"
+                      else f"deleted by {how}")
+            raise report(f"use of {what} after it was {reason}", UseAfterFree)
+
+
+def _kind(obj: Any) -> str:
+    name = type(obj).__name__
+    return {"ErrorObject": "PJRT_Error", "LoadedExecutable": "PJRT_LoadedExecutable",
+            "Executable": "PJRT_Executable"}.get(name, f"PJRT_{name}")
+
+
+# -------------------------------------------------------------------- leaks
+def leak_report(client_ptr) -> list[str]:
+    """Log what is still alive when a client is destroyed; returns the report's lines."""
+    from . import handles
+    from .buffer import Buffer
+    from .capi._boundary import ErrorObject
+    from .event import Event
+    from .executable import LoadedExecutable
+
+    try:
+        client = handles.get(client_ptr, object, "PJRT_Client")
+    except PjrtRefError:
+        return []                                  # the Destroy call itself reports it
+    live = handles.live_objects()
+    owned = Counter()
+    for obj in live:
+        if isinstance(obj, Buffer) and getattr(obj.device, "client", None) is client:
+            owned["PJRT_Buffer" + (" (deleted, not destroyed)" if obj.is_deleted else "")] += 1
+        elif isinstance(obj, LoadedExecutable) and obj.client is client:
+            owned["PJRT_LoadedExecutable"] += 1
+        elif isinstance(obj, Event):
+            owned["PJRT_Event"] += 1
+        elif isinstance(obj, ErrorObject):
+            owned["PJRT_Error"] += 1
+    lines = [f"{n} {kind} never destroyed" for kind, n in sorted(owned.items())]
+    if lines:
+        LOG.warning("PJRT_Client_Destroy: leak report: %s", "; ".join(lines))
+    else:
+        LOG.info("PJRT_Client_Destroy: leak report: nothing left alive")
+    return lines
+
+
+# ------------------------------------------------------------------ enable
+def _record_deletion(delete: Callable) -> Callable:
+    """Wrap `Buffer.delete` to remember which entry point deleted (or donated) a buffer."""
+    def recorded(buffer) -> None:
+        Watch.instance.deleted_by[id(buffer)] = current_entry()
+        delete(buffer)
+    recorded.__doc__ = delete.__doc__
+    return recorded
+
+
+def enable() -> None:
+    """Turn strict mode on (called by `_boundary.bind` when PJRT_REF_STRICT=1)."""
+    from . import handles
+    from .buffer import Buffer
+
+    if handles.watch is not None:
+        return
+    if not LOG.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("pjrt-ref strict: %(message)s"))
+        LOG.addHandler(handler)
+        LOG.setLevel(logging.INFO)
+    Watch.instance = Watch()
+    Buffer.delete = _record_deletion(Buffer.delete)
+    handles.watch = Watch.instance
+
+
+Watch.instance = Watch()

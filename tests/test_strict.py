@@ -1,0 +1,186 @@
+"""Issue 5 item 6: strict mode (PJRT_REF_STRICT=1) checks how the caller uses the C API.
+
+Each scenario drives the plugin through the cffi shim (`GetPjrtApi()`) in a
+child process with the variable set, and checks the returned PJRT_Error and
+the `pjrt_ref.strict` log line naming the entry point.
+"""
+from __future__ import annotations
+
+from test_jax_support import run_python
+
+HARNESS = """
+import numpy as np
+from pjrt_ref.capi_shim import _pjrt_ref_shim as shim
+ffi, lib = shim.ffi, shim.lib
+api = lib.GetPjrtApi()
+keep = []
+
+def args(name, **fields):
+    a = ffi.new(f"{name}_Args*")
+    a.struct_size = fields.pop("struct_size", ffi.sizeof(f"{name}_Args"))
+    for k, v in fields.items():
+        setattr(a, k, v)
+    return a
+
+def raw(name, **fields):
+    a = args(name, **fields)
+    return getattr(api, name)(a), a
+
+def error_text(error):
+    code = args("PJRT_Error_GetCode", error=error)
+    assert api.PJRT_Error_GetCode(code) == ffi.NULL
+    msg = args("PJRT_Error_Message", error=error)
+    api.PJRT_Error_Message(msg)
+    text = ffi.string(msg.message, msg.message_size).decode()
+    api.PJRT_Error_Destroy(args("PJRT_Error_Destroy", error=error))
+    return code.code, text
+
+def ok(name, **fields):
+    error, a = raw(name, **fields)
+    assert error == ffi.NULL, error_text(error)
+    return a
+
+def fails(name, code, *needles, **fields):
+    error, _ = raw(name, **fields)
+    assert error != ffi.NULL, f"{name} should have failed"
+    c, text = error_text(error)
+    assert c == code, (c, text)
+    for needle in needles:
+        assert needle in text, (needle, text)
+    return text
+
+INVALID, PRECONDITION = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_FAILED_PRECONDITION
+client = ok("PJRT_Client_Create").client
+
+def host_buffer(values=(1.0, 2.0, 3.0, 4.0)):
+    data = np.asarray(values, np.float32)
+    dims = ffi.new("int64_t[]", [len(values)])
+    keep.extend([data, dims])
+    a = ok("PJRT_Client_BufferFromHostBuffer", client=client, data=ffi.cast("void*", data.ctypes.data),
+           type=lib.PJRT_Buffer_Type_F32, dims=dims, num_dims=1,
+           host_buffer_semantics=lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+           device=device())
+    if a.done_with_host_buffer != ffi.NULL:
+        ok("PJRT_Event_Destroy", event=a.done_with_host_buffer)
+    return a.buffer
+
+def device():
+    a = ok("PJRT_Client_AddressableDevices", client=client)
+    return a.addressable_devices[0]
+
+def to_host(buffer, **expect):
+    out = ffi.new("float[4]")
+    return raw("PJRT_Buffer_ToHostBuffer", src=buffer, dst=out, dst_size=16)
+
+def destroy_client():
+    ok("PJRT_Client_Destroy", client=client)
+"""
+
+
+def strict(code: str, **env):
+    env.setdefault("PJRT_REF_STRICT", "1")
+    return run_python(HARNESS + code, **env)
+
+
+def test_struct_size_too_small_is_an_error():
+    proc = strict("""
+short = ffi.offsetof("PJRT_Client_PlatformName_Args", "platform_name")
+fails("PJRT_Client_PlatformName", INVALID, "struct_size", "smaller", client=client, struct_size=short)
+fails("PJRT_Client_PlatformName", INVALID, "struct_size", client=client, struct_size=0)
+destroy_client()
+""")
+    assert "pjrt-ref strict: PJRT_Client_PlatformName: struct_size" in proc.stderr
+
+
+def test_null_foreign_and_wrong_kind_handles():
+    proc = strict("""
+fails("PJRT_Buffer_IsDeleted", INVALID, "NULL PJRT_Buffer where a value is required", buffer=ffi.NULL)
+fails("PJRT_Buffer_IsDeleted", INVALID, "not a handle pjrt-ref issued",
+      buffer=ffi.cast("PJRT_Buffer*", 0x1234))
+fails("PJRT_Buffer_IsDeleted", INVALID, "is a PJRT_Client handle, passed where a PJRT_Buffer",
+      buffer=ffi.cast("PJRT_Buffer*", client))
+assert api.PJRT_Buffer_IsDeleted(ffi.NULL) != ffi.NULL        # NULL Args
+destroy_client()
+""")
+    assert "PJRT_Buffer_IsDeleted: NULL PJRT_Buffer" in proc.stderr
+    assert "PJRT_Buffer_IsDeleted: Args pointer is NULL" in proc.stderr
+
+
+def test_double_destroy_and_use_after_destroy():
+    proc = strict("""
+buffer = host_buffer()
+ok("PJRT_Buffer_Destroy", buffer=buffer)
+fails("PJRT_Buffer_Destroy", INVALID, "double destroy of PJRT_Buffer", "already destroyed by PJRT_Buffer_Destroy",
+      buffer=buffer)
+fails("PJRT_Buffer_ElementType", INVALID, "use of destroyed PJRT_Buffer", buffer=buffer)
+# An error destroyed twice: PJRT_Error_Destroy returns void, so it is logged only.
+error, _ = raw("PJRT_Buffer_IsDeleted", buffer=ffi.NULL)
+api.PJRT_Error_Destroy(args("PJRT_Error_Destroy", error=error))
+api.PJRT_Error_Destroy(args("PJRT_Error_Destroy", error=error))
+destroy_client()
+""")
+    assert "PJRT_Buffer_Destroy: double destroy of PJRT_Buffer" in proc.stderr
+    assert "PJRT_Error_Destroy: double destroy of PJRT_Error" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_use_after_delete_and_after_donation():
+    proc = strict("""
+buffer = host_buffer()
+ok("PJRT_Buffer_Delete", buffer=buffer)
+error, _ = to_host(buffer)
+c, text = error_text(error)
+assert c == PRECONDITION and "after it was deleted by PJRT_Buffer_Delete" in text, text
+ok("PJRT_Buffer_IsDeleted", buffer=buffer)                  # asking is fine
+ok("PJRT_Buffer_Destroy", buffer=buffer)
+
+src = b'''func.func @main(%x: tensor<4xf32> {jax.buffer_donor = true}) -> tensor<4xf32> {
+  %0 = stablehlo.add %x, %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}'''
+code, fmt = ffi.new("char[]", src), ffi.new("char[]", b"mlir")
+program = ffi.new("PJRT_Program*", {"struct_size": ffi.sizeof("PJRT_Program"), "code": code,
+                                    "code_size": len(src), "format": fmt, "format_size": 4})
+exe = ok("PJRT_Client_Compile", client=client, program=program).executable
+donated = host_buffer()
+row = ffi.new("PJRT_Buffer*[1]", [donated]); lists = ffi.new("PJRT_Buffer**[1]", [row])
+out = ffi.new("PJRT_Buffer*[1]"); outs = ffi.new("PJRT_Buffer**[1]", [out])
+ok("PJRT_LoadedExecutable_Execute", executable=exe, argument_lists=lists, num_devices=1, num_args=1,
+   output_lists=outs)
+error, _ = to_host(donated)
+c, text = error_text(error)
+assert c == PRECONDITION and "donated to PJRT_LoadedExecutable_Execute" in text, text
+fails("PJRT_LoadedExecutable_Execute", PRECONDITION, "donated", executable=exe, argument_lists=lists,
+      num_devices=1, num_args=1, output_lists=outs)
+for b in (donated, out[0]):
+    ok("PJRT_Buffer_Destroy", buffer=b)
+ok("PJRT_LoadedExecutable_Destroy", executable=exe)
+destroy_client()
+""")
+    assert "PJRT_Buffer_ToHostBuffer: use of PJRT_Buffer after it was donated" in proc.stderr
+    assert "leak report: nothing left alive" in proc.stderr
+
+
+def test_leak_report_at_client_destroy():
+    proc = strict("""
+leaked = host_buffer()
+event = ok("PJRT_Buffer_ReadyEvent", buffer=leaked).event
+error, _ = raw("PJRT_Buffer_IsDeleted", buffer=ffi.NULL)   # never destroyed
+destroy_client()
+""")
+    line = next(l for l in proc.stderr.splitlines() if "leak report" in l)
+    assert "PJRT_Client_Destroy" in line
+    for needle in ("1 PJRT_Buffer never destroyed", "1 PJRT_Event never destroyed",
+                   "1 PJRT_Error never destroyed"):
+        assert needle in line, line
+
+
+def test_off_by_default():
+    proc = strict("""
+fails("PJRT_Buffer_IsDeleted", INVALID, "not a live PJRT_Buffer", buffer=ffi.cast("PJRT_Buffer*", 0x1234))
+short = ffi.offsetof("PJRT_Client_PlatformName_Args", "platform_name_size")
+error, a = raw("PJRT_Client_PlatformName", client=client, struct_size=short)
+assert error == ffi.NULL
+destroy_client()
+""", PJRT_REF_STRICT="0")
+    assert "strict" not in proc.stderr
