@@ -5,11 +5,11 @@ the `pjrt_ref.strict` logger, naming the entry point, and (where the entry
 point returns a `PJRT_Error*`) returned as an INVALID_ARGUMENT or
 FAILED_PRECONDITION error:
 
-* struct sizes: an Args `struct_size` smaller than pjrt-ref's header is an
-  error (as XLA's own `ActualStructSizeIsGreaterOrEqual` check); a larger one
-  (a newer caller) is logged only, its extra fields are ignored
-  (pjrt_c_api.h: "struct_size ... allows the caller and callee to have
-  different versions of a struct");
+* struct sizes: an Args `struct_size` that no version of the header can
+  produce (unset, garbage, not ending on a field) is an error; a smaller one
+  from an older header is accepted (pjrt-ref reads only what it covers), but
+  an entry point needing a field past it reports the violation; a larger one
+  (a newer caller) is noted and its extra fields ignored;
 * NULL where a value is required: a NULL Args pointer or a NULL handle;
 * stale, foreign and mismatched handles: with strict mode on, a destroyed
   handle's address is never reused, so a later use is told apart from a
@@ -86,7 +86,7 @@ def checked(name: str, invoke: Callable[[Any], None], ffi, returns_void: bool) -
             if not returns_void:      # PJRT_Error_Destroy/_Message cannot report: logged only
                 raise
         except InvalidArgument as error:
-            if "NULL" in str(error):  # a required pointer field the entry point found NULL
+            if "NULL" in str(error) or "too small to hold" in str(error):  # required field missing
                 report(str(error), error=None)
             raise
         finally:
@@ -94,18 +94,45 @@ def checked(name: str, invoke: Callable[[Any], None], ffi, returns_void: bool) -
     return run
 
 
+# Entry points a caller uses while handling an error: failing them would make it loop.
+NEVER_FAIL = frozenset({"PJRT_Error_Destroy", "PJRT_Error_Message", "PJRT_Error_GetCode",
+                        "PJRT_Error_ForEachPayload"})
+_FIELD_ENDS: dict = {}
+_NOTED: set = set()
+
+
+def field_ends(ctype, ffi) -> list[int]:
+    """Where each field of an Args struct ends: the sizes a caller's struct_size may take.
+
+    pjrt_c_api.h's PJRT_STRUCT_SIZE(type, last_field) is the end of the last
+    field (no tail padding), and an older header's struct is a prefix of ours,
+    so a valid struct_size is the end of one of our fields.
+    """
+    ends = _FIELD_ENDS.get(ctype)
+    if ends is None:
+        ends = _FIELD_ENDS[ctype] = sorted(f.offset + ffi.sizeof(f.type) for _, f in ctype.fields)
+    return ends
+
+
 def _check_args(raw, ffi) -> None:
     """NULL Args and struct_size against our header (pjrt_c_api.h PJRT_*_Args)."""
     if raw == ffi.NULL:
         raise report("Args pointer is NULL")
     ctype = ffi.typeof(raw).item
-    ours, theirs = ffi.sizeof(ctype), int(raw.struct_size)
-    if theirs < ours:
-        raise report(f"struct_size {theirs} of {ctype.cname} is smaller than pjrt-ref's {ours} "
-                     "(caller built against an older or wrong pjrt_c_api.h, or struct_size unset)")
-    if theirs > ours:
-        report(f"struct_size {theirs} of {ctype.cname} is larger than pjrt-ref's {ours}: "
-               "fields past it are ignored", error=None)
+    ends, theirs = field_ends(ctype, ffi), int(raw.struct_size)
+    no_fields = theirs == ends[1] and len(ends) > 2       # nothing after extension_start
+    if theirs < ends[1] or no_fields or (theirs < ends[-1] and theirs not in ends):
+        # struct_size unset, garbage, or covering no field: no header has this size.
+        problem = report(f"unknown struct_size {theirs} for {ctype.cname} (pjrt-ref's is {ends[-1]}; "
+                         "an older header's size ends on one of its fields)",
+                         error=None if current_entry() in NEVER_FAIL else StrictViolation)
+        if problem is not None:
+            raise problem
+    elif theirs != ends[-1] and ctype not in _NOTED:   # a different header version: noted once
+        _NOTED.add(ctype)
+        relation = "older (smaller)" if theirs < ends[-1] else "newer (larger; extra fields ignored)"
+        LOG.info("%s: struct_size %d of %s: %s than pjrt-ref's %d", current_entry(), theirs,
+                 ctype.cname, relation, ends[-1])
 
 
 # ----------------------------------------------------------------- handles

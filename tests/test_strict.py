@@ -82,14 +82,36 @@ def strict(code: str, **env):
     return run_python(HARNESS + code, **env)
 
 
-def test_struct_size_too_small_is_an_error():
+def test_struct_sizes_no_header_produces_are_errors():
     proc = strict("""
-short = ffi.offsetof("PJRT_Client_PlatformName_Args", "platform_name")
-fails("PJRT_Client_PlatformName", INVALID, "struct_size", "smaller", client=client, struct_size=short)
-fails("PJRT_Client_PlatformName", INVALID, "struct_size", client=client, struct_size=0)
+fails("PJRT_Client_PlatformName", INVALID, "unknown struct_size 0", client=client, struct_size=0)
+fails("PJRT_Client_PlatformName", INVALID, "unknown struct_size 20", client=client, struct_size=20)
+# An older header's size (ends on a field): accepted, outputs past it untouched, noted once.
+older = ffi.offsetof("PJRT_Client_PlatformName_Args", "platform_name")
+ok("PJRT_Client_PlatformName", client=client, struct_size=older)
+# ... but an input the entry point needs lies past it: reported.
+buffer = host_buffer()
+fails("PJRT_Buffer_ToHostBuffer", INVALID, "too small to hold field",
+      src=buffer, struct_size=ffi.offsetof("PJRT_Buffer_ToHostBuffer_Args", "host_layout"))
+ok("PJRT_Buffer_Destroy", buffer=buffer)
 destroy_client()
 """)
-    assert "pjrt-ref strict: PJRT_Client_PlatformName: struct_size" in proc.stderr
+    assert "pjrt-ref strict: PJRT_Client_PlatformName: unknown struct_size 0" in proc.stderr
+    assert "PJRT_Client_PlatformName: struct_size 24 of struct PJRT_Client_PlatformName_Args: older" in proc.stderr
+    assert "pjrt-ref strict: PJRT_Buffer_ToHostBuffer: " in proc.stderr
+
+
+def test_jax_runs_clean_under_strict_mode():
+    """JAX (an older pjrt_c_api.h than ours) uses the API correctly: no violation logged."""
+    from test_jax_support import run_jax
+    proc = run_jax("""
+        x = jnp.arange(8.0)
+        y = jax.jit(lambda a: jnp.sin(a) * 2, donate_argnums=0)(x)
+        assert x.is_deleted() and float(y.sum()) != 0
+        print(float(jax.jit(lambda a: a @ a.T)(jnp.ones((4, 3))).sum()))
+    """, PJRT_REF_STRICT="1")
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("pjrt-ref strict:")]
+    assert all(": older (smaller) than" in l or "newer" in l for l in lines), lines
 
 
 def test_null_foreign_and_wrong_kind_handles():
