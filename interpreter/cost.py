@@ -9,7 +9,8 @@ StableHLO op as written, before interpreter/jit fuses anything):
 * elementwise ops: one flop per result element; exp, log, tanh, sqrt, sin,
   ... count as one *transcendental* per element instead (not as flops);
 * dot_general: 2 * M * N * K (one multiply-add per contracted element pair);
-* convolution: 2 * result elements * (kernel elements / output features);
+* convolution: 2 * output batch * features * kernel input features * the
+  (output, kernel) position pairs that read a real (unpadded) input element;
 * reduce / reduce_window / scatter / select_and_scatter: the region's cost
   times the number of times it is applied (a sum over n elements is n - 1);
 * while: condition + body once (trip counts are unknown before running);
@@ -100,11 +101,46 @@ def _dot(step, name: str, program_cost) -> Cost:
 
 
 def _convolution(step, name: str, program_cost) -> Cost:
-    kernel = step.op.operand_types[1]
-    numbers = step.op.attrs["dimension_numbers"]
-    out_features = kernel.shape[numbers.kernel_output_feature_dimension] or 1
-    per_output = elements(kernel) // out_features
-    return Cost({"flops": 2 * elements(step.op.result_types[0]) * per_output})
+    """2 * output batch * output features * kernel input features * valid taps.
+
+    As XLA's HandleConvolution: only (output, kernel) position pairs that
+    land on a real input element count, so padding and dilation holes are free.
+    """
+    attrs, numbers = step.op.attrs, step.op.attrs["dimension_numbers"]
+    lhs, kernel = step.op.operand_types[0], step.op.operand_types[1]
+    result = step.op.result_types[0]
+    spatial = len(numbers.input_spatial_dimensions)
+    padding = np.zeros((spatial, 2), np.int64) if attrs.get("padding") is None else \
+        np.asarray(attrs["padding"], np.int64).reshape(spatial, 2)
+    taps = 1
+    for i in range(spatial):
+        taps *= _valid_taps(
+            lhs.shape[numbers.input_spatial_dimensions[i]] or 0,
+            kernel.shape[numbers.kernel_spatial_dimensions[i]] or 0,
+            result.shape[numbers.output_spatial_dimensions[i]] or 0,
+            _nth(attrs.get("window_strides"), i), int(padding[i][0]),
+            _nth(attrs.get("lhs_dilation"), i), _nth(attrs.get("rhs_dilation"), i))
+    per_tap = (result.shape[numbers.output_batch_dimension] or 0) * \
+        (result.shape[numbers.output_feature_dimension] or 0) * \
+        (kernel.shape[numbers.kernel_input_feature_dimension] or 0)
+    return Cost({"flops": 2 * per_tap * taps})
+
+
+def _nth(values, i: int) -> int:
+    return int(values[i]) if values is not None and len(values) > i else 1
+
+
+def _valid_taps(size: int, window: int, out: int, stride: int, pad_low: int,
+                lhs_dilation: int, rhs_dilation: int) -> int:
+    """(output position, kernel position) pairs of one spatial dim reading a real input element."""
+    dilated = (size - 1) * lhs_dilation + 1 if size else 0
+    count = 0
+    for o in range(out):
+        for k in range(window):
+            position = o * stride + k * rhs_dilation - pad_low
+            if 0 <= position < dilated and position % lhs_dilation == 0:
+                count += 1
+    return count
 
 
 def _region_cost(step, index: int, program_cost) -> Cost:

@@ -76,3 +76,38 @@ def test_jax_compiled_inspection_matches_cpu():
     assert ours["mem"]["output"] == 8 * 4 and ours["mem"]["temp"] > 0
     # as_text: the program the plugin runs (JAX shows it as HLO text).
     assert "dot(" in ours["text"] and "tanh(" in ours["text"] and "reduce(" in ours["text"]
+
+
+# Programs whose flops and transcendentals the cpu backend's HloCostAnalysis counts
+# the same way we do (fusion changes bytes accessed, not arithmetic).
+AGREEMENT = """
+import json
+from jax import lax
+cases = {
+    "elementwise": (lambda a: (a * 2 + 1) / (a - 3), [np.ones((16, 8), np.float32)]),
+    "exp_log": (lambda a: jnp.log(jnp.exp(a) + 1.0), [np.ones((16, 8), np.float32)]),
+    "batched_dot": (lambda a, b: jnp.einsum("bij,bjk->bik", a, b),
+                    [np.ones((4, 8, 5), np.float32), np.ones((4, 5, 3), np.float32)]),
+    "conv_same": (lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "SAME"),
+                  [np.ones((2, 3, 8, 8), np.float32), np.ones((4, 3, 3, 3), np.float32)]),
+    "conv_strided_dilated": (lambda x, k: lax.conv_general_dilated(
+        x, k, (2, 1), ((1, 2), (0, 1)), lhs_dilation=(1, 2), rhs_dilation=(2, 1)),
+        [np.ones((1, 2, 9, 7), np.float32), np.ones((3, 2, 3, 2), np.float32)]),
+    "reduce_max": (lambda a: a.max(axis=1), [np.ones((16, 8), np.float32)]),
+    "maxpool": (lambda a: lax.reduce_window(a, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID"),
+                [np.ones((8, 8), np.float32)]),
+    "softmax": (lambda a: jax.nn.softmax(a, axis=-1), [np.ones((4, 10), np.float32)]),
+    "fori_loop": (lambda a: lax.fori_loop(0, 5, lambda i, x: x * 2.0, a), [np.ones((8,), np.float32)]),
+}
+out = {}
+for name, (f, args) in cases.items():
+    cost = jax.jit(f).lower(*args).compile().cost_analysis()
+    out[name] = [cost.get("flops", 0.0), cost.get("transcendentals", 0.0)]
+print(json.dumps(out))
+"""
+
+
+def test_flops_agree_with_cpu_cost_analysis():
+    ours = json.loads(run_jax(AGREEMENT).stdout.strip().splitlines()[-1])
+    cpu = json.loads(run_jax(AGREEMENT, JAX_PLATFORMS="cpu").stdout.strip().splitlines()[-1])
+    assert ours == cpu
