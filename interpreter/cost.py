@@ -283,3 +283,23 @@ def temp_bytes(program) -> int:
         for slot in [s for s in live if last_use.get(s, -1) <= index]:
             del live[slot]
     return peak
+
+
+def per_op(program) -> list[tuple[str, str, Cost]]:
+    """(op name, location, cost) of each op of the entry function, regions folded in."""
+    costs = ProgramCost(program.module_plan)
+    body = unfused_plan(program.module_plan, program.entry).body
+    return [(step.op.name, step.op.location, op_cost(step, costs)) for step in body.steps]
+
+
+def report(program, top: int = 10) -> str:
+    """A readable cost report: totals, then the `top` ops by flops + transcendentals."""
+    totals = cost_analysis(program)
+    lines = [f"flops {totals['flops']:.0f}   transcendentals {totals['transcendentals']:.0f}   "
+             f"bytes accessed {totals['bytes accessed']:.0f}   peak temp bytes {temp_bytes(program)}",
+             "", f"{'flops':>12} {'transc.':>9} {'bytes':>10}  op  (location)"]
+    ops = sorted(per_op(program), key=lambda item: -(item[2]["flops"] + item[2]["transcendentals"]))
+    for name, location, cost in ops[:top]:
+        lines.append(f"{cost['flops']:>12.0f} {cost['transcendentals']:>9.0f} "
+                     f"{cost['bytes accessed']:>10.0f}  {name}  ({location})")
+    return "\n".join(lines)

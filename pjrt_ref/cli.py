@@ -4,6 +4,7 @@
     pjrt-ref trace PROGRAM.mlir [--jsonl FILE] [run's arguments]
     pjrt-ref explain SCRIPT.py [--jit NAME] [--log FILE] [SCRIPT ARGS...]
     pjrt-ref profile TRACE.json [--top N]
+    pjrt-ref cost PROGRAM.mlir [--top N]
     pjrt-ref conformance PATH... [--jobs N] [--json FILE] [-k SUBSTRING] [--timeout S]
     pjrt-ref library-path
 
@@ -54,6 +55,20 @@ def _profile_command(argv: list[str]) -> int:
     return 0
 
 
+def _cost_command(argv: list[str]) -> int:
+    """Flops, transcendentals and bytes accessed per op (what JAX's cost_analysis() reports)."""
+    from .interpreter import load
+    from .interpreter.cost import report
+
+    parser = argparse.ArgumentParser(prog="pjrt-ref cost", description=_cost_command.__doc__)
+    parser.add_argument("program", help="a StableHLO program (text, bytecode or portable artifact)")
+    parser.add_argument("--top", type=int, default=10, help="ops listed (default 10)")
+    options = parser.parse_args(argv)
+    with open(options.program, "rb") as handle:
+        print(report(load(handle.read()), options.top))
+    return 0
+
+
 def _conformance_command(argv: list[str]) -> int:
     from pjrt_ref.conformance.runner import main as conformance_main
 
@@ -72,6 +87,7 @@ COMMANDS = {
     "trace": (_trace_command, "run a program logging every op (PJRT_REF_TRACE)"),
     "explain": (_explain_command, "run a JAX script on pjrt-ref and summarise its PJRT calls"),
     "profile": (_profile_command, "top ops and source lines of a PJRT_REF_PROFILE trace"),
+    "cost": (_cost_command, "flops and bytes accessed per op of a program (cost_analysis)"),
     "conformance": (_conformance_command, "run StableHLO test files and report pass/fail"),
     "library-path": (_library_path_command, "print the path of the PJRT plugin library"),
 }

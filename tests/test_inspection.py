@@ -10,7 +10,7 @@ import json
 from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.cost import cost_analysis, temp_bytes
 
-from test_jax_support import run_jax
+from test_jax_support import run_jax, run_python
 
 MATMUL = """
 func.func @main(%a: tensor<32x16xf32>, %b: tensor<16x8xf32>) -> tensor<32x8xf32> {
@@ -111,3 +111,12 @@ def test_flops_agree_with_cpu_cost_analysis():
     ours = json.loads(run_jax(AGREEMENT).stdout.strip().splitlines()[-1])
     cpu = json.loads(run_jax(AGREEMENT, JAX_PLATFORMS="cpu").stdout.strip().splitlines()[-1])
     assert ours == cpu
+
+
+def test_cli_cost_report(tmp_path):
+    path = tmp_path / "chain.mlir"
+    path.write_text(CHAIN)
+    proc = run_python(f"from pjrt_ref.cli import main; raise SystemExit(main(['cost', {str(path)!r}]))")
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"flops {8192 + 256 + 31 * 8}   transcendentals 256")
+    assert "stablehlo.dot_general" in lines[3] and lines[3].split()[0] == "8192"   # costliest first
