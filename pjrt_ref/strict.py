@@ -16,7 +16,8 @@ FAILED_PRECONDITION error:
   pointer pjrt-ref never issued and from a handle of another kind;
 * double destroy (a second `*_Destroy` on the same handle);
 * use of a buffer after `PJRT_Buffer_Delete` or after it was donated to
-  `PJRT_LoadedExecutable_Execute` (in the entry points that read its data);
+  `PJRT_LoadedExecutable_Execute` (in the entry points that read its data),
+  and running an executable after `PJRT_LoadedExecutable_Delete`;
 * leaks: at `PJRT_Client_Destroy`, a report of the client's buffers and
   executables still alive and of every `PJRT_Event` and `PJRT_Error` never
   destroyed (pjrt_c_api.h: the caller owns these and must destroy them).
@@ -168,7 +169,9 @@ class Watch:
                      f"{what} expected")
 
     def used(self, obj: Any, what: str) -> None:
-        """`handles.get` succeeded: a deleted buffer may not be read."""
+        """`handles.get` succeeded: a deleted buffer may not be read, a deleted executable not run."""
+        if getattr(obj, "deleted", False) is True and current_entry() == "PJRT_LoadedExecutable_Execute":
+            raise report(f"{what} run after PJRT_LoadedExecutable_Delete", UseAfterFree)
         if getattr(obj, "is_deleted", False) is True and current_entry() in DATA_ACCESS:
             how = self.deleted_by.get(id(obj), "PJRT_Buffer_Delete")
             reason = ("donated to PJRT_LoadedExecutable_Execute" if how == "PJRT_LoadedExecutable_Execute"

@@ -176,6 +176,11 @@ fails("PJRT_LoadedExecutable_Execute", PRECONDITION, "donated", executable=exe, 
       num_devices=1, num_args=1, output_lists=outs)
 for b in (donated, out[0]):
     ok("PJRT_Buffer_Destroy", buffer=b)
+ok("PJRT_LoadedExecutable_Delete", executable=exe)
+fresh = host_buffer(); row[0] = fresh
+fails("PJRT_LoadedExecutable_Execute", PRECONDITION, "run after PJRT_LoadedExecutable_Delete", executable=exe,
+      argument_lists=lists, num_devices=1, num_args=1, output_lists=outs)
+ok("PJRT_Buffer_Destroy", buffer=fresh)
 ok("PJRT_LoadedExecutable_Destroy", executable=exe)
 destroy_client()
 """)
