@@ -82,6 +82,7 @@ const PJRT_Api* GetPjrtApi(void);
 const char* pjrt_ref_shim_path(void);
 void pjrt_ref_begin_shutdown(void);
 int pjrt_ref_inflight_calls(void);
+void pjrt_ref_request_interrupt(void);
 extern "Python" void pjrt_ref_release_blob(void* blob);
 """
 
@@ -199,6 +200,22 @@ int pjrt_ref_inflight_calls(void) {{
     return atomic_load(&pjrt_ref_inflight);
 }}
 
+/* Ctrl-C during an entry point: Python turns the KeyboardInterrupt into a
+ * CANCELLED error and asks, through `requested`, for the interrupt to be
+ * raised again once the call has returned to C (PJRT_REF_LEAVE); setting it
+ * from Python would raise it at once, inside the entry point. The host may
+ * call us again (PJRT_Error_GetCode, _Message, _Destroy) before its Python
+ * code runs: while the interrupt is `carried`, each call takes it off at
+ * entry and puts it back at exit, so it reaches the host's Python code and
+ * not one of those calls. Once the host has run it, the next entry finds
+ * no interrupt pending and stops carrying it. */
+static _Thread_local int pjrt_ref_interrupt_requested;
+static _Thread_local int pjrt_ref_interrupt_carried;
+
+void pjrt_ref_request_interrupt(void) {{
+    pjrt_ref_interrupt_requested = 1;
+}}
+
 /* A host may call us while its own Python exception is pending (e.g. a
  * framework destroying buffers while unwinding from a failed Python
  * callback). Park that exception around our call and put it back after, so
@@ -206,9 +223,16 @@ int pjrt_ref_inflight_calls(void) {{
 #define PJRT_REF_ENTER                                          \
     PyGILState_STATE pjrt_ref_gil = PyGILState_Ensure();        \
     PyObject *pjrt_ref_type, *pjrt_ref_value, *pjrt_ref_tb;     \
-    PyErr_Fetch(&pjrt_ref_type, &pjrt_ref_value, &pjrt_ref_tb)
+    PyErr_Fetch(&pjrt_ref_type, &pjrt_ref_value, &pjrt_ref_tb); \
+    if (pjrt_ref_interrupt_carried && !PyOS_InterruptOccurred()) \
+        pjrt_ref_interrupt_carried = 0
 #define PJRT_REF_LEAVE                                          \
     PyErr_Restore(pjrt_ref_type, pjrt_ref_value, pjrt_ref_tb);  \
+    if (pjrt_ref_interrupt_requested || pjrt_ref_interrupt_carried) {{ \
+        pjrt_ref_interrupt_requested = 0;                       \
+        pjrt_ref_interrupt_carried = 1;                         \
+        PyErr_SetInterrupt();                                   \
+    }}                                                           \
     PyGILState_Release(pjrt_ref_gil)
 
 static char pjrt_ref_gone_storage[16];

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
+from ..limits import check_result_types, max_bytes
 from .attributes import convert_attribute, read_attributes
 from .instrument import from_environment as instrument_from_environment
 from .jit import optimize_function
@@ -229,6 +230,7 @@ class _FunctionPlanner:
         self.module_plan = module_plan
         self.func_op = func_op
         self.slots: dict = {}
+        self.max_bytes = max_bytes()      # results larger than this fail at plan time (pjrt_ref/limits.py)
 
     def slot(self, value) -> int:
         key = value  # ir.Value is hashable and compares by identity
@@ -284,6 +286,7 @@ class _FunctionPlanner:
             raise
         except ValueError as error:
             raise Unimplemented(str(error), op=name, location=location) from None
+        check_result_types(result_types, self.max_bytes, name, location)
         info = OpInfo(name, location, attrs, operand_types, result_types, self.module_plan)
         regions = tuple(self.plan_region(r) for r in op.regions)
         info.region_plans = regions

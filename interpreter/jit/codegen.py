@@ -173,7 +173,7 @@ def compile_loop(source: str, input_types: list):
     from numba.np.numpy_support import from_dtype
 
     loop = load_generated(source).loop
-    signature = [types.intp]
+    signature = [types.intp, types.intp]      # n (elements per array), budget (iterations)
     for dtype, is_array in input_types:
         scalar = from_dtype(dtype)
         signature.append(types.Array(scalar, 1, "C") if is_array else scalar)

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from ...limits import loop_limit_error, max_steps
 from ..plan import OpInfo, Step
 from ..types import TensorType
 from . import codegen
@@ -255,12 +256,15 @@ def _compile_while(step) -> Step:
 
 def _loop_source(carried, translator, cond_lines, predicate, body_results, array_outputs) -> str:
     captured = [translator.names[slot][0] for slot, _, _ in translator.captures]
-    parameters = ["n"] + [name for name, _, _ in carried] + captured
+    parameters = ["n", "budget"] + [name for name, _, _ in carried] + captured
     lines = ["", "", "@njit(cache=True, error_model=\"numpy\")",
              f"def loop({', '.join(parameters)}):",
+             "    done = False",
+             "    k = 0",
              "    while True:"]
     lines += [f"        {line}" for line in cond_lines]
-    lines += [f"        if not {predicate}:", "            break"]
+    lines += [f"        if not {predicate}:", "            done = True", "            break"]
+    lines += ["        if k >= budget:", "            break"]
     lines += [f"        {line}" for line in translator.scalar_lines]
     for index, _ in array_outputs:
         lines.append(f"        n{index} = np.empty(n, {TYPE_NAMES[carried[index][2].dtype]})")
@@ -270,8 +274,37 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
         lines += [f"            n{index}[i] = {name}" for index, name in array_outputs]
     targets = ", ".join(name for name, _, _ in carried)
     lines.append(f"        {targets}, = {', '.join(body_results)},")
-    lines.append(f"    return {targets},")
+    lines.append("        k += 1")
+    lines.append(f"    return done, k, {targets},")
     return codegen.PRELUDE + "\n".join(lines) + "\n"
+
+
+# Iterations per call into numba: between calls Python runs, so Ctrl-C
+# (KeyboardInterrupt) is noticed and PJRT_REF_MAX_STEPS is enforced.
+CHUNK = 1 << 16
+
+
+def _run_in_chunks(function, size: int, args: list, dtypes: list, location) -> tuple:
+    """Run the numba `loop` at most CHUNK iterations per call until its cond is false.
+
+    `loop(n, budget, *carried, *captured)` evaluates cond before each
+    iteration and returns `(done, iterations, *carried)`: done is False when
+    it stopped with cond still true after `budget` iterations. The carried
+    values (scalars cast back to their dtype) feed the next call.
+    """
+    limit = max_steps()
+    total = 0
+    while True:
+        budget = CHUNK if limit is None else min(CHUNK, limit - total)
+        done, ran, *carried = function(size, budget, *args)
+        total += ran
+        if done:
+            return tuple(carried)
+        if limit is not None and total >= limit:
+            raise loop_limit_error("stablehlo.while", location, total)
+        carried = [value if isinstance(value, np.ndarray) else dtype.type(value)
+                   for value, dtype in zip(carried, dtypes)]
+        args = carried + args[len(carried):]
 
 
 def _loop_kernel(function, carried, captures, shape):
@@ -282,7 +315,7 @@ def _loop_kernel(function, carried, captures, shape):
 
     def compiled_while(op, *values):
         args = [v.ravel() if is_array else v[()] for v, is_array in zip(values, kinds)]
-        results = function(size, *args)
+        results = _run_in_chunks(function, size, args, result_dtypes, op.location)
         out = tuple(np.asarray(r, dtype=d).reshape(s)
                     for r, d, s in zip(results, result_dtypes, result_shapes))
         return out[0] if len(out) == 1 else out

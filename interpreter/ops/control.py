@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...limits import loop_limit_error, max_steps
 from ..registry import register
 
 
@@ -33,11 +34,18 @@ def while_(op, *operands, regions):
     `cond` and `body` receive the loop-carried values as block arguments;
     `body` returns the next ones. With no iteration the results are the
     operands themselves. Tokens and tuples are carried like any other value.
+    With PJRT_REF_MAX_STEPS=N, a loop still running after N iterations is
+    RESOURCE_EXHAUSTED naming this op (pjrt_ref/limits.py).
     """
     cond, body = regions
     values = list(operands)
+    limit = max_steps()
+    iterations = 0
     while is_true(cond(*values)[0]):
+        if limit is not None and iterations >= limit:
+            raise loop_limit_error(op.name, op.location, iterations)
         values = body(*values)
+        iterations += 1
     return as_results(op, values)
 
 

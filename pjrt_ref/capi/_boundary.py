@@ -73,13 +73,14 @@ def _interrupted(name: str):
     """Ctrl-C arrived while Python ran an entry point (the host is a Python program).
 
     The KeyboardInterrupt cannot cross the C frames between us and the
-    host's Python code, so the call ends with CANCELLED and the interrupt is
-    raised again (`_thread.interrupt_main`): the host's next Python bytecode
-    gets a plain KeyboardInterrupt, as if Ctrl-C had come a moment later.
+    host's Python code, so the call ends with CANCELLED and the shim raises
+    the interrupt again once it is back in C (`pjrt_ref_request_interrupt`,
+    capi_shim/build_shim.py): the host's next Python bytecode gets a plain
+    KeyboardInterrupt, as if Ctrl-C had come a moment later.
     """
-    import _thread
-    _thread.interrupt_main()
-    return new_error(ErrorCode.CANCELLED, f"{name}: interrupted by KeyboardInterrupt (Ctrl-C)")
+    error = new_error(ErrorCode.CANCELLED, f"{name}: interrupted by KeyboardInterrupt (Ctrl-C)")
+    lib.pjrt_ref_request_interrupt()
+    return error
 
 
 # -------------------------------------------------------------------- args

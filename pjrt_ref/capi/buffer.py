@@ -8,6 +8,7 @@ from ..buffer import Buffer
 from ..device import Device
 from ..dtypes import to_numpy
 from ..errors import InvalidArgument, Unimplemented
+from ..limits import check_allocation, nbytes
 from ..memory import Memory
 from . import _boundary
 from ._boundary import Args, entry_point, owned_array
@@ -23,7 +24,9 @@ def _optional(ptr, kind, what):
     return None if ptr == _boundary.NULL else handles.get(ptr, kind, what)
 
 
-def _int_list(ptr, count: int) -> list[int]:
+def _int_list(ptr, count: int, what: str = "int64 array") -> list[int]:
+    """A caller's (int64_t*, count) as a list; NULL with count > 0 is INVALID_ARGUMENT."""
+    _boundary.require_array(ptr, count, what)
     return [int(ptr[i]) for i in range(count)] if count else []
 
 
@@ -122,6 +125,7 @@ def client_buffer_from_host_buffer(args: Args) -> None:
     _check_dense_device_layout(args.get("device_layout", _boundary.NULL), dims, dtype.itemsize)
     device = _optional(args.device, Device, "PJRT_Device")
     memory = _optional(args.get("memory", _boundary.NULL), Memory, "PJRT_Memory")
+    check_allocation(nbytes(dtype, dims), f"host transfer of {dtype}{dims}")
     array = host_to_array(args.data, dtype, dims, strides)
     buffer = client.buffer_from_array(array, device, memory)
     args.done_with_host_buffer = new_event_handle()
@@ -142,6 +146,9 @@ def client_create_uninitialized_buffer(args: Args) -> None:
     dims = _int_list(args.shape_dims, args.shape_num_dims)
     device = _optional(args.device, Device, "PJRT_Device")
     memory = _optional(args.memory, Memory, "PJRT_Memory")
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"negative dimension in {dims}")
+    check_allocation(nbytes(dtype, dims), f"uninitialized buffer {dtype}{dims}")
     args.buffer = register_buffer(client.buffer_from_array(np.zeros(dims, dtype), device, memory))
 
 
