@@ -180,3 +180,20 @@ def compile_loop(source: str, input_types: list):
     with _LOCK:
         loop.compile(tuple(signature))
     return loop
+
+
+def compile_safely(compile_function, source: str, *args, **kwargs):
+    """`compile_function(source, ...)`, or None if numba fails: a kernel that
+    does not compile (or a damaged cache entry) must cost speed, never the
+    program. The failure is reported as a warning naming the cache file."""
+    from numba.core.errors import NumbaError
+
+    try:
+        return compile_function(source, *args, **kwargs)
+    except (NumbaError, TypeError, ValueError, OSError) as error:
+        import warnings
+
+        digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+        warnings.warn(f"pjrt-ref: numba kernel pjrt_ref_kernel_{digest} not compiled, "
+                      f"running unfused ({type(error).__name__}: {error})", RuntimeWarning)
+        return None

@@ -283,10 +283,12 @@ def _fuse(run: list, uses: dict, shape: tuple):
         body=lines,
         outputs=[(names[s.results[0]], s.op.result_type.dtype) for s in outputs],
     )
-    function = codegen.compile_fused(
-        source,
+    function = codegen.compile_safely(
+        codegen.compile_fused, source,
         input_types=[(t.dtype, is_array) for (_, is_array), t in zip(inputs, input_types)],
         output_dtypes=[s.op.result_type.dtype for s in outputs])
+    if function is None:
+        return None  # the steps stay as they are
     out_types = tuple(s.op.result_type for s in outputs)
     info = OpInfo(
         name="pjrt_ref.fused",

@@ -245,7 +245,9 @@ def _compile_while(step) -> Step:
     captures = translator.captures
     input_types = [(t.dtype, is_array) for _, is_array, t in carried] + \
                   [(t.dtype, is_array) for _, is_array, t in captures]
-    function = codegen.compile_loop(source, input_types)
+    function = codegen.compile_safely(codegen.compile_loop, source, input_types)
+    if function is None:
+        raise NotCompilable("numba could not compile the loop")
     kernel = _loop_kernel(function, carried, captures, shape)
     info = OpInfo(name="pjrt_ref.compiled_while", location=op.location,
                   attrs={"source": source}, operand_types=op.operand_types + tuple(t for _, _, t in captures),
