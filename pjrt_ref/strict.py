@@ -20,13 +20,15 @@ FAILED_PRECONDITION error:
   and running an executable after `PJRT_LoadedExecutable_Delete`;
 * leaks: at `PJRT_Client_Destroy`, a report of the client's buffers and
   executables still alive and of every `PJRT_Event` and `PJRT_Error` never
-  destroyed (pjrt_c_api.h: the caller owns these and must destroy them).
+  destroyed (pjrt_c_api.h: the caller owns these and must destroy them);
+  at process exit, the events and errors still not destroyed.
 
 Hooks: `_boundary.make_callback` wraps each entry point with `checked`;
 `handles.get`/`handles.remove` report to `watch` (set by `enable`).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -115,10 +117,27 @@ def field_ends(ctype, ffi) -> list[int]:
     return ends
 
 
+# Caller-provided structs inside Args that carry their own struct_size (input fields only:
+# an output pointer may hold garbage and must not be followed).
+NESTED = {
+    "PJRT_Client_Compile": ("program",), "PJRT_Compile": ("program",),
+    "PJRT_Executable_OptimizedProgram": ("program",), "PJRT_LoadedExecutable_Execute": ("options",),
+}
+
+
 def _check_args(raw, ffi) -> None:
-    """NULL Args and struct_size against our header (pjrt_c_api.h PJRT_*_Args)."""
+    """NULL Args and struct_size against our header (pjrt_c_api.h PJRT_*_Args), nested structs too."""
     if raw == ffi.NULL:
         raise report("Args pointer is NULL")
+    _check_struct_size(raw, ffi)
+    for field in NESTED.get(current_entry(), ()):
+        inside = int(raw.struct_size) > ffi.offsetof(ffi.typeof(raw).item, field)
+        if inside and getattr(raw, field) != ffi.NULL:
+            _check_struct_size(getattr(raw, field), ffi)
+
+
+def _check_struct_size(raw, ffi) -> None:
+    """One struct's struct_size: it must be a size some version of pjrt_c_api.h gives."""
     ctype = ffi.typeof(raw).item
     ends, theirs = field_ends(ctype, ffi), int(raw.struct_size)
     no_fields = theirs == ends[1] and len(ends) > 2       # nothing after extension_start
@@ -129,7 +148,8 @@ def _check_args(raw, ffi) -> None:
                          error=None if current_entry() in NEVER_FAIL else StrictViolation)
         if problem is not None:
             raise problem
-    elif theirs != ends[-1] and ctype not in _NOTED:   # a different header version: noted once
+    elif theirs not in (ends[-1], ffi.sizeof(ctype)) and ctype not in _NOTED:
+        # A different header version (sizeof, with tail padding, counts as ours): noted once.
         _NOTED.add(ctype)
         relation = "older (smaller)" if theirs < ends[-1] else "newer (larger; extra fields ignored)"
         LOG.info("%s: struct_size %d of %s: %s than pjrt-ref's %d", current_entry(), theirs,
@@ -187,20 +207,39 @@ def _kind(obj: Any) -> str:
 
 # -------------------------------------------------------------------- leaks
 def leak_report(client_ptr) -> list[str]:
-    """Log what is still alive when a client is destroyed; returns the report's lines."""
+    """At PJRT_Client_Destroy: log what is still alive; returns the report's lines."""
+    from . import handles
+
+    try:
+        client = handles.get(client_ptr, object, "PJRT_Client")
+    except PjrtRefError:
+        return []                                  # the Destroy call itself reports it
+    lines = _leaks(client)
+    if lines:
+        LOG.warning("PJRT_Client_Destroy: leak report: %s", "; ".join(lines))
+    else:
+        LOG.info("PJRT_Client_Destroy: leak report: nothing left alive")
+    return lines
+
+
+def exit_report() -> list[str]:
+    """At process exit: events and errors never destroyed (a client may legitimately live on)."""
+    lines = [line for line in _leaks(None) if "PJRT_Event" in line or "PJRT_Error" in line]
+    if lines:
+        LOG.warning("at exit: leak report: %s", "; ".join(lines))
+    return lines
+
+
+def _leaks(client) -> list[str]:
+    """'N KIND never destroyed' lines: `client`'s buffers and executables, every event and error."""
     from . import handles
     from .buffer import Buffer
     from .capi._boundary import ErrorObject
     from .event import Event
     from .executable import LoadedExecutable
 
-    try:
-        client = handles.get(client_ptr, object, "PJRT_Client")
-    except PjrtRefError:
-        return []                                  # the Destroy call itself reports it
-    live = handles.live_objects()
-    owned = Counter()
-    for obj in live:
+    owned: Counter = Counter()
+    for obj in handles.live_objects():
         if isinstance(obj, Buffer) and getattr(obj.device, "client", None) is client:
             owned["PJRT_Buffer" + (" (deleted, not destroyed)" if obj.is_deleted else "")] += 1
         elif isinstance(obj, LoadedExecutable) and obj.client is client:
@@ -209,12 +248,7 @@ def leak_report(client_ptr) -> list[str]:
             owned["PJRT_Event"] += 1
         elif isinstance(obj, ErrorObject):
             owned["PJRT_Error"] += 1
-    lines = [f"{n} {kind} never destroyed" for kind, n in sorted(owned.items())]
-    if lines:
-        LOG.warning("PJRT_Client_Destroy: leak report: %s", "; ".join(lines))
-    else:
-        LOG.info("PJRT_Client_Destroy: leak report: nothing left alive")
-    return lines
+    return [f"{n} {kind} never destroyed" for kind, n in sorted(owned.items())]
 
 
 # ------------------------------------------------------------------ enable
@@ -241,6 +275,7 @@ def enable() -> None:
         LOG.setLevel(logging.INFO)
     Watch.instance = Watch()
     Buffer.delete = _record_deletion(Buffer.delete)
+    atexit.register(exit_report)
     handles.watch = Watch.instance
 
 

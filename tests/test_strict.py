@@ -163,6 +163,10 @@ src = b'''func.func @main(%x: tensor<4xf32> {jax.buffer_donor = true}) -> tensor
 code, fmt = ffi.new("char[]", src), ffi.new("char[]", b"mlir")
 program = ffi.new("PJRT_Program*", {"struct_size": ffi.sizeof("PJRT_Program"), "code": code,
                                     "code_size": len(src), "format": fmt, "format_size": 4})
+program.struct_size = 3
+fails("PJRT_Client_Compile", INVALID, "unknown struct_size 3 for struct PJRT_Program", client=client,
+      program=program)
+program.struct_size = ffi.sizeof("PJRT_Program")
 exe = ok("PJRT_Client_Compile", client=client, program=program).executable
 donated = host_buffer()
 row = ffi.new("PJRT_Buffer*[1]", [donated]); lists = ffi.new("PJRT_Buffer**[1]", [row])
@@ -200,6 +204,9 @@ destroy_client()
     for needle in ("1 PJRT_Buffer never destroyed", "1 PJRT_Event never destroyed",
                    "1 PJRT_Error never destroyed"):
         assert needle in line, line
+    at_exit = next(l for l in proc.stderr.splitlines() if "at exit: leak report" in l)
+    assert "1 PJRT_Error never destroyed; 1 PJRT_Event never destroyed" in at_exit
+    assert "newer" not in proc.stderr            # sizeof(Args), tail padding included, is our size
 
 
 def test_off_by_default():
