@@ -33,6 +33,7 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from collections import Counter
 from typing import Any, Callable
 
@@ -164,14 +165,15 @@ class Watch:
 
     def __init__(self) -> None:
         self.graveyard: dict[int, tuple[str, str, Any]] = {}   # address -> (kind, destroyed by, backing)
-        self.deleted_by: dict[int, str] = {}                   # id(buffer) -> entry that deleted it
+        self.deleted_by: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # buffer -> entry
         self.count: Counter = Counter()
         self.lock = threading.Lock()
 
     def removed(self, key: int, obj: Any, backing: Any, what: str) -> None:
         """A handle was destroyed: keep its memory so the address is never reused."""
         with self.lock:
-            self.graveyard[key] = (what, current_entry(), backing)
+            kind = _kind(obj) if what == "object" else what
+            self.graveyard[key] = (kind, current_entry(), backing)
 
     def bad_handle(self, key: int, obj: Any, what: str) -> None:
         """`handles.get` failed: raise a precise violation."""
@@ -193,7 +195,7 @@ class Watch:
         if getattr(obj, "deleted", False) is True and current_entry() == "PJRT_LoadedExecutable_Execute":
             raise report(f"{what} run after PJRT_LoadedExecutable_Delete", UseAfterFree)
         if getattr(obj, "is_deleted", False) is True and current_entry() in DATA_ACCESS:
-            how = self.deleted_by.get(id(obj), "PJRT_Buffer_Delete")
+            how = self.deleted_by.get(obj, "PJRT_Buffer_Delete")
             reason = ("donated to PJRT_LoadedExecutable_Execute" if how == "PJRT_LoadedExecutable_Execute"
                       else f"deleted by {how}")
             raise report(f"use of {what} after it was {reason}", UseAfterFree)
@@ -255,7 +257,7 @@ def _leaks(client) -> list[str]:
 def _record_deletion(delete: Callable) -> Callable:
     """Wrap `Buffer.delete` to remember which entry point deleted (or donated) a buffer."""
     def recorded(buffer) -> None:
-        Watch.instance.deleted_by[id(buffer)] = current_entry()
+        Watch.instance.deleted_by[buffer] = current_entry()
         delete(buffer)
     recorded.__doc__ = delete.__doc__
     return recorded
