@@ -14,8 +14,12 @@ StableHLO op as written, before interpreter/jit fuses anything):
 * reduce / reduce_window / scatter / select_and_scatter: the region's cost
   times the number of times it is applied (a sum over n elements is n - 1);
 * while: condition + body once (trip counts are unknown before running);
-  if/case: the most expensive branch; func.call: the callee's cost;
+  if/case: the most expensive branch; func.call: the callee's cost; composite:
+  its decomposition's cost;
 * data movement (reshape, transpose, slice, broadcast, ...): no flops.
+
+An op whose attributes the model cannot read counts 0 flops and adds 1 to
+"unmodelled ops" (so a cost query never fails a program that runs).
 
 Bytes accessed: operand bytes + result bytes of every op (constants cost
 nothing, as in XLA). `bytes accessed{i}{}` / `bytes accessedout{}` split the
@@ -42,7 +46,7 @@ ELEMENTWISE = frozenset(
 FREE = frozenset(
     "constant iota reshape transpose broadcast broadcast_in_dim slice dynamic_slice "
     "dynamic_update_slice concatenate pad reverse gather bitcast_convert get_tuple_element tuple "
-    "optimization_barrier after_all create_token custom_call composite dynamic_reshape "
+    "optimization_barrier after_all create_token custom_call dynamic_reshape "
     "dynamic_broadcast_in_dim dynamic_iota get_dimension_size set_dimension_size "
     "real_dynamic_slice dynamic_pad rng rng_bit_generator infeed outfeed send recv "
     "partition_id replica_id all_gather all_to_all collective_permute collective_broadcast "
@@ -191,6 +195,11 @@ def _call(step, name: str, program_cost) -> Cost:
     return program_cost.function(step.op.attrs["callee"])
 
 
+def _composite(step, name: str, program_cost) -> Cost:
+    """A composite costs what its decomposition (the function that defines it) costs."""
+    return program_cost.function(step.op.attrs["decomposition"])
+
+
 def _free(step, name: str, program_cost) -> Cost:
     return Cost()
 
@@ -199,9 +208,9 @@ FAMILIES: dict[str, Callable] = {
     "dot_general": _dot_general, "dot": _dot, "convolution": _convolution,
     "reduce": _reduce, "reduce_window": _reduce_window, "scatter": _scatter,
     "select_and_scatter": _select_and_scatter, "while": _while, "if": _branches,
-    "case": _branches, "call": _call,
+    "case": _branches, "call": _call, "composite": _composite,
 }
-NO_BYTES = frozenset({"constant", "get_tuple_element", "tuple", "call", "while", "if", "case",
+NO_BYTES = frozenset({"constant", "get_tuple_element", "tuple", "call", "composite", "while", "if", "case",
                       "optimization_barrier", "after_all", "create_token"})
 
 
@@ -211,7 +220,10 @@ def op_cost(step, program_cost) -> Cost:
     family = FAMILIES.get(name)
     if family is None:
         family = _elementwise if name in ELEMENTWISE else _free
-    cost = family(step, name, program_cost)
+    try:
+        cost = family(step, name, program_cost)
+    except (KeyError, AttributeError, TypeError, IndexError, ValueError):
+        cost = Cost({"unmodelled ops": 1})   # an attribute form the model does not know: no flops
     if name not in NO_BYTES:
         cost += _bytes(step.op)
     return cost

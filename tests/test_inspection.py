@@ -46,6 +46,23 @@ def test_per_op_families():
     assert temp_bytes(load(CHAIN)) == 2 * 32 * 8 * 4
 
 
+def test_composite_and_call_cost_their_functions():
+    program = load("""
+func.func @main(%a: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.composite "my.double" %a {decomposition = @double} : (tensor<8xf32>) -> tensor<8xf32>
+  %1 = func.call @double(%0) : (tensor<8xf32>) -> tensor<8xf32>
+  return %1 : tensor<8xf32>
+}
+func.func private @double(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.add %x, %x : tensor<8xf32>
+  %1 = stablehlo.exponential %0 : tensor<8xf32>
+  return %1 : tensor<8xf32>
+}
+""")
+    cost = cost_analysis(program)
+    assert (cost["flops"], cost["transcendentals"]) == (16.0, 16.0)
+
+
 INSPECT = """
 def f(a, b):
     return jnp.tanh(a @ b).sum(axis=0)
