@@ -127,7 +127,7 @@ def slot_wrapper(name: str) -> str:
         gone = "return PJRT_REF_GONE;"
     lines = [f"static {ret} pjrt_ref_slot_{name}({args_type(name)}* args) {{"]
     if name in GONE_ACTIONS:
-        lines.append(f"    if (args->error == PJRT_REF_GONE) {gone}")
+        lines.append(f"    if (args != NULL && args->error == PJRT_REF_GONE) {gone}")
     lines.append(f"    if (!pjrt_ref_enter()) {gone}")
     lines.append("    PJRT_REF_ENTER;")
     call = f"{callback_name(name)}(args)"

@@ -9,6 +9,7 @@ become PJRT errors.
 """
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any, TypeVar
 
@@ -19,6 +20,12 @@ T = TypeVar("T")
 _ffi = None                       # set by bind(); the shim's cffi FFI object
 _lock = threading.Lock()
 _objects: dict[int, tuple[Any, Any]] = {}   # address -> (object, backing allocation)
+# The backing memory of the last QUARANTINE destroyed handles stays allocated,
+# so their addresses are not handed out again soon: a use after destroy (or a
+# double destroy) is "not a live handle" rather than silently reaching
+# whatever object reused the address. Bounded: ~100 bytes per entry.
+QUARANTINE = 8192
+_quarantine: "collections.deque" = collections.deque(maxlen=QUARANTINE)
 watch = None      # PJRT_REF_STRICT=1: the strict-mode observer (pjrt_ref/strict.py Watch)
 
 
@@ -63,6 +70,8 @@ def remove(ptr, kind: type[T], what: str | None = None) -> T:
     obj = get(ptr, kind, what)
     with _lock:
         entry = _objects.pop(address(ptr), None)
+        if entry is not None:
+            _quarantine.append(entry[1])
     if watch is not None and entry is not None:
         watch.removed(address(ptr), obj, entry[1], what or kind.__name__)
     return obj

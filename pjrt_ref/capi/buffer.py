@@ -175,6 +175,7 @@ def buffer_copy_raw_to_host(args: Args) -> None:
     offset, size = int(args.offset), int(args.transfer_size)
     if offset < 0 or size < 0 or offset + size > len(raw):
         raise InvalidArgument(f"range [{offset}, {offset + size}) outside the buffer's {len(raw)} bytes")
+    _boundary.require_array(args.dst, size, "PJRT_Buffer_CopyRawToHost dst")
     _boundary.ffi.memmove(args.dst, raw[offset:offset + size], size)
     args.event = new_event_handle()
 
