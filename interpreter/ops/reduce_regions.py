@@ -25,8 +25,9 @@ import numpy as np
 from ..jit.regions import folder
 from ..types import is_bool, is_float
 
-# Region body op -> the numpy ufunc it computes on two arrays of one dtype.
-_UFUNCS = {
+# Region body op -> the numpy ufunc it computes on two arrays of one dtype
+# (all commutative, so the order of the body's operands does not matter).
+BODY_UFUNCS = {
     "stablehlo.add": np.add,
     "stablehlo.multiply": np.multiply,
     "stablehlo.maximum": np.maximum,
@@ -95,11 +96,11 @@ def binary_ufuncs(plan) -> list | None:
     ufuncs = []
     for i, slot in enumerate(plan.result_slots):
         step = producers.get(slot)
-        if step is None or step.op.name not in _UFUNCS:
+        if step is None or step.op.name not in BODY_UFUNCS:
             return None
         if sorted(step.operands) != sorted((plan.arg_slots[i], plan.arg_slots[n + i])):
             return None
-        ufunc = _UFUNCS[step.op.name]
+        ufunc = BODY_UFUNCS[step.op.name]
         dtype = step.op.result_types[0].dtype
         if is_bool(dtype):
             ufunc = _BOOL_UFUNCS.get(ufunc, ufunc)

@@ -30,18 +30,7 @@ import numpy as np
 from ..jit.regions import scatter_applier
 from ..registry import register
 from .gather import batching_positions, index_vectors
-
-# Elementwise ops that are a numpy ufunc on two same-typed arguments; all
-# are commutative, so the order of the body's operands does not matter.
-_UFUNC_BODIES = {
-    "stablehlo.add": np.add,
-    "stablehlo.multiply": np.multiply,
-    "stablehlo.maximum": np.maximum,
-    "stablehlo.minimum": np.minimum,
-    "stablehlo.and": np.bitwise_and,
-    "stablehlo.or": np.bitwise_or,
-    "stablehlo.xor": np.bitwise_xor,
-}
+from .reduce_regions import BODY_UFUNCS
 
 REPLACE = "replace"
 
@@ -61,7 +50,7 @@ def recognise_body(op):
     if len(body.steps) != 1:
         return None
     (step,) = body.steps
-    ufunc = _UFUNC_BODIES.get(step.op.name)
+    ufunc = BODY_UFUNCS.get(step.op.name)
     if ufunc is None or step.results != (returned,) or sorted(step.operands) != sorted(
             (current, update)):
         return None
