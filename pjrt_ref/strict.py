@@ -90,8 +90,9 @@ def checked(name: str, invoke: Callable[[Any], None], ffi, returns_void: bool) -
             if not returns_void:      # PJRT_Error_Destroy/_Message cannot report: logged only
                 raise
         except InvalidArgument as error:
-            if "NULL" in str(error) or "too small to hold" in str(error):  # required field missing
-                report(str(error), error=None)
+            message = str(error).removeprefix(f"{name}: ")
+            if "NULL" in message or "too small to hold" in message:  # a required field is missing
+                report(message, error=None)
             raise
         finally:
             _local.entry = previous
@@ -203,8 +204,7 @@ class Watch:
 
 def _kind(obj: Any) -> str:
     name = type(obj).__name__
-    return {"ErrorObject": "PJRT_Error", "LoadedExecutable": "PJRT_LoadedExecutable",
-            "Executable": "PJRT_Executable"}.get(name, f"PJRT_{name}")
+    return {"ErrorObject": "PJRT_Error", "Topology": "PJRT_TopologyDescription"}.get(name, f"PJRT_{name}")
 
 
 # -------------------------------------------------------------------- leaks

@@ -218,3 +218,18 @@ assert error == ffi.NULL
 destroy_client()
 """, PJRT_REF_STRICT="0")
     assert "strict" not in proc.stderr
+
+
+def test_fuzzer_under_strict_mode_never_crashes_nor_accepts_misuse():
+    """tests/fuzz_capi.py's random calls (NULL/stale/foreign handles, bad sizes) with strict mode on."""
+    import pathlib
+    import subprocess
+    import sys
+
+    from test_jax_support import clean_env
+    fuzzer = pathlib.Path(__file__).resolve().parent / "fuzz_capi.py"
+    proc = subprocess.run([sys.executable, str(fuzzer), "--seed", "7", "--calls", "1500"],
+                          env=clean_env(PJRT_REF_STRICT="1"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "0 accepted misuses" in proc.stdout
+    assert "pjrt-ref strict: " in proc.stderr and "Traceback" not in proc.stderr
