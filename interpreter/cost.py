@@ -16,6 +16,7 @@ StableHLO op as written, before interpreter/jit fuses anything):
 * while: condition + body once (trip counts are unknown before running);
   if/case: the most expensive branch; func.call: the callee's cost; composite:
   its decomposition's cost;
+* sort: n * ceil(log2 n);
 * data movement (reshape, transpose, slice, broadcast, ...): no flops.
 
 An op whose attributes the model cannot read counts 0 flops and adds 1 to
@@ -200,6 +201,12 @@ def _composite(step, name: str, program_cost) -> Cost:
     return program_cost.function(step.op.attrs["decomposition"])
 
 
+def _sort(step, name: str, program_cost) -> Cost:
+    """sort: n * ceil(log2 n) comparisons, as XLA assumes (a comparison sort)."""
+    n = elements(step.op.operand_types[0])
+    return Cost({"flops": n * max(n - 1, 0).bit_length()})
+
+
 def _free(step, name: str, program_cost) -> Cost:
     return Cost()
 
@@ -208,7 +215,7 @@ FAMILIES: dict[str, Callable] = {
     "dot_general": _dot_general, "dot": _dot, "convolution": _convolution,
     "reduce": _reduce, "reduce_window": _reduce_window, "scatter": _scatter,
     "select_and_scatter": _select_and_scatter, "while": _while, "if": _branches,
-    "case": _branches, "call": _call, "composite": _composite,
+    "case": _branches, "call": _call, "composite": _composite, "sort": _sort,
 }
 NO_BYTES = frozenset({"constant", "get_tuple_element", "tuple", "call", "composite", "while", "if", "case",
                       "optimization_barrier", "after_all", "create_token"})

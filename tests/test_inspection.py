@@ -114,6 +114,7 @@ cases = {
     "maxpool": (lambda a: lax.reduce_window(a, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID"),
                 [np.ones((8, 8), np.float32)]),
     "softmax": (lambda a: jax.nn.softmax(a, axis=-1), [np.ones((4, 10), np.float32)]),
+    "sort": (lambda a: jnp.sort(a, axis=-1), [np.ones((6, 10), np.float32)]),
     "fori_loop": (lambda a: lax.fori_loop(0, 5, lambda i, x: x * 2.0, a), [np.ones((8,), np.float32)]),
 }
 out = {}
