@@ -57,8 +57,9 @@ def _opaque_kind(ctype) -> str | None:
 
 
 class Fuzzer:
-    def __init__(self, seed: int, verbose: bool = False) -> None:
+    def __init__(self, seed: int, verbose: bool = False, misuse: float = 0.4) -> None:
         self.rng = random.Random(seed)
+        self.misuse = misuse                      # chance of a bad handle or struct_size per field
         self.api = lib.GetPjrtApi()
         self.verbose = verbose
         self.keep: list = []                      # C memory the plugin may still point at
@@ -74,8 +75,9 @@ class Fuzzer:
     def _seed_objects(self) -> None:
         client = self._call_ok("PJRT_Client_Create").client
         self._add("PJRT_Client", client)
-        self.foreign.append(ffi.new("char[64]"))   # real memory, but not a handle
-        self.keep.append(self.foreign[-1])
+        if len(self.foreign) < 3:
+            self.foreign.append(ffi.new("char[64]"))   # real memory, but not a handle
+            self.keep.append(self.foreign[-1])
         for _ in range(2):
             self._make_buffer(client)
         code, fmt = ffi.new("char[]", ADD), ffi.new("char[]", b"mlir")
@@ -92,7 +94,7 @@ class Fuzzer:
                                   ("PJRT_Client_AddressableMemories", "addressable_memories", "PJRT_Memory")):
             args = self._call_ok(name, client=client)
             self._add(kind, getattr(args, field)[0])
-        device = self.live["PJRT_Device"][0]
+        device = self.live["PJRT_Device"][-1]
         self._add("PJRT_DeviceDescription", self._call_ok("PJRT_Device_GetDescription", device=device).device_description)
         self._add("PJRT_TopologyDescription", self._call_ok("PJRT_Client_TopologyDescription", client=client).topology)
 
@@ -125,9 +127,9 @@ class Fuzzer:
     # -- random values ----------------------------------------------------------
     def handle(self, kind: str | None):
         """A handle for a field of `kind`: usually a live one of that kind, else any misuse."""
-        roll = self.rng.random()
-        if roll < 0.6 and self.live.get(kind):
+        if self.rng.random() >= self.misuse and self.live.get(kind):
             return self.rng.choice(self.live[kind]), "live"
+        roll = self.rng.random() * 0.4 + 0.6
         if roll < 0.7:
             return ffi.NULL, "null"
         if roll < 0.8 and self.stale:
@@ -215,10 +217,13 @@ class Fuzzer:
             elif ftype.kind in ("primitive", "enum"):
                 setattr(args, field, self.integer(field, ftype))
         size = ffi.sizeof(ctype)
-        args.struct_size = self.rng.choice([size] * 6 + [0, 8, 16, size // 2, size + 64])
+        bad_sizes = [0, 8, 16, size // 2, size + 64]
+        args.struct_size = self.rng.choice(bad_sizes) if self.rng.random() < self.misuse else size
         return args, primary_how, primary_end
 
     def step(self) -> None:
+        if any(not self.live.get(kind) for kind in _CORE_KINDS):
+            self._seed_objects()                  # destroyed along the way: make fresh ones
         name = self.rng.choice(self.slots)
         args_is_null = self.rng.random() < 0.02
         if args_is_null:
@@ -279,6 +284,9 @@ class Fuzzer:
         return int(code.code), text
 
 
+# Kinds the fuzzer keeps at least one live handle of (re-created when all are destroyed).
+_CORE_KINDS = ("PJRT_Client", "PJRT_Buffer", "PJRT_LoadedExecutable", "PJRT_Executable", "PJRT_Event")
+
 # Handle fields a successful call fills in (outputs), as named in pjrt_c_api.h.
 _OUTPUT_FIELDS = {"client", "executable", "loaded_executable", "buffer", "event", "device_description",
                   "topology", "context", "dst_buffer", "transfer_manager", "done_with_host_buffer",
@@ -309,9 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--misuse", type=float, default=0.4,
+                        help="chance of a bad handle / struct_size per field (low: deeper, valid-looking calls)")
     parser.add_argument("--verbose", action="store_true")
     options = parser.parse_args(argv)
-    fuzzer = Fuzzer(options.seed, options.verbose)
+    fuzzer = Fuzzer(options.seed, options.verbose, options.misuse)
     for _ in range(options.calls):
         fuzzer.step()
     print(f"seed {options.seed}: {fuzzer.calls} calls, {fuzzer.errors} errors, "

@@ -12,10 +12,12 @@ from test_jax_support import clean_env
 FUZZER = os.path.join(os.path.dirname(__file__), "fuzz_capi.py")
 
 
+@pytest.mark.parametrize("misuse", ["0.4", "0.05"])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_random_calls_never_crash_and_misuse_is_an_error(seed):
-    proc = subprocess.run([sys.executable, "-X", "faulthandler", FUZZER, "--seed", str(seed), "--calls", "2000"],
-                          env=clean_env(), capture_output=True, text=True, timeout=300)
+def test_random_calls_never_crash_and_misuse_is_an_error(seed, misuse):
+    """misuse 0.4: mostly bad handles and sizes; 0.05: mostly valid calls that reach deeper."""
+    command = [sys.executable, "-X", "faulthandler", FUZZER, "--seed", str(seed), "--calls", "2000", "--misuse", misuse]
+    proc = subprocess.run(command, env=clean_env(), capture_output=True, text=True, timeout=300)
     report = f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, report          # a signal (crash) is negative; 1 is an accepted misuse
     assert f"seed {seed}: 2000 calls" in proc.stdout, report

@@ -160,12 +160,26 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
             invoke(raw)
             return NULL
         except BaseException as exc:
-            try:
-                return error_from_exception(name, exc)
-            except BaseException:  # pragma: no cover - even error creation failed
-                traceback.print_exc()
-                return NULL
+            return failed_call_error(name, exc)
     return callback
+
+
+def failed_call_error(name: str, exc: BaseException):
+    """The `PJRT_Error*` for a failed call (NULL would read as success, so retry building it).
+
+    Building the error can itself be interrupted (a KeyboardInterrupt that
+    arrives meanwhile, a MemoryError): then it is built again, with a plain
+    message on the last tries. Only if all fail is NULL returned.
+    """
+    for attempt in range(4):
+        try:
+            if attempt < 2:
+                return error_from_exception(name, exc)
+            return new_error(ErrorCode.INTERNAL, f"{name} failed")
+        except BaseException:
+            pass
+    traceback.print_exc()  # pragma: no cover
+    return NULL
 
 
 def _logged(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:

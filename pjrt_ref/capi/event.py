@@ -75,6 +75,8 @@ def event_set(args: Args) -> None:
     code = int(args.error_code)
     error = None
     if code != 0:
+        if code not in ErrorCode._value2member_map_:
+            raise InvalidArgument(f"PJRT_Event_Set: {code} is not a PJRT_Error_Code")
         error = PjrtRefError(text_arg(args.error_message, args.error_message_size))
         error.code = ErrorCode(code)
     event.set(error)
