@@ -14,7 +14,7 @@ StableHLO op as written, before interpreter/jit fuses anything):
 * reduce / reduce_window / scatter / select_and_scatter: the region's cost
   times the number of times it is applied (a sum over n elements is n - 1);
 * while: condition + body once (trip counts are unknown before running);
-  if/case: the most expensive branch; func.call: the callee's cost; composite:
+  if/case: per property, the largest over the branches; func.call: the callee's cost; composite:
   its decomposition's cost;
 * sort: n * ceil(log2 n);
 * data movement (reshape, transpose, slice, broadcast, ...): no flops.
@@ -188,8 +188,12 @@ def _while(step, name: str, program_cost) -> Cost:
 
 
 def _branches(step, name: str, program_cost) -> Cost:
-    costs = [program_cost.block(region) for region in step.regions] or [Cost()]
-    return max(costs, key=lambda c: (c["flops"] + c["transcendentals"], c["bytes accessed"]))
+    """if/case: for each property, its largest value over the branches (as XLA's HandleConditional)."""
+    total = Cost()
+    for region in step.regions:
+        for key, value in program_cost.block(region).items():
+            total[key] = max(total[key], value)
+    return total
 
 
 def _call(step, name: str, program_cost) -> Cost:

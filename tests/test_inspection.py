@@ -96,7 +96,9 @@ def test_jax_compiled_inspection_matches_cpu():
 
 
 # Programs whose flops and transcendentals the cpu backend's HloCostAnalysis counts
-# the same way we do (fusion changes bytes accessed, not arithmetic).
+# the same way we do (fusion changes bytes accessed, not arithmetic). Not here: programs
+# XLA simplifies first (CSE of a repeated `x - mean` in a layer norm) or that JAX lowers
+# differently per platform (`lax.erf` is one op on cpu, a polynomial for pjrt_ref).
 AGREEMENT = """
 import json
 from jax import lax
@@ -114,6 +116,16 @@ cases = {
     "maxpool": (lambda a: lax.reduce_window(a, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID"),
                 [np.ones((8, 8), np.float32)]),
     "softmax": (lambda a: jax.nn.softmax(a, axis=-1), [np.ones((4, 10), np.float32)]),
+    "cond": (lambda x: lax.cond(x.sum() > 0, lambda y: y * 2, lambda y: jnp.exp(y), x),
+             [np.ones((8,), np.float32)]),
+    "scatter_add": (lambda x, i: x.at[i].add(1.0), [np.ones((10,), np.float32), np.array([1, 3, 3], np.int32)]),
+    "argmax": (lambda x: jnp.argmax(x, axis=1), [np.ones((6, 7), np.float32)]),
+    "cumsum": (lambda x: jnp.cumsum(x), [np.ones((16,), np.float32)]),
+    "grouped_conv": (lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "VALID", feature_group_count=2),
+                     [np.ones((1, 4, 6, 6), np.float32), np.ones((6, 2, 3, 3), np.float32)]),
+    "conv_transpose": (lambda x, k: lax.conv_transpose(x, k, (2, 2), "SAME",
+                                                       dimension_numbers=("NCHW", "OIHW", "NCHW")),
+                       [np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32)]),
     "sort": (lambda a: jnp.sort(a, axis=-1), [np.ones((6, 10), np.float32)]),
     "fori_loop": (lambda a: lax.fori_loop(0, 5, lambda i, x: x * 2.0, a), [np.ones((8,), np.float32)]),
 }
