@@ -19,8 +19,9 @@ StableHLO op as written, before interpreter/jit fuses anything):
 * sort: n * ceil(log2 n);
 * data movement (reshape, transpose, slice, broadcast, ...): no flops.
 
-An op whose attributes the model cannot read counts 0 flops and adds 1 to
-"unmodelled ops" (so a cost query never fails a program that runs).
+An op the model does not know (fft, cholesky, triangular_solve, custom_call
+targets, ...) or whose attributes it cannot read counts 0 flops and adds 1
+to "unmodelled ops" (so a cost query never fails a program that runs).
 
 Bytes accessed: operand bytes + result bytes of every op (constants cost
 nothing, as in XLA). `bytes accessed{i}{}` / `bytes accessedout{}` split the
@@ -47,7 +48,7 @@ ELEMENTWISE = frozenset(
 FREE = frozenset(
     "constant iota reshape transpose broadcast broadcast_in_dim slice dynamic_slice "
     "dynamic_update_slice concatenate pad reverse gather bitcast_convert get_tuple_element tuple "
-    "optimization_barrier after_all create_token custom_call dynamic_reshape "
+    "optimization_barrier after_all create_token dynamic_reshape "
     "dynamic_broadcast_in_dim dynamic_iota get_dimension_size set_dimension_size "
     "real_dynamic_slice dynamic_pad rng rng_bit_generator infeed outfeed send recv "
     "partition_id replica_id all_gather all_to_all collective_permute collective_broadcast "
@@ -215,22 +216,37 @@ def _free(step, name: str, program_cost) -> Cost:
     return Cost()
 
 
+def _map(step, name: str, program_cost) -> Cost:
+    """map / all_reduce / reduce_scatter: the region runs once per result element."""
+    return _region_cost(step, 0, program_cost).scaled(sum(elements(t) for t in step.op.result_types))
+
+
+def _unmodelled(step, name: str, program_cost) -> Cost:
+    return Cost({"unmodelled ops": 1})
+
+
 FAMILIES: dict[str, Callable] = {
     "dot_general": _dot_general, "dot": _dot, "convolution": _convolution,
     "reduce": _reduce, "reduce_window": _reduce_window, "scatter": _scatter,
     "select_and_scatter": _select_and_scatter, "while": _while, "if": _branches,
     "case": _branches, "call": _call, "composite": _composite, "sort": _sort,
+    "map": _map, "all_reduce": _map, "reduce_scatter": _map,
 }
 NO_BYTES = frozenset({"constant", "get_tuple_element", "tuple", "call", "composite", "while", "if", "case",
                       "optimization_barrier", "after_all", "create_token"})
 
 
+def _family_by_name(name: str) -> Callable:
+    """Elementwise ops (chlo's broadcasting `broadcast_add` & co. too), data movement, or unknown."""
+    if name in ELEMENTWISE or (name.startswith("broadcast_") and name[len("broadcast_"):] in ELEMENTWISE):
+        return _elementwise
+    return _free if name in FREE else _unmodelled
+
+
 def op_cost(step, program_cost) -> Cost:
     """The cost of one planned step (`interpreter/plan.py` Step), regions included."""
     name = short_name(step.op.name)
-    family = FAMILIES.get(name)
-    if family is None:
-        family = _elementwise if name in ELEMENTWISE else _free
+    family = FAMILIES.get(name) or _family_by_name(name)
     try:
         cost = family(step, name, program_cost)
     except (KeyError, AttributeError, TypeError, IndexError, ValueError):
