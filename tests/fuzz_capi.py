@@ -34,6 +34,7 @@ from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 
 SCRATCH_BYTES = 4096
 VALID_CODES = set(range(1, 17))
+INTERNAL = 13
 ADD = b"""func.func @main(%x: tensor<2xf32>, %y: tensor<2xf32>) -> tensor<2xf32> {
   %0 = stablehlo.add %x, %y : tensor<2xf32>
   return %0 : tensor<2xf32>
@@ -68,6 +69,7 @@ class Fuzzer:
         self.foreign = [ffi.cast("void*", 0x1234), ffi.cast("void*", 0xdeadbeef)]
         self.misuse_accepted: list[str] = []
         self.calls = self.errors = 0
+        self.internal: list[str] = []             # INTERNAL errors: reported, not fatal
         self.slots = [s for s in entry_points.SLOTS if s not in SKIP]
         self._seed_objects()
 
@@ -238,8 +240,11 @@ class Fuzzer:
             return
         if error != ffi.NULL:
             self.errors += 1
-            code, _ = self._read_error(error)
+            code, message = self._read_error(error)
             assert code in VALID_CODES, f"{name}: invalid error code {code}"
+            if code == INTERNAL:               # an error, but a bug of ours rather than the caller's misuse
+                self.internal.append(message)
+                print("INTERNAL:", message, flush=True)
             return
         misuse = how in ("null", "stale", "foreign", "other-kind", "null-args") or \
             (how is not None and _struct_size(args) < end)
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(options.calls):
         fuzzer.step()
     print(f"seed {options.seed}: {fuzzer.calls} calls, {fuzzer.errors} errors, "
-          f"{len(fuzzer.misuse_accepted)} accepted misuses, "
+          f"{len(fuzzer.misuse_accepted)} accepted misuses, {len(fuzzer.internal)} INTERNAL errors, "
           f"{sum(len(h) for h in fuzzer.live.values())} live handles, {len(fuzzer.stale)} stale")
     return 1 if fuzzer.misuse_accepted else 0
 

@@ -65,6 +65,8 @@ def error_from_exception(name: str, exc: BaseException):
         return _interrupted(name)
     if isinstance(exc, PjrtRefError):
         return new_error(exc.code, str(exc))
+    if isinstance(exc, RuntimeError) and "null pointer" in str(exc):   # cffi refused to index NULL
+        return new_error(ErrorCode.INVALID_ARGUMENT, f"{name}: a NULL pointer where memory was required ({exc})")
     detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return new_error(ErrorCode.INTERNAL, f"{name}: internal error in pjrt-ref: {detail}")
 
@@ -80,6 +82,15 @@ def _interrupted(name: str):
     """
     error = new_error(ErrorCode.CANCELLED, f"{name}: interrupted by KeyboardInterrupt (Ctrl-C)")
     lib.pjrt_ref_request_interrupt()
+    return error
+
+
+def caller_error(name: str, code: int, message: str) -> PjrtRefError:
+    """An error the caller hands us (PJRT_Event_Set, SetBufferError): `code` must be a PJRT_Error_Code."""
+    if int(code) not in ErrorCode._value2member_map_:
+        raise InvalidArgument(f"{name}: {int(code)} is not a PJRT_Error_Code (1..16)")
+    error = PjrtRefError(message)
+    error.code = ErrorCode(int(code))
     return error
 
 

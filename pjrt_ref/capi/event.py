@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import handles
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError
+from ..errors import InvalidArgument, PjrtRefError
 from ..event import Event
 from . import _boundary
 from ._boundary import Args, entry_point, error_from_exception, text_arg
@@ -75,8 +75,5 @@ def event_set(args: Args) -> None:
     code = int(args.error_code)
     error = None
     if code != 0:
-        if code not in ErrorCode._value2member_map_:
-            raise InvalidArgument(f"PJRT_Event_Set: {code} is not a PJRT_Error_Code")
-        error = PjrtRefError(text_arg(args.error_message, args.error_message_size))
-        error.code = ErrorCode(code)
+        error = _boundary.caller_error("PJRT_Event_Set", code, text_arg(args.error_message, args.error_message_size))
     event.set(error)

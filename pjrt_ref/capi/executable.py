@@ -6,7 +6,8 @@ from ..buffer import Buffer
 from ..errors import InvalidArgument
 from ..executable import Executable, LoadedExecutable
 from . import _boundary
-from ._boundary import Args, entry_point, hand_out_blob, owned, owned_array, owned_named_values, owned_text
+from ._boundary import (Args, entry_point, hand_out_blob, owned, owned_array, owned_named_values, owned_text,
+                        require_array)
 from .event import new_event_handle
 
 
@@ -246,7 +247,7 @@ def _non_donatable(options) -> set[int]:
     count = opts.get("num_non_donatable_input_indices", 0)
     if not count:
         return set()
-    indices = opts.non_donatable_input_indices
+    indices = require_array(opts.non_donatable_input_indices, count, "non_donatable_input_indices")
     return {int(indices[i]) for i in range(count)}
 
 
@@ -268,11 +269,13 @@ def loaded_executable_execute(args: Args) -> None:
     if execute_device != _boundary.NULL:
         device = handles.get(execute_device, type(device), "PJRT_Device")
     non_donatable = _non_donatable(args.options)
+    argument_lists = require_array(args.argument_lists, num_devices, "argument_lists")
+    output_lists = require_array(args.output_lists, num_devices, "output_lists")
     for d in range(num_devices):
-        row = args.argument_lists[d]
+        row = require_array(argument_lists[d], num_args, f"argument_lists[{d}]")
+        out_row = require_array(output_lists[d], loaded.executable.num_outputs, f"output_lists[{d}]")
         arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
         outputs = loaded.execute(arguments, device, non_donatable)
-        out_row = args.output_lists[d]
         for j, buffer in enumerate(outputs):
             loaded.client.track(buffer)
             buffer.handle = handles.add(buffer)

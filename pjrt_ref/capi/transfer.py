@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import handles
 from ..device import Device
 from ..dtypes import to_numpy
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError
+from ..errors import InvalidArgument
 from ..memory import Memory
 from ..transfer import TransferManager
 from . import _boundary
@@ -81,8 +81,8 @@ def transfer_manager_buffer_size(args: Args) -> None:
 @entry_point("PJRT_AsyncHostToDeviceTransferManager_SetBufferError")
 def transfer_manager_set_buffer_error(args: Args) -> None:
     """PJRT_AsyncHostToDeviceTransferManager_SetBufferError: the buffer completes with this error."""
-    error = PjrtRefError(text_arg(args.error_message, args.error_message_size))
-    error.code = ErrorCode(int(args.error_code))
+    error = _boundary.caller_error("SetBufferError", args.error_code,
+                                   text_arg(args.error_message, args.error_message_size))
     _manager(args).set_error(args.buffer_index, error)
 
 
