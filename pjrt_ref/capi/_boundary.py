@@ -161,6 +161,8 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
         def void_callback(raw):
             try:
                 invoke(raw)
+            except KeyboardInterrupt:  # keep the Ctrl-C for the host's Python code (see _interrupted)
+                lib.pjrt_ref_request_interrupt()
             except BaseException:  # nowhere to report it: print, never raise into C
                 print(f"pjrt-ref: {name} failed:", file=sys.stderr)
                 traceback.print_exc()
