@@ -18,7 +18,8 @@ What is *not* fuzzed, because the C API lets a plugin trust it (pjrt_c_api.h:
 the caller owns and sizes every pointer it passes): non-NULL data pointers
 that do not point at as many bytes as the caller's sizes say, and garbage
 function pointers. Data pointers here are NULL or point at zeroed scratch
-memory larger than any size the fuzzer passes; function pointers are NULL.
+memory larger than any size the fuzzer passes; function pointers are NULL
+or a real callback that returns 0/NULL.
 """
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ class Fuzzer:
         self.misuse_accepted: list[str] = []
         self.calls = self.errors = 0
         self.internal: list[str] = []             # INTERNAL errors: reported, not fatal
+        self.callbacks = 0                        # calls the plugin made to our function pointers
         self.slots = [s for s in entry_points.SLOTS if s not in SKIP]
         self._seed_objects()
 
@@ -174,6 +176,17 @@ class Fuzzer:
         self.keep.append(memory)
         return ffi.cast(ctype, memory)
 
+    def callback(self, ftype):
+        """A real C function of type `ftype` that records its call and returns 0/NULL."""
+        result = ftype.result
+
+        def called(*_):
+            self.callbacks += 1
+            return None if result.kind == "void" else (ffi.NULL if result.kind == "pointer" else 0)
+        function = ffi.callback(ftype, called)
+        self.keep.append(function)
+        return function
+
     def integer(self, name: str, ctype):
         if ctype.cname in ("_Bool", "bool"):
             return self.rng.random() < 0.5
@@ -212,8 +225,9 @@ class Fuzzer:
                 setattr(args, field, ffi.cast(ftype, value))
                 if field == primary:
                     primary_how, primary_end = how, info.offset + ffi.sizeof(ftype)
-            elif ftype.kind == "pointer" and ftype.item.kind == "function":
-                continue                                           # NULL: never a garbage function
+            elif ftype.kind == "function":                         # cffi's kind for function pointers
+                if self.rng.random() < 0.5:                        # else NULL; never a garbage function
+                    setattr(args, field, self.callback(ftype))
             elif ftype.kind == "pointer":
                 setattr(args, field, self.scratch(ftype))
             elif ftype.kind in ("primitive", "enum"):
@@ -331,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         fuzzer.step()
     print(f"seed {options.seed}: {fuzzer.calls} calls, {fuzzer.errors} errors, "
           f"{len(fuzzer.misuse_accepted)} accepted misuses, {len(fuzzer.internal)} INTERNAL errors, "
-          f"{sum(len(h) for h in fuzzer.live.values())} live handles, {len(fuzzer.stale)} stale")
+          f"{sum(len(h) for h in fuzzer.live.values())} live handles, {len(fuzzer.stale)} stale, "
+          f"{fuzzer.callbacks} callbacks")
     return 1 if fuzzer.misuse_accepted else 0
 
 
