@@ -10,7 +10,7 @@ in an error, not in an endless loop or the OOM killer.
   iterates). RESOURCE_EXHAUSTED rather than DEADLINE_EXCEEDED: the limit
   counts work, not wall-clock time.
 * `PJRT_REF_MAX_BYTES=N` (default: MemAvailable from /proc/meminfo, read
-  when the limit is first needed; no limit if that cannot be read): a host
+  at most once a second; no limit if that cannot be read): a host
   transfer (PJRT_Client_BufferFromHostBuffer, CreateUninitializedBuffer) or
   an op result whose static type needs more than N bytes fails with
   RESOURCE_EXHAUSTED before anything is allocated. Op results are checked
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 
@@ -42,8 +43,18 @@ def max_steps() -> int | None:
     return steps if steps > 0 else None
 
 
+_MEMINFO_CACHE: list = [-1.0, None]   # [time read, value]: re-read at most once a second
+
+
 def available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo in bytes, or None where there is no such file."""
+    """MemAvailable from /proc/meminfo in bytes (cached for a second), or None where there is none."""
+    now = time.monotonic()
+    if now - _MEMINFO_CACHE[0] > 1.0:
+        _MEMINFO_CACHE[:] = [now, _read_mem_available()]
+    return _MEMINFO_CACHE[1]
+
+
+def _read_mem_available() -> int | None:
     try:
         with open(_MEMINFO) as meminfo:
             for line in meminfo:
