@@ -1,0 +1,222 @@
+"""Load and soak test of the plugin under JAX (issue 7, item 3).
+
+    JAX_PLATFORMS=pjrt_ref,cpu python -m benchmarks.soak            # full: 8x1000 load, 100,000 soak
+    python -m benchmarks.soak --threads 8 --per-thread 100 --soak 5000 --warmup 1000   # small
+
+(The platform variable is set here if absent.)
+
+(a) load: N threads each run M executes of a mix of jitted programs
+    (elementwise, matmul, while loop, reduction, scatter) on the pjrt_ref
+    device; every result is compared with the same program's result on JAX's
+    cpu backend, computed once up front. Threads are joined with a timeout: a
+    thread still alive afterwards is reported as a deadlock.
+(b) soak: S executes of a small jitted function with device_put and np.asarray
+    round trips mixed in. VmRSS (/proc/self/status) is read after W warm-up
+    executes and at the end; growth must be below --max-growth (5%). The
+    plugin's live-handle count (`pjrt_ref.handles.count()`) must return to its
+    pre-soak baseline once the arrays are deleted and garbage-collected.
+
+Prints a short report; exits 1 if a criterion fails.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import threading
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "pjrt_ref,cpu")
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def programs():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 16)).astype(np.float32)
+    v = rng.standard_normal(64).astype(np.float32)
+    idx = np.array([3, 1, 3, 7, 0], np.int32)
+    upd = rng.standard_normal(5).astype(np.float32)
+
+    def while_loop(x):
+        return jax.lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1] * 1.5 + 1.0),
+                                  (jnp.int32(0), x))[1]
+
+    return {
+        "elementwise": (jax.jit(lambda x, y: jnp.tanh(x) * y + jnp.exp(-x * x)), (a, b)),
+        "matmul": (jax.jit(lambda x, y: x @ y + 1.0), (a, b)),
+        "while": (jax.jit(while_loop), (v,)),
+        "reduction": (jax.jit(lambda x: (jnp.sum(x, axis=0), jnp.max(x))), (a,)),
+        "scatter": (jax.jit(lambda x, i, u: x.at[i].add(u)), (v, idx, upd)),
+    }
+
+
+def load(threads: int, per_thread: int, timeout: float) -> dict:
+    import jax
+    import numpy as np
+
+    ours, cpu = jax.devices("pjrt_ref")[0], jax.devices("cpu")[0]
+    progs = programs()
+    names = sorted(progs)
+    expected = {}
+    for name, (fn, args) in progs.items():
+        out = fn(*[jax.device_put(x, cpu) for x in args])
+        expected[name] = [np.asarray(o) for o in jax.tree_util.tree_leaves(out)]
+    placed = {name: [jax.device_put(x, ours) for x in args] for name, (_, args) in progs.items()}
+    for name, (fn, _) in progs.items():          # compile once, outside the threads
+        jax.block_until_ready(fn(*placed[name]))
+
+    errors: list[str] = []
+    done = [0] * threads
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                name = names[(t + i) % len(names)]
+                fn, _ = progs[name]
+                got = [np.asarray(o) for o in jax.tree_util.tree_leaves(fn(*placed[name]))]
+                for g, e in zip(got, expected[name], strict=True):
+                    if g.shape != e.shape or not np.allclose(g, e, rtol=1e-5, atol=1e-5):
+                        errors.append(f"thread {t} execute {i} ({name}): wrong result")
+                        return
+                done[t] += 1
+        except Exception as exc:                  # noqa: BLE001 - reported, not hidden
+            errors.append(f"thread {t}: {type(exc).__name__}: {exc}")
+
+    start = time.monotonic()
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    for th in pool:
+        th.start()
+    deadline = start + timeout
+    for th in pool:
+        th.join(max(0.0, deadline - time.monotonic()))
+    elapsed = time.monotonic() - start
+    hung = [i for i, th in enumerate(pool) if th.is_alive()]
+    return {"threads": threads, "per_thread": per_thread, "executes": sum(done),
+            "seconds": elapsed, "errors": errors, "hung": hung}
+
+
+def kinds():
+    """Live plugin handles by object type."""
+    from collections import Counter
+
+    from pjrt_ref import handles
+    return Counter(type(o).__name__ for o in handles.live_objects())
+
+
+def soak(total: int, warmup: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pjrt_ref import handles
+
+    ours = jax.devices("pjrt_ref")[0]
+    f = jax.jit(lambda x, y: x * 2.0 + y)
+    base_x = np.arange(32, dtype=np.float32)
+
+    def step(i, x, acc):
+        if i % 10 == 0:                        # device_put round trip
+            x = jax.device_put(base_x + (i % 7), ours)
+        acc = f(x, y)
+        if i % 10 == 5:                        # host round trip, checked
+            got = np.asarray(acc)
+            want = (base_x + ((i // 10 * 10) % 7)) * 2.0 + 1.0
+            if not np.array_equal(got, want):
+                raise AssertionError(f"soak execute {i}: wrong result")
+        return x, acc
+
+    # One round of every operation first, so the executables JAX compiles and
+    # caches (f, and the broadcast behind jnp.ones) are part of the baseline.
+    y = jnp.ones(32, jnp.float32, device=ours)
+    x = acc = None
+    for i in range(10):
+        x, acc = step(i, x, acc)
+    jax.block_until_ready(acc)
+    del x, y, acc
+    gc.collect()
+    baseline_handles = handles.count()
+    baseline_kinds = kinds()
+
+    y = jnp.ones(32, jnp.float32, device=ours)
+    x = acc = None
+    rss_warm = None
+    start = time.monotonic()
+    for i in range(total):
+        x, acc = step(i, x, acc)
+        if i + 1 == warmup:
+            gc.collect()
+            rss_warm = rss_kib()
+            t_warm = time.monotonic()
+    jax.block_until_ready(acc)
+    gc.collect()
+    rss_end = rss_kib()
+    elapsed = time.monotonic() - start
+    during = handles.count()
+    del x, y, acc
+    gc.collect()
+    after_cache = handles.count()
+    leaked = {k: n for k, n in (kinds() - baseline_kinds).items()}
+    if rss_warm is None:
+        rss_warm, t_warm = rss_end, time.monotonic()
+    return {"executes": total, "warmup": warmup, "seconds": elapsed,
+            "steady_seconds": time.monotonic() - t_warm,
+            "rss_warm_kib": rss_warm, "rss_end_kib": rss_end,
+            "growth": (rss_end - rss_warm) / rss_warm,
+            "handles_baseline": baseline_handles, "handles_live_end": during,
+            "handles_after": after_cache, "leaked_kinds": leaked}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--per-thread", type=int, default=1000)
+    p.add_argument("--soak", type=int, default=100_000)
+    p.add_argument("--warmup", type=int, default=5_000)
+    p.add_argument("--max-growth", type=float, default=0.05)
+    p.add_argument("--timeout", type=float, default=600.0, help="join timeout for the load threads (s)")
+    args = p.parse_args(argv)
+
+    failures = []
+    r = load(args.threads, args.per_thread, args.timeout)
+    print(f"load: {r['threads']} threads x {r['per_thread']} executes: {r['executes']} correct "
+          f"in {r['seconds']:.1f}s ({r['executes'] / max(r['seconds'], 1e-9):.0f}/s)")
+    if r["hung"]:
+        failures.append(f"load: threads {r['hung']} still running after {args.timeout}s (deadlock?)")
+    if r["errors"]:
+        failures.append(f"load: {len(r['errors'])} errors, first: {r['errors'][0]}")
+    if r["executes"] != r["threads"] * r["per_thread"]:
+        failures.append(f"load: only {r['executes']} of {r['threads'] * r['per_thread']} executes finished")
+
+    s = soak(args.soak, args.warmup)
+    print(f"soak: {s['executes']} executes in {s['seconds']:.1f}s; VmRSS after {s['warmup']} warm-up "
+          f"{s['rss_warm_kib'] / 1024:.1f} MiB, at end {s['rss_end_kib'] / 1024:.1f} MiB "
+          f"(growth {s['growth'] * 100:+.2f}%, limit {args.max_growth * 100:.0f}%)")
+    print(f"soak: live handles: baseline {s['handles_baseline']}, at end (arrays alive) "
+          f"{s['handles_live_end']}, after del + gc {s['handles_after']}")
+    if s["growth"] >= args.max_growth:
+        failures.append(f"soak: VmRSS grew {s['growth'] * 100:.2f}% after warm-up")
+    if s["handles_after"] != s["handles_baseline"]:
+        failures.append(f"soak: {s['handles_after'] - s['handles_baseline']} handles not released "
+                        f"(new live handles by kind: {s['leaked_kinds']})")
+
+    for f in failures:
+        print("FAIL", f)
+    print("PASS" if not failures else "FAILED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

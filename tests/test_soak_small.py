@@ -1,0 +1,28 @@
+"""Bounded version of `benchmarks/soak.py` (issue 7, item 3), in a child process.
+
+8 threads x 100 mixed executes (elementwise, matmul, while, reduction,
+scatter) checked against JAX's cpu backend, then 5,000 soak executes with
+device_put / np.asarray round trips; the plugin's live-handle count must come
+back to its baseline. The full run (8 x 1000, 100,000 executes, RSS growth
+< 5%) is `python -m benchmarks.soak`.
+"""
+from __future__ import annotations
+
+import os
+
+from test_jax_support import run_python
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_soak_small():
+    proc = run_python(f"""
+        import sys
+        sys.path.insert(0, {ROOT!r})
+        from benchmarks import soak
+        # RSS over 4,000 executes is too noisy to judge; the full run checks it.
+        sys.exit(soak.main(["--threads", "8", "--per-thread", "100", "--soak", "5000",
+                            "--warmup", "1000", "--max-growth", "1.0", "--timeout", "20"]))
+    """, timeout=60, JAX_PLATFORMS="pjrt_ref,cpu")
+    assert "PASS" in proc.stdout, proc.stdout
+    assert "800 correct" in proc.stdout, proc.stdout
