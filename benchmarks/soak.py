@@ -77,6 +77,9 @@ def load(threads: int, per_thread: int, timeout: float) -> dict:
     placed = {name: [jax.device_put(x, ours) for x in args] for name, (_, args) in progs.items()}
     for name, (fn, _) in progs.items():          # compile once, outside the threads
         jax.block_until_ready(fn(*placed[name]))
+    from pjrt_ref import handles
+    gc.collect()
+    handles_before = handles.count()
 
     errors: list[str] = []
     done = [0] * threads
@@ -104,7 +107,10 @@ def load(threads: int, per_thread: int, timeout: float) -> dict:
         th.join(max(0.0, deadline - time.monotonic()))
     elapsed = time.monotonic() - start
     hung = [i for i, th in enumerate(pool) if th.is_alive()]
-    return {"threads": threads, "per_thread": per_thread, "executes": sum(done),
+    gc.collect()
+    handles_after = None if hung else handles.count()
+    return {"handles_before": handles_before, "handles_after": handles_after,
+            "threads": threads, "per_thread": per_thread, "executes": sum(done),
             "seconds": elapsed, "errors": errors, "hung": hung}
 
 
@@ -127,7 +133,7 @@ def soak(total: int, warmup: int) -> dict:
     f = jax.jit(lambda x, y: x * 2.0 + y)
     base_x = np.arange(32, dtype=np.float32)
 
-    def step(i, x, acc):
+    def step(i, x, y, acc):
         if i % 10 == 0:                        # device_put round trip
             x = jax.device_put(base_x + (i % 7), ours)
         acc = f(x, y)
@@ -143,7 +149,7 @@ def soak(total: int, warmup: int) -> dict:
     y = jnp.ones(32, jnp.float32, device=ours)
     x = acc = None
     for i in range(10):
-        x, acc = step(i, x, acc)
+        x, acc = step(i, x, y, acc)
     jax.block_until_ready(acc)
     del x, y, acc
     gc.collect()
@@ -155,7 +161,7 @@ def soak(total: int, warmup: int) -> dict:
     rss_warm = None
     start = time.monotonic()
     for i in range(total):
-        x, acc = step(i, x, acc)
+        x, acc = step(i, x, y, acc)
         if i + 1 == warmup:
             gc.collect()
             rss_warm = rss_kib()
@@ -195,6 +201,9 @@ def main(argv=None) -> int:
           f"in {r['seconds']:.1f}s ({r['executes'] / max(r['seconds'], 1e-9):.0f}/s)")
     if r["hung"]:
         failures.append(f"load: threads {r['hung']} still running after {args.timeout}s (deadlock?)")
+    print(f"load: live handles before the threads {r['handles_before']}, after them + gc {r['handles_after']}")
+    if not r["hung"] and r["handles_after"] != r["handles_before"]:
+        failures.append(f"load: {r['handles_after'] - r['handles_before']} handles not released")
     if r["errors"]:
         failures.append(f"load: {len(r['errors'])} errors, first: {r['errors'][0]}")
     if r["executes"] != r["threads"] * r["per_thread"]:
@@ -202,7 +211,7 @@ def main(argv=None) -> int:
 
     s = soak(args.soak, args.warmup)
     print(f"soak: {s['executes']} executes in {s['seconds']:.1f}s; VmRSS after {s['warmup']} warm-up "
-          f"{s['rss_warm_kib'] / 1024:.1f} MiB, at end {s['rss_end_kib'] / 1024:.1f} MiB "
+          f"{s['rss_warm_kib']} KiB, at end {s['rss_end_kib']} KiB "
           f"(growth {s['growth'] * 100:+.2f}%, limit {args.max_growth * 100:.0f}%)")
     print(f"soak: live handles: baseline {s['handles_baseline']}, at end (arrays alive) "
           f"{s['handles_live_end']}, after del + gc {s['handles_after']}")
