@@ -20,9 +20,9 @@ def test_soak_small():
         import sys
         sys.path.insert(0, {ROOT!r})
         from benchmarks import soak
-        # RSS over 4,000 executes is too noisy to judge; the full run checks it.
+        # RSS: a loose 20% bound here (4,000 measured executes); the full run holds it to 5%.
         sys.exit(soak.main(["--threads", "8", "--per-thread", "100", "--soak", "5000",
-                            "--warmup", "1000", "--max-growth", "1.0", "--timeout", "20"]))
+                            "--warmup", "1000", "--max-growth", "0.2", "--timeout", "20"]))
     """, timeout=60, JAX_PLATFORMS="pjrt_ref,cpu")
     assert "PASS" in proc.stdout, proc.stdout
     assert "800 correct" in proc.stdout, proc.stdout
