@@ -12,6 +12,7 @@ not support, so such programs fail at load time, not half way through.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,10 +69,18 @@ def lookup_custom_call(target: str) -> Kernel | None:
 
 
 _LOADED = False
+_LOAD_LOCK = threading.RLock()   # reentrant: an op module may call lookup() while importing
 
 
 def _load_op_modules() -> None:
+    # _LOADED is set only after every family is registered: setting it first let a
+    # second thread compiling at the same time see a half-filled KERNELS and
+    # report e.g. "'stablehlo.constant' ... op is not supported" (found by
+    # benchmarks/soak.py's concurrent first compile).
     global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from . import ops  # noqa: F401  (registers every family)
+    if _LOADED:
+        return
+    with _LOAD_LOCK:
+        if not _LOADED:
+            from . import ops  # noqa: F401  (registers every family)
+            _LOADED = True
