@@ -5,6 +5,8 @@
 
 (The platform variable is set here if absent.)
 
+(0) compile: the same N threads first each compile and run --compiles fresh
+    programs at once (checked against numpy): concurrent compilation.
 (a) load: N threads each run M executes of a mix of jitted programs
     (elementwise, matmul, while loop, reduction, scatter) on the pjrt_ref
     device; every result is compared with the same program's result on JAX's
@@ -15,6 +17,8 @@
     executes and at the end; growth must be below --max-growth (5%). The
     plugin's live-handle count (`pjrt_ref.handles.count()`) must return to its
     pre-soak baseline once the arrays are deleted and garbage-collected.
+(c) mixed soak: --mixed-soak executes of the load mix on one thread, with the
+    same RSS and handle checks (catches leaks in while/scatter/reduce paths).
 
 Prints a short report; exits 1 if a criterion fails.
 """
@@ -61,6 +65,42 @@ def programs():
         "reduction": (jax.jit(lambda x: (jnp.sum(x, axis=0), jnp.max(x))), (a,)),
         "scatter": (jax.jit(lambda x, i, u: x.at[i].add(u)), (v, idx, upd)),
     }
+
+
+def concurrent_compile(threads: int, per_thread: int, timeout: float) -> dict:
+    """Each thread compiles and runs `per_thread` fresh programs at once (run first,
+    so the plugin's lazy first-compile set-up is raced too); checked against numpy."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    ours = jax.devices("pjrt_ref")[0]
+    host = np.arange(64, dtype=np.float32)
+    x = jax.device_put(host, ours)
+    errors: list[str] = []
+    done = [0] * threads
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                k = float(t * 1000 + i)
+                f = jax.jit(lambda v, k=k: v * k + jnp.sin(v))     # a new constant: a new compile
+                got = np.asarray(f(x))
+                if not np.allclose(got, host * k + np.sin(host), rtol=1e-5):
+                    errors.append(f"thread {t} program {i}: wrong result")
+                    return
+                done[t] += 1
+        except Exception as exc:                  # noqa: BLE001 - reported, not hidden
+            errors.append(f"thread {t}: {type(exc).__name__}: {str(exc)[:300]}")
+
+    start = time.monotonic()
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join(max(0.0, start + timeout - time.monotonic()))
+    return {"compiles": sum(done), "seconds": time.monotonic() - start, "errors": errors,
+            "hung": [i for i, th in enumerate(pool) if th.is_alive()]}
 
 
 def load(threads: int, per_thread: int, timeout: float) -> dict:
@@ -185,17 +225,63 @@ def soak(total: int, warmup: int) -> dict:
             "handles_after": after_cache, "leaked_kinds": leaked}
 
 
+def mixed_soak(total: int, warmup: int) -> dict:
+    """The load mix (while, scatter, ...) run `total` times on one thread: RSS and handles."""
+    import jax
+    import numpy as np
+
+    from pjrt_ref import handles
+
+    ours = jax.devices("pjrt_ref")[0]
+    progs = programs()
+    names = sorted(progs)
+    placed = {name: [jax.device_put(x, ours) for x in args] for name, (_, args) in progs.items()}
+
+    def run(n):
+        out = None
+        for i in range(n):
+            name = names[i % len(names)]
+            out = progs[name][0](*placed[name])
+            if i % 7 == 0:
+                jax.tree_util.tree_map(np.asarray, out)
+        jax.block_until_ready(out)
+
+    run(warmup)
+    gc.collect()
+    h0, r0 = handles.count(), rss_kib()
+    start = time.monotonic()
+    run(total)
+    elapsed = time.monotonic() - start
+    gc.collect()
+    h1, r1 = handles.count(), rss_kib()
+    return {"executes": total, "seconds": elapsed, "rss_warm_kib": r0, "rss_end_kib": r1,
+            "growth": (r1 - r0) / r0, "handles_baseline": h0, "handles_after": h1}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=8)
     p.add_argument("--per-thread", type=int, default=1000)
+    p.add_argument("--compiles", type=int, default=30,
+                   help="fresh programs each thread compiles concurrently, first (0: skip)")
     p.add_argument("--soak", type=int, default=100_000)
     p.add_argument("--warmup", type=int, default=5_000)
+    p.add_argument("--mixed-soak", type=int, default=50_000,
+                   help="executes of the load mix on one thread, after --warmup (0: skip)")
     p.add_argument("--max-growth", type=float, default=0.05)
     p.add_argument("--timeout", type=float, default=600.0, help="join timeout for the load threads (s)")
     args = p.parse_args(argv)
 
     failures = []
+    if args.compiles:
+        c = concurrent_compile(args.threads, args.compiles, args.timeout)
+        print(f"compile: {args.threads} threads x {args.compiles} fresh programs: {c['compiles']} "
+              f"compiled, run and correct in {c['seconds']:.1f}s")
+        if c["hung"]:
+            failures.append(f"compile: threads {c['hung']} still running after {args.timeout}s (deadlock?)")
+        if c["errors"]:
+            failures.append(f"compile: {len(c['errors'])} errors, first: {c['errors'][0]}")
+
     r = load(args.threads, args.per_thread, args.timeout)
     print(f"load: {r['threads']} threads x {r['per_thread']} executes: {r['executes']} correct "
           f"in {r['seconds']:.1f}s ({r['executes'] / max(r['seconds'], 1e-9):.0f}/s)")
@@ -220,6 +306,16 @@ def main(argv=None) -> int:
     if s["handles_after"] != s["handles_baseline"]:
         failures.append(f"soak: {s['handles_after'] - s['handles_baseline']} handles not released "
                         f"(new live handles by kind: {s['leaked_kinds']})")
+
+    if args.mixed_soak:
+        m = mixed_soak(args.mixed_soak, args.warmup)
+        print(f"mixed soak: {m['executes']} executes of the load mix in {m['seconds']:.1f}s; VmRSS "
+              f"{m['rss_warm_kib']} -> {m['rss_end_kib']} KiB (growth {m['growth'] * 100:+.2f}%); "
+              f"live handles {m['handles_baseline']} -> {m['handles_after']}")
+        if m["growth"] >= args.max_growth:
+            failures.append(f"mixed soak: VmRSS grew {m['growth'] * 100:.2f}% after warm-up")
+        if m["handles_after"] != m["handles_baseline"]:
+            failures.append(f"mixed soak: {m['handles_after'] - m['handles_baseline']} handles not released")
 
     for f in failures:
         print("FAIL", f)
