@@ -5,6 +5,10 @@ is made per program (contexts are not shared across threads).
 """
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 from ..errors import InvalidArgument
 
 _REGISTRY = None
@@ -76,6 +80,69 @@ _PASSES_REGISTERED = False
 def is_bytecode(data: bytes) -> bool:
     """MLIR bytecode (and portable artifacts) start with the magic 'ML\\xefR'."""
     return data[:4] == b"ML\xefR"
+
+
+def _sandbox_timeout() -> float:
+    value = os.environ.get("PJRT_REF_BYTECODE_CHECK_TIMEOUT", "").strip()
+    try:
+        return float(value) if value else 60.0
+    except ValueError:
+        return 60.0
+
+
+def check_bytecode_in_child(data: bytes, work) -> None:
+    """Run `work()` (parse + plan of MLIR bytecode) in a forked child first.
+
+    MLIR's bytecode reader trusts its input: fuzzing found bytecode that makes
+    it abort (an uncaught C++ exception from nanobind on a non-UTF-8 string),
+    corrupt the heap (`free(): corrupted unsorted chunks`) or loop forever.
+    None of that can be caught in-process, so bytecode (and portable
+    artifacts) are first parsed in a `fork()`ed child. If the child dies by a
+    signal, exits abnormally or takes longer than
+    PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60), the input is
+    rejected with INVALID_ARGUMENT; otherwise the caller parses it again
+    in-process. Python exceptions in the child are ignored here: the
+    in-process parse raises them again. Text input is not checked (the text
+    parser reports errors as diagnostics). PJRT_REF_BYTECODE_CHECK=0 turns
+    the check off.
+    """
+    if os.environ.get("PJRT_REF_BYTECODE_CHECK", "1").strip() == "0" or not hasattr(os, "fork"):
+        return
+    pid = os.fork()
+    if pid == 0:  # child: never returns, never runs atexit handlers
+        code = 0
+        try:
+            try:
+                work()
+            except BaseException:
+                pass
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + _sandbox_timeout()
+    delay = 0.0005
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise InvalidArgument(
+                "MLIR bytecode rejected: parsing it did not finish within "
+                f"{_sandbox_timeout():g} s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        raise InvalidArgument(
+            f"MLIR bytecode rejected: it crashes MLIR's bytecode reader ({name})")
+    if os.WEXITSTATUS(status) != 0:
+        raise InvalidArgument(
+            f"MLIR bytecode rejected: it crashes MLIR's bytecode reader (exit {os.WEXITSTATUS(status)})")
 
 
 def parse_module(source: bytes | str, context):

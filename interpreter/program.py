@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgument
-from .loader import make_context, parse_module
+from .loader import check_bytecode_in_child, is_bytecode, make_context, parse_module
 from .plan import ModulePlan
 from .types import TensorType, TokenType, TOKEN
 
@@ -17,7 +17,18 @@ class Program:
     result). No MLIR object is touched while it runs.
     """
 
-    def __init__(self, source: bytes | str, entry: str = "main"):
+    def __init__(self, source: bytes | str, entry: str = "main", _checked: bool = False):
+        if (not _checked and isinstance(source, (bytes, bytearray, memoryview))
+                and is_bytecode(bytes(source[:4]))):
+            data = bytes(source)
+            check_bytecode_in_child(data, lambda: Program(data, entry, _checked=True))
+        try:
+            self._init(source, entry)
+        except UnicodeDecodeError as error:
+            # A string attribute or op name in bytecode that is not UTF-8.
+            raise InvalidArgument(f"program contains a string that is not UTF-8: {error}") from None
+
+    def _init(self, source, entry):
         context = make_context()
         module = parse_module(source, context)
         self.module_plan = ModulePlan(module)
