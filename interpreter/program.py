@@ -27,6 +27,11 @@ class Program:
         except UnicodeDecodeError as error:
             # A string attribute or op name in bytecode that is not UTF-8.
             raise InvalidArgument(f"program contains a string that is not UTF-8: {error}") from None
+        except RuntimeError as error:
+            # The same for a string attribute's value (nanobind's conversion).
+            if "str_from_cstr_and_size" not in str(error):
+                raise
+            raise InvalidArgument(f"program contains a string that is not UTF-8: {error}") from None
 
     def _init(self, source, entry):
         context = make_context()
