@@ -79,7 +79,6 @@ def seed_programs():
 
 def make_seeds(directory: str) -> None:
     import jax
-    from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
     os.makedirs(directory, exist_ok=True)
