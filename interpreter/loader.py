@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import warnings
 
 from ..errors import InvalidArgument
 
@@ -129,6 +130,14 @@ def check_bytecode_in_child(data: bytes, work) -> None:
     if os.WEXITSTATUS(status) != 0:
         raise InvalidArgument(
             f"MLIR bytecode rejected: it crashes MLIR's bytecode reader (exit {os.WEXITSTATUS(status)})")
+
+
+# JAX warns on every fork that forking a multithreaded process can deadlock
+# the child. Our child only parses and exits, and a deadlocked child is
+# killed after the timeout and retried (see above), so the warning would only
+# alarm users about a risk that is handled here.
+warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning,
+                        module=__name__)
 
 
 def _status_of_child(work) -> int | None:
