@@ -92,3 +92,15 @@ def run_reference_interpreter(text: str, args, timeout: float = 120.0) -> list[n
             raise RuntimeError(f"reference interpreter failed: {proc.stderr[-2000:]}")
         data = np.load(outputs)
         return [data[f"out{i}"] for i in range(len(data.files))]
+
+
+def assert_same_as_reference(text: str, *args):
+    """Run StableHLO `text` on pjrt-ref and on the reference interpreter and
+    assert bit-identical results (same dtypes and shapes)."""
+    ours = load(text)(*args)
+    theirs = run_reference_interpreter(text, args)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
+        np.testing.assert_array_equal(a, b)
+    return ours

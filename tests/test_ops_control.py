@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import assert_same_as_jax, run_reference_interpreter
+from oracle import assert_same_as_jax, assert_same_as_reference, run_reference_interpreter
 
 import jax
 import jax.numpy as jnp
@@ -18,14 +18,6 @@ from jax import lax
 from pjrt_ref.interpreter import load
 
 
-def assert_same_as_reference(text: str, *args):
-    ours = load(text)(*args)
-    theirs = run_reference_interpreter(text, args)
-    assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
-        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
-        np.testing.assert_array_equal(a, b)
-    return ours
 
 
 # --- JAX programs -----------------------------------------------------------

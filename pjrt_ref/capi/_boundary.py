@@ -376,3 +376,23 @@ def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field
 __all__ = ["Args", "entry_point", "new_error", "owned", "owned_text", "owned_array",
            "owned_named_values", "read_named_values", "text_arg", "bytes_arg", "require_array", "REGISTRY",
            "Holder", "hand_out_blob", "set_deleter", "release_blob"]
+
+
+def register_text_queries(queries: dict[str, tuple[str, str]], object_of: Callable[[Args], Any]) -> None:
+    """Register entry points that only return one text attribute of an object.
+
+    `queries` maps an entry point name to (out field, attribute): the entry
+    point finds its object with `object_of(args)` and writes the attribute's
+    text, owned by that object, to `args.<out field>` and `<out field>_size`
+    (e.g. PJRT_Memory_Kind, PJRT_DeviceDescription_DebugString).
+    """
+    def text_query(out_field: str, attribute: str):
+        def query(args: Args) -> None:
+            owner = object_of(args)
+            pointer, size = owned_text(owner, attribute, getattr(owner, attribute))
+            setattr(args, out_field, pointer)
+            setattr(args, out_field + "_size", size)
+        return query
+
+    for name, (out_field, attribute) in queries.items():
+        entry_point(name)(text_query(out_field, attribute))

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from .. import handles
 from ..device import Device, DeviceDescription
-from ._boundary import Args, Holder, entry_point, owned_array, owned_named_values, owned_text, set_deleter
+from ._boundary import (Args, Holder, entry_point, owned_array, owned_named_values,
+                        register_text_queries, set_deleter)
 
 
 def _description(args: Args) -> DeviceDescription:
@@ -42,17 +43,7 @@ _TEXT_QUERIES = {
 }
 
 
-def _text_query(out_field: str, attribute: str):
-    def query(args: Args) -> None:
-        description = _description(args)
-        pointer, size = owned_text(description, attribute, getattr(description, attribute))
-        setattr(args, out_field, pointer)
-        setattr(args, out_field + "_size", size)
-    return query
-
-
-for _name, (_field, _attribute) in _TEXT_QUERIES.items():
-    entry_point(_name)(_text_query(_field, _attribute))
+register_text_queries(_TEXT_QUERIES, _description)
 
 
 @entry_point("PJRT_Device_GetDescription")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import handles
 from ..memory import Memory
-from ._boundary import Args, entry_point, owned_array, owned_text
+from ._boundary import Args, entry_point, owned_array, register_text_queries
 
 
 def _memory(args: Args) -> Memory:
@@ -29,17 +29,7 @@ _TEXT_QUERIES = {
 }
 
 
-def _text_query(out_field: str, attribute: str):
-    def query(args: Args) -> None:
-        memory = _memory(args)
-        pointer, size = owned_text(memory, attribute, getattr(memory, attribute))
-        setattr(args, out_field, pointer)
-        setattr(args, out_field + "_size", size)
-    return query
-
-
-for _name, (_field, _attribute) in _TEXT_QUERIES.items():
-    entry_point(_name)(_text_query(_field, _attribute))
+register_text_queries(_TEXT_QUERIES, _memory)
 
 
 @entry_point("PJRT_Memory_AddressableByDevices")
