@@ -1,0 +1,325 @@
+"""The reference SPMD partitioner: one annotated program, many devices.
+
+What JAX sends. `jax.jit` over `NamedSharding` inputs, and `shard_map`,
+compile to ONE StableHLO module for all devices (`mhlo.num_partitions = N`)
+whose values carry sharding annotations. JAX 0.10 uses Shardy by default
+(`jax_use_shardy_partitioner`), and since the plugin accepts mixed
+serialization (StableHLO >= 1.11) the `sdy` dialect arrives untouched:
+
+    sdy.mesh @mesh = <["x"=4]>
+    func.func public @main(%arg0: tensor<8x2xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>})
+        -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}) {
+      ...                                     // global shapes, no collectives
+      %r = sdy.manual_computation(%x) in_shardings=[<@mesh, [{"x"}, {}]>]
+             out_shardings=[<@mesh, [{}, {}]>] manual_axes={"x"} (%local: tensor<2x2xf32>) {
+        %s = "stablehlo.all_reduce"(%local) ...  // shard_map's body: local shapes, collectives
+        sdy.return %s : tensor<2x2xf32>
+      } : (tensor<8x2xf32>) -> tensor<2x2xf32>
+
+(With `jax_use_shardy_partitioner=False` the same information comes as
+`mhlo.sharding = "{devices=[4,1]<=[4]}"` strings; entry arguments and results
+in that spelling are read too, see `spmd_layout`.)
+
+What this module does with it, correct by construction rather than fast:
+
+1. At load time, read the sharding of every entry argument and result (a
+   `Layout`: which tile of the global array each device holds).
+2. At execute time, put each global argument back together from the devices'
+   shards, run the global program ONCE on the full arrays with the
+   interpreter (sharding constraints are identities on global values), and
+   cut each result into each device's shard. Nothing is communicated
+   because everything is computed everywhere: every device "gathers what it
+   needs" trivially.
+3. A manual region (`sdy.manual_computation`, what `shard_map` produces)
+   is the one place where the program itself is written per device: its
+   operands are cut into each device's local shard (by the manual axes of
+   its `in_shardings`), the body runs once per device, each on its own
+   thread as process (0, partition) of the StableHLO process grid, so its
+   collectives (psum, all_gather, ppermute, psum_scatter, ...) meet across
+   devices exactly as the spec's process-grid semantics say; the local
+   results are put back together by `out_shardings`.
+
+Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
+
+    runner = make_partitioned_runner(program, num_partitions=N, num_replicas=1)
+    # at compile/load time: reads the annotations from `program._module`
+    outputs = runner(per_device_arguments)
+    # per_device_arguments[d] = device d's argument shards, d = replica * N + partition
+    # outputs[d] = device d's output shards (numpy arrays)
+    runner.argument_shard_shapes(d), runner.output_shard_shapes(d)
+    # what PJRT reports per device: PJRT_Executable_OutputDimensions and the
+    # buffers' dims for a partitioned executable are the per-device shard
+    # shapes, not the global program's result types.
+
+The runner touches no MLIR object when it runs. Programs with both
+replicas and partitions (num_replicas > 1 and num_partitions > 1) are not
+supported; JAX's jit and shard_map produce num_replicas = 1.
+"""
+from __future__ import annotations
+
+import contextvars
+import threading
+from typing import Callable
+
+import numpy as np
+
+from .errors import InvalidArgument, PjrtRefError, Unimplemented
+from .spmd_layout import (Layout, Mesh, parse_hlo_sharding, parse_manual_axes, parse_mesh,
+                          parse_sharding_per_value, parse_tensor_sharding, replicated)
+
+
+def make_partitioned_runner(program, *, num_partitions: int, num_replicas: int) -> "PartitionedRunner":
+    """A callable running `program` as an SPMD program over
+    `num_replicas * num_partitions` devices (see the module docstring)."""
+    return PartitionedRunner(program, num_partitions=num_partitions, num_replicas=num_replicas)
+
+
+class PartitionedRunner:
+    """`program` planned for N partitions: argument/result layouts and meshes."""
+
+    def __init__(self, program, *, num_partitions: int, num_replicas: int) -> None:
+        if num_replicas != 1 and num_partitions != 1:
+            raise Unimplemented(f"a program with {num_replicas} replicas x {num_partitions} "
+                                "partitions: the reference partitioner runs one replica")
+        self.program = program
+        self.num_partitions = num_partitions
+        self.num_replicas = num_replicas
+        self.devices = list(range(num_partitions * num_replicas))
+        module = program._module
+        self.meshes = _read_meshes(module)
+        func = _entry_function(module, program.entry)
+        arg_attrs = _attr_dicts(func, "arg_attrs", len(program.input_types))
+        res_attrs = _attr_dicts(func, "res_attrs", len(program.output_types))
+        self.argument_layouts = [self._layout(attrs, t, f"argument {i}")
+                                 for i, (attrs, t) in enumerate(zip(arg_attrs, program.input_types))]
+        fallback = _result_sources(func)
+        self.result_layouts = [
+            self._layout(attrs, t, f"result {i}", fallback.get(i, {}) if not _annotated(attrs) else None)
+            for i, (attrs, t) in enumerate(zip(res_attrs, program.output_types))]
+        for i, (layout, t) in enumerate(zip(self.argument_layouts, program.input_types)):
+            layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
+        for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
+            layout.shard_shape(_shape(t), f"result {i} of @{program.entry}")
+
+    # -- what PJRT reports per device --------------------------------------
+    def argument_shard_shapes(self, device: int) -> list[tuple[int, ...]]:
+        return [layout.shard_shape(_shape(t), f"argument {i}")
+                for i, (layout, t) in enumerate(zip(self.argument_layouts, self.program.input_types))]
+
+    def output_shard_shapes(self, device: int) -> list[tuple[int, ...]]:
+        return [layout.shard_shape(_shape(t), f"result {i}")
+                for i, (layout, t) in enumerate(zip(self.result_layouts, self.program.output_types))]
+
+    # -- execute -----------------------------------------------------------
+    def __call__(self, per_device_arguments: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+        """Each device's argument shards -> each device's output shards."""
+        if len(per_device_arguments) != len(self.devices):
+            raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
+                                  f"got arguments for {len(per_device_arguments)}")
+        global_arguments = self.assemble_arguments(per_device_arguments)
+        run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions)
+        reset = _PARTITIONED_RUN.set(run)
+        try:
+            results = self.program(*global_arguments)
+        finally:
+            _PARTITIONED_RUN.reset(reset)
+        return [[layout.cut(np.asarray(result), device, f"result {i}")
+                 for i, (layout, result) in enumerate(zip(self.result_layouts, results))]
+                for device in self.devices]
+
+    def assemble_arguments(self, per_device_arguments) -> list[np.ndarray]:
+        """Each global argument, from the shards of the devices that hold its tiles."""
+        expected = len(self.program.input_types)
+        for device, shards in enumerate(per_device_arguments):
+            if len(shards) != expected:
+                raise InvalidArgument(f"@{self.program.entry} takes {expected} argument(s); "
+                                      f"device {device} passed {len(shards)}")
+        arguments = []
+        for i, (layout, ttype) in enumerate(zip(self.argument_layouts, self.program.input_types)):
+            shards = {d: per_device_arguments[d][i] for d in self.devices}
+            if not hasattr(ttype, "dtype"):      # tokens: any device's will do
+                arguments.append(shards[0])
+                continue
+            arguments.append(layout.assemble(shards, _shape(ttype), ttype.dtype,
+                                             f"argument {i} of @{self.program.entry}"))
+        return arguments
+
+    def _layout(self, attrs: dict, ttype, what: str, fallback=None) -> Layout:
+        rank = len(_shape(ttype))
+        if "sdy.sharding" in attrs:
+            return parse_tensor_sharding(attrs["sdy.sharding"]).layout(self.meshes)
+        if "mhlo.sharding" in attrs:
+            return parse_hlo_sharding(attrs["mhlo.sharding"], rank, self.devices)
+        if fallback:
+            return fallback["sharding"].layout(self.meshes)
+        return replicated(rank, self.devices)
+
+
+# ---------------------------------------------------------------- manual regions
+class PartitionedRun:
+    """The state of one partitioned execute that manual regions need."""
+
+    def __init__(self, meshes: dict, num_replicas: int, num_partitions: int) -> None:
+        self.meshes = meshes
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+
+    def run_manual_computation(self, op, operands, body) -> list[np.ndarray]:
+        """`sdy.manual_computation`: the body once per device, on local shards.
+
+        The local shard of an operand is cut by the manual axes of its
+        `in_shardings` entry only (free axes stay global inside the body, as
+        Shardy's partial-manual semantics say); every device runs the body,
+        devices that differ only in free axes compute the same local values.
+        """
+        in_layouts, out_layouts = _manual_layouts(op, self.meshes)
+        devices = range(self.num_replicas * self.num_partitions)
+        if len(in_layouts) != len(operands):
+            raise op.error(f"{len(in_layouts)} in_shardings for {len(operands)} operands")
+        local_args = {d: [layout.cut(np.asarray(x), d, f"operand {i} of {op.name}")
+                          for i, (layout, x) in enumerate(zip(in_layouts, operands))]
+                      for d in devices}
+        for i, (arg, ttype) in enumerate(zip(local_args[0], body.arg_types)):
+            if hasattr(ttype, "shape") and tuple(arg.shape) != _shape(ttype):
+                raise op.error(f"operand {i}: the local shard has shape {list(arg.shape)}, "
+                               f"the body takes {list(_shape(ttype))}")
+        local_results = run_on_process_grid(op, body, local_args, self.num_replicas,
+                                            self.num_partitions)
+        return [layout.assemble({d: local_results[d][i] for d in devices}, _shape(t), t.dtype,
+                                f"result {i} of {op.name}")
+                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+
+
+_PARTITIONED_RUN: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_partitioned_run",
+                                                                  default=None)
+
+
+def current_partitioned_run() -> PartitionedRun | None:
+    """The partitioned execute this thread is the global part of, if any."""
+    return _PARTITIONED_RUN.get()
+
+
+def run_on_process_grid(op, body, local_args: dict, num_replicas: int,
+                        num_partitions: int) -> dict:
+    """Run `body` as every process of a fresh grid, one thread each.
+
+    Each thread runs in a copy of the caller's context (so host callbacks
+    and debug switches attached by the plugin still apply) with its own
+    frame, marked as process (replica, partition) for the collectives.
+    """
+    from .interpreter.ops import collective_grid as grid_module
+    from .interpreter.plan import run_block
+
+    grid = grid_module.ProcessGrid(num_replicas, num_partitions)
+    outcomes: dict = {}
+
+    def work(device: int, context: contextvars.Context) -> None:
+        process = grid_module.Process(divmod(device, num_partitions), grid)
+
+        def as_process():
+            # The process-grid module keeps the running process in a context
+            # variable; run_process would also swap the host channel, which
+            # must stay the plugin's here.
+            grid_module._CURRENT_PROCESS.set(process)
+            _PARTITIONED_RUN.set(None)   # a nested manual region is not supported
+            with np.errstate(all="ignore"):
+                return run_block(body.plan, list(body.frame), local_args[device])
+        try:
+            outcomes[device] = context.run(as_process)
+        except BaseException as error:  # reported below, after every thread ends
+            outcomes[device] = error
+            grid.mailbox.fail(error)
+
+    threads = [threading.Thread(target=work, args=(d, contextvars.copy_context()), daemon=True)
+               for d in sorted(local_args)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [o for o in outcomes.values() if isinstance(o, BaseException)]
+    if errors:
+        first = next((e for e in errors if "another process failed" not in str(e)), errors[0])
+        if isinstance(first, PjrtRefError):
+            raise first
+        raise op.error(f"a device failed: {type(first).__name__}: {first}") from first
+    return outcomes
+
+
+def _manual_layouts(op, meshes: dict) -> tuple[list[Layout], list[Layout]]:
+    """The local layouts of a manual computation's operands and results (cached on the op)."""
+    cached = op.cache.get("spmd_manual_layouts")
+    if cached is None:
+        manual = parse_manual_axes(op.attrs.get("manual_axes", ""))
+        ins = [s.layout(meshes, keep_axes=manual)
+               for s in parse_sharding_per_value(op.attrs["in_shardings"])]
+        outs = [s.layout(meshes, keep_axes=manual)
+                for s in parse_sharding_per_value(op.attrs["out_shardings"])]
+        cached = op.cache["spmd_manual_layouts"] = (ins, outs)
+    return cached
+
+
+# --------------------------------------------------------------- reading the module
+def _read_meshes(module) -> dict[str, Mesh]:
+    """Every `sdy.mesh @name = <...>` of the module, by name."""
+    meshes = {}
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "sdy.mesh":
+            name = str(op.attributes["sym_name"]).strip('"')
+            meshes[name] = parse_mesh(str(op.attributes["mesh"]))
+    return meshes
+
+
+def _entry_function(module, entry: str):
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == entry:
+            return op
+    raise InvalidArgument(f"no function @{entry} in the program")
+
+
+def _attr_dicts(func, name: str, count: int) -> list[dict[str, str]]:
+    """The func's per-argument (or per-result) attributes as {name: text}."""
+    if name not in func.attributes:
+        return [{} for _ in range(count)]
+    dicts = []
+    for entry in func.attributes[name]:
+        from jaxlib.mlir import ir
+        entry = ir.DictAttr(entry)
+        dicts.append({entry[i].name: _text(entry[i].attr) for i in range(len(entry))})
+    return dicts
+
+
+def _text(attr) -> str:
+    from jaxlib.mlir import ir
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    try:
+        return ir.StringAttr(attr).value
+    except (ValueError, TypeError):
+        return str(attr)
+
+
+def _annotated(attrs: dict) -> bool:
+    return "sdy.sharding" in attrs or "mhlo.sharding" in attrs
+
+
+def _result_sources(func) -> dict[int, dict]:
+    """For results without a sharding: the out_sharding of the manual
+    computation that produces them, if one does (what XLA's propagation
+    would choose for shard_map's outputs). Others are replicated."""
+    block = func.regions[0].blocks[0]
+    terminator = block.operations[len(block.operations) - 1]
+    sources = {}
+    for index, value in enumerate(terminator.operands):
+        owner = value.owner
+        owner = getattr(owner, "operation", owner)
+        if getattr(owner, "name", None) != "sdy.manual_computation":
+            continue
+        shardings = parse_sharding_per_value(str(owner.attributes["out_shardings"]))
+        sources[index] = {"sharding": shardings[value.result_number]}
+    return sources
+
+
+def _shape(ttype) -> tuple[int, ...]:
+    return tuple(int(d) for d in getattr(ttype, "shape", ()))

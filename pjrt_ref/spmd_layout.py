@@ -1,0 +1,306 @@
+"""Shardings as layouts: which tile of a global array each device holds.
+
+A compiled SPMD program describes how each global array is split over the
+devices with a *sharding* annotation, in one of two spellings:
+
+- Shardy (what JAX >= 0.7 sends; `jax_use_shardy_partitioner` is on by
+  default): a module-level `sdy.mesh @mesh = <["x"=2, "y"=2]>` names the
+  axes of a device mesh, and `#sdy.sharding<@mesh, [{"x"}, {}]>` says that
+  dimension 0 is split over axis "x" and dimension 1 is whole. A dimension
+  split over several axes (`{"x", "y"}`) is split over their product, major
+  to minor; a sub-axis `"x":(1)2` is the size-2 factor of "x" whose
+  pre-size is 1 (see openxla/shardy `docs/sharding_representation.md`).
+  Mesh positions are numbered row-major over the axes and map to device
+  ids through `device_ids=[...]` (iota when absent).
+- GSPMD (`mhlo.sharding = "{devices=[4,1]<=[4]}"`, XLA's HloSharding text):
+  a tile-assignment array of device ids whose shape is the number of tiles
+  per dimension, plus trailing sub-group dimensions (`last_tile_dim_replicate`,
+  `last_tile_dims={...}`) over which devices hold the same tile;
+  `{replicated}` and `{maximal device=N}` give every device the whole array.
+
+Both become one `Layout`: the number of tiles along each dimension and, for
+each device (its partition id), the index of the tile it holds. Cutting a
+shard out of a global array and putting a global array back together from
+shards are then plain slicing, with no knowledge of either spelling.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidArgument, Unimplemented
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an array of any shape with this rank is split into tiles.
+
+    `tile_counts[d]` is the number of equal tiles along dimension d;
+    `tile_of[device]` the tile index the device holds. Devices that hold the
+    same tile hold the same values (they are replicas of that tile).
+    """
+
+    tile_counts: tuple[int, ...]
+    tile_of: dict
+
+    def shard_shape(self, global_shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+        """The shape of one device's shard; tiles must divide the dimensions."""
+        if len(global_shape) != len(self.tile_counts):
+            raise InvalidArgument(f"{what}: a rank-{len(self.tile_counts)} sharding on an "
+                                  f"array of shape {list(global_shape)}")
+        for size, count in zip(global_shape, self.tile_counts):
+            if size % count:
+                raise Unimplemented(f"{what}: dimension of size {size} is not divisible into "
+                                    f"{count} tiles (uneven shardings are not supported)")
+        return tuple(size // count for size, count in zip(global_shape, self.tile_counts))
+
+    def shard_slices(self, global_shape: tuple[int, ...], device: int, what: str) -> tuple:
+        """The index expression that cuts `device`'s shard out of a global array."""
+        shard = self.shard_shape(global_shape, what)
+        tile = self.tile_of[device]
+        return tuple(slice(t * s, (t + 1) * s) for t, s in zip(tile, shard))
+
+    def cut(self, array: np.ndarray, device: int, what: str) -> np.ndarray:
+        """`device`'s shard of the global `array` (a copy: shards are separate buffers)."""
+        return np.array(array[self.shard_slices(array.shape, device, what)], copy=True)
+
+    def assemble(self, shards: dict, global_shape: tuple[int, ...], dtype, what: str) -> np.ndarray:
+        """The global array from each device's shard (`shards[device]`).
+
+        Every tile is taken from the first device (in device order) that
+        holds it; its replicas are expected to hold the same values and are
+        not read. A shard of the wrong shape is an error naming `what`.
+        """
+        shard_shape = self.shard_shape(global_shape, what)
+        result = np.empty(global_shape, dtype=dtype)
+        filled = set()
+        for device in sorted(shards):
+            tile = self.tile_of[device]
+            if tile in filled:
+                continue
+            shard = np.asarray(shards[device])
+            if shard.shape != shard_shape:
+                raise InvalidArgument(f"{what}: device {device}'s shard has shape "
+                                      f"{list(shard.shape)}, the sharding needs {list(shard_shape)}")
+            result[self.shard_slices(global_shape, device, what)] = shard
+            filled.add(tile)
+        missing = set(itertools.product(*map(range, self.tile_counts))) - filled
+        if missing:
+            raise InvalidArgument(f"{what}: no device holds tile(s) {sorted(missing)[:4]}")
+        return result
+
+
+def replicated(rank: int, devices) -> Layout:
+    """Every device holds the whole array."""
+    return Layout((1,) * rank, {d: (0,) * rank for d in devices})
+
+
+# ------------------------------------------------------------------ Shardy
+@dataclass(frozen=True)
+class Mesh:
+    """An `sdy.mesh`: named axes (major to minor) and the device at each position."""
+
+    axes: tuple[tuple[str, int], ...]
+    device_ids: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([size for _, size in self.axes], dtype=np.int64))
+
+    def coordinates(self) -> dict:
+        """device id -> {axis name: coordinate}."""
+        sizes = [size for _, size in self.axes]
+        names = [name for name, _ in self.axes]
+        return {device: dict(zip(names, np.unravel_index(position, sizes) if sizes else ()))
+                for position, device in enumerate(self.device_ids)}
+
+
+@dataclass(frozen=True)
+class AxisRef:
+    """An axis, or the sub-axis `name:(pre_size)size` of it."""
+
+    name: str
+    pre_size: int = 1
+    size: int | None = None     # None: the whole axis
+
+    def coordinate(self, coordinates: dict, mesh: Mesh) -> int:
+        value = int(coordinates[self.name])
+        return (value // self.pre_size) % self.extent(mesh)
+
+    def extent(self, mesh: Mesh) -> int:
+        if self.size is not None:
+            return self.size
+        return dict(mesh.axes)[self.name] // self.pre_size
+
+
+_MESH_AXIS = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
+_DEVICE_IDS = re.compile(r"device_ids\s*=\s*\[([^\]]*)\]")
+_AXIS_REF = re.compile(r'"([^"]+)"(?:\s*:\s*\((\d+)\)\s*(\d+))?')
+
+
+def parse_mesh(text: str) -> Mesh:
+    """`<["x"=2, "y"=2], device_ids=[...]>` (the `sdy.mesh` op's attribute or an inline mesh)."""
+    axes = tuple((name, int(size)) for name, size in _MESH_AXIS.findall(text))
+    ids = _DEVICE_IDS.search(text)
+    size = int(np.prod([s for _, s in axes], dtype=np.int64))
+    device_ids = (tuple(int(i) for i in ids.group(1).split(",") if i.strip())
+                  if ids else tuple(range(size)))
+    if len(device_ids) != size:
+        raise InvalidArgument(f"sdy mesh {text}: {len(device_ids)} device ids for {size} positions")
+    return Mesh(axes, device_ids)
+
+
+def _axis_refs(group: str) -> tuple[AxisRef, ...]:
+    return tuple(AxisRef(name, int(pre) if pre else 1, int(size) if size else None)
+                 for name, pre, size in _AXIS_REF.findall(group))
+
+
+@dataclass(frozen=True)
+class TensorSharding:
+    """`#sdy.sharding<@mesh, [{"x"}, {}]>`: the mesh (by name or inline) and
+    the axes each dimension is split over."""
+
+    mesh_name: str | None
+    inline_mesh: Mesh | None
+    dims: tuple[tuple[AxisRef, ...], ...]
+
+    def mesh(self, meshes: dict) -> Mesh:
+        if self.inline_mesh is not None:
+            return self.inline_mesh
+        if self.mesh_name not in meshes:
+            raise InvalidArgument(f"sharding refers to an unknown mesh @{self.mesh_name}")
+        return meshes[self.mesh_name]
+
+    def layout(self, meshes: dict, keep_axes=None) -> Layout:
+        """The layout over the mesh's devices; with `keep_axes`, only those
+        axes split the array (a manual computation's local view)."""
+        mesh = self.mesh(meshes)
+        dims = [tuple(a for a in axes if keep_axes is None or a.name in keep_axes)
+                for axes in self.dims]
+        counts = tuple(int(np.prod([a.extent(mesh) for a in axes], dtype=np.int64))
+                       for axes in dims)
+        tile_of = {}
+        for device, coordinates in mesh.coordinates().items():
+            tile = []
+            for axes in dims:
+                index = 0
+                for axis in axes:      # major to minor: mixed radix
+                    index = index * axis.extent(mesh) + axis.coordinate(coordinates, mesh)
+                tile.append(index)
+            tile_of[device] = tuple(tile)
+        return Layout(counts, tile_of)
+
+
+def parse_tensor_sharding(text: str) -> TensorSharding:
+    """One Shardy tensor sharding, with or without its `#sdy.sharding` wrapper.
+
+    Open dimensions (`{"x", ?}`) and the `replicated=` / `unreduced=` lists
+    do not change which tile a device holds, so they are read past.
+    """
+    body = text.strip()
+    if body.startswith("#sdy.sharding<"):
+        body = body[len("#sdy.sharding"):]
+    body = body.strip()
+    if body.startswith("<") and body.endswith(">"):
+        body = body[1:-1].strip()
+    inline_mesh, mesh_name = None, None
+    if body.startswith("@"):
+        match = re.match(r"@([\w.$-]+)\s*,", body)
+        if not match:
+            raise InvalidArgument(f"cannot read the sharding {text}")
+        mesh_name, rest = match.group(1), body[match.end():]
+    elif body.startswith("mesh<"):
+        end = _matching(body, body.index("<"))
+        inline_mesh, rest = parse_mesh(body[4:end + 1]), body[end + 1:].lstrip(" ,")
+    else:
+        raise InvalidArgument(f"cannot read the sharding {text}")
+    rest = rest.strip()
+    if not rest.startswith("["):
+        raise InvalidArgument(f"cannot read the dimension shardings of {text}")
+    dims_text = rest[1:_matching(rest, 0)]
+    dims = tuple(_axis_refs(group) for group in re.findall(r"\{([^}]*)\}", dims_text))
+    return TensorSharding(mesh_name, inline_mesh, dims)
+
+
+def parse_sharding_per_value(text: str) -> list[TensorSharding]:
+    """`#sdy.sharding_per_value<[<@mesh, [...]>, ...]>` -> one sharding per value."""
+    start = text.index("[")
+    inner = text[start + 1:_matching(text, start)]
+    shardings, depth, begin = [], 0, None
+    for i, ch in enumerate(inner):
+        if ch == "<":
+            if depth == 0:
+                begin = i
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                shardings.append(parse_tensor_sharding(inner[begin:i + 1]))
+    return shardings
+
+
+def parse_manual_axes(text: str) -> frozenset:
+    """`#sdy<manual_axes{"x", "y"}>` -> {"x", "y"}."""
+    return frozenset(re.findall(r'"([^"]+)"', text))
+
+
+def _matching(text: str, open_index: int) -> int:
+    """The index of the bracket closing the one at `open_index`."""
+    pairs = {"[": "]", "<": ">", "{": "}", "(": ")"}
+    opener = text[open_index]
+    closer, depth = pairs[opener], 0
+    for i in range(open_index, len(text)):
+        if text[i] == opener:
+            depth += 1
+        elif text[i] == closer:
+            depth -= 1
+            if depth == 0:
+                return i
+    raise InvalidArgument(f"unbalanced {opener} in {text}")
+
+
+# ------------------------------------------------------------------- GSPMD
+_IOTA = re.compile(r"<=\[([\d,\s]*)\](?:T\(([\d,\s]*)\))?")
+
+
+def parse_hlo_sharding(text: str, rank: int, devices) -> Layout:
+    """XLA's HloSharding text (`mhlo.sharding`) as a layout over `devices`.
+
+    `{replicated}`, `{maximal device=N}` and `{manual}` give every device the
+    whole array (for maximal, the other devices' copies are the same values:
+    the reference computes one global array). Tuple shardings are not
+    expected on a single value.
+    """
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1].strip()
+    if body in ("", "replicated", "manual") or body.startswith("maximal") or body.startswith("unknown"):
+        return replicated(rank, devices)
+    match = re.match(r"devices=\[([\d,\s]+)\]\s*", body)
+    if not match:
+        raise Unimplemented(f"HloSharding {text} is not supported")
+    dims = [int(d) for d in match.group(1).split(",")]
+    rest = body[match.end():]
+    iota = _IOTA.match(rest)
+    if iota:
+        reshape = [int(d) for d in iota.group(1).split(",")]
+        perm = [int(p) for p in iota.group(2).split(",")] if iota.group(2) else list(range(len(reshape)))
+        ids = np.arange(int(np.prod(reshape))).reshape(reshape).transpose(perm).reshape(dims)
+        rest = rest[iota.end():]
+    else:
+        listed = re.match(r"([\d,\s]+)", rest)
+        if not listed:
+            raise Unimplemented(f"HloSharding {text}: cannot read the device list")
+        ids = np.array([int(i) for i in listed.group(1).split(",") if i.strip()]).reshape(dims)
+        rest = rest[listed.end():]
+    subgroups = len(dims) - rank
+    if subgroups < 0 or (subgroups > 0 and "last_tile_dim_replicate" not in rest
+                         and "last_tile_dims" not in rest):
+        raise InvalidArgument(f"HloSharding {text} does not fit a rank-{rank} array")
+    tile_of = {}
+    for index in np.ndindex(*ids.shape):
+        tile_of[int(ids[index])] = tuple(int(i) for i in index[:rank])
+    return Layout(tuple(dims[:rank]), tile_of)
