@@ -1,6 +1,7 @@
 """`PJRT_Client`: devices, memories, compilation and host transfers."""
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
@@ -14,6 +15,10 @@ from .memory import Memory
 from .topology import Topology
 
 PLATFORM_NAME = "pjrt_ref"
+# How many virtual devices a client has: the `num_devices` create option
+# (PJRT_Client_Create's NamedValues), else this variable, else 1.
+NUM_DEVICES_VARIABLE = "PJRT_REF_NUM_DEVICES"
+MAX_DEVICES = 1024
 
 
 def platform_version() -> str:
@@ -21,23 +26,54 @@ def platform_version() -> str:
     return f"pjrt-ref {__version__} (StableHLO interpreter on numpy)"
 
 
+def device_count(options: dict | None = None) -> int:
+    """The number of virtual devices asked for: option `num_devices`, $PJRT_REF_NUM_DEVICES, or 1."""
+    options = options or {}
+    if "num_devices" in options:
+        value, source = options["num_devices"], "create option num_devices"
+    else:
+        value, source = os.environ.get(NUM_DEVICES_VARIABLE, "").strip() or 1, NUM_DEVICES_VARIABLE
+    try:
+        count = int(value)
+        if isinstance(value, (bool, float)) or str(count) != str(value).strip():
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{source}={value!r} is not an integer") from None
+    if not 1 <= count <= MAX_DEVICES:
+        raise InvalidArgument(f"{source}={count}: pjrt_ref has between 1 and {MAX_DEVICES} devices")
+    return count
+
+
 class Client:
+    """A pjrt-ref client: `device_count(options)` virtual devices in one process.
+
+    Every device is CPU-like, has its own memory (numpy arrays in host RAM)
+    and is addressable; device i has id i, local hardware id i and memory i.
+    Executables run on several devices concurrently, one thread each
+    (`pjrt_ref/multi_device.py`).
+    """
+
     def __init__(self, options: dict | None = None) -> None:
         self.options = dict(options or {})
         self.platform_name = PLATFORM_NAME
         self.platform_version = platform_version()
         self.process_index = 0
-        description = DeviceDescription(id=0)
-        memory = Memory(id=0)
-        device = Device(description=description, local_hardware_id=0, memories=[memory], client=self)
-        memory.devices.append(device)
-        self.devices: list[Device] = [device]
-        self.addressable_devices: list[Device] = [device]
-        self.memories: list[Memory] = [memory]
-        self.topology = Topology(PLATFORM_NAME, self.platform_version, [description], owned_by_client=True)
+        count = device_count(self.options)
+        self.devices: list[Device] = [self._new_device(i) for i in range(count)]
+        self.addressable_devices: list[Device] = list(self.devices)
+        self.memories: list[Memory] = [d.default_memory for d in self.devices]
+        self.topology = Topology(PLATFORM_NAME, self.platform_version,
+                                 [d.description for d in self.devices], owned_by_client=True)
         self._buffers: "weakref.WeakSet[Buffer]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self.handle = None
+
+    def _new_device(self, index: int) -> Device:
+        memory = Memory(id=index)
+        device = Device(description=DeviceDescription.virtual(index), local_hardware_id=index,
+                        memories=[memory], client=self)
+        memory.devices.append(device)
+        return device
 
     # -- lookups ---------------------------------------------------------------
     def lookup_device(self, device_id: int) -> Device:
@@ -52,13 +88,23 @@ class Client:
                 return device
         raise InvalidArgument(f"no addressable device with local hardware id {local_hardware_id}")
 
-    def default_device_assignment(self, num_replicas: int, num_partitions: int) -> list[int]:
+    def default_device_assignment(self, num_replicas: int, num_partitions: int) -> list[list[int]]:
+        """`assignment[replica][partition]`: device `partition * num_replicas + replica`.
+
+        The same placement as XLA's ComputationPlacer::AssignDevices, so a
+        program sees the same ids on pjrt_ref as on XLA CPU.
+        """
         needed = num_replicas * num_partitions
+        if num_replicas < 1 or num_partitions < 1:
+            raise InvalidArgument(f"{num_replicas} replica(s) x {num_partitions} partition(s): "
+                                  "both must be at least 1")
         if needed > len(self.devices):
             raise InvalidArgument(
                 f"{num_replicas} replica(s) x {num_partitions} partition(s) need {needed} devices; "
-                f"pjrt_ref has {len(self.devices)}")
-        return [d.id for d in self.devices[:needed]]
+                f"pjrt_ref has {len(self.devices)} (set {NUM_DEVICES_VARIABLE} or the num_devices "
+                "create option)")
+        return [[self.devices[p * num_replicas + r].id for p in range(num_partitions)]
+                for r in range(num_replicas)]
 
     # -- compile ---------------------------------------------------------------
     def compile(self, code: bytes, fmt: str, compile_options: bytes) -> LoadedExecutable:

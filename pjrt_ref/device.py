@@ -1,7 +1,9 @@
 """`PJRT_Device` and `PJRT_DeviceDescription`.
 
-pjrt-ref exposes one addressable device, `pjrt_ref:0`: a CPU-like device
-whose "memory" is numpy arrays in host RAM.
+pjrt-ref exposes N addressable virtual devices, `pjrt_ref:0` ...
+`pjrt_ref:N-1` (N from PJRT_REF_NUM_DEVICES or the `num_devices` client
+create option; default 1): CPU-like devices in one process, each with its
+own memory of numpy arrays in host RAM.
 """
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ class DeviceDescription:
     kind: str = "cpu"
     attributes: dict[str, Any] = field(default_factory=dict)
     handle: object = None          # our PJRT_DeviceDescription*
+
+    @classmethod
+    def virtual(cls, index: int) -> "DeviceDescription":
+        """Virtual device `index`. Its attributes (PJRT_DeviceDescription_Attributes)
+        place it on a line: `coords` = [index], as a 1-D mesh of devices."""
+        return cls(id=index, attributes={"coords": [index]})
 
     @property
     def debug_string(self) -> str:

@@ -15,8 +15,9 @@ import time
 
 import numpy as np
 
-from . import serialization
+from . import multi_device, serialization
 from .buffer import Buffer
+from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
 from .dtypes import BufferType, from_numpy
 from .errors import Internal, InvalidArgument, Unimplemented
 
@@ -42,6 +43,7 @@ class Executable:
         start = time.perf_counter()
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
+        self.build_options = parse_compile_options(self.compile_options)
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
         if _PROFILING:
@@ -57,11 +59,13 @@ class Executable:
 
     @property
     def num_replicas(self) -> int:
-        return int(self.program.num_replicas or 1)
+        """From the compile options if they say, else the module's `mhlo.num_replicas`."""
+        return resolve_count("replicas", self.build_options.num_replicas, self.program.num_replicas)
 
     @property
     def num_partitions(self) -> int:
-        return int(self.program.num_partitions or 1)
+        """From the compile options if they say, else the module's `mhlo.num_partitions`."""
+        return resolve_count("partitions", self.build_options.num_partitions, self.program.num_partitions)
 
     def output_buffer_types(self) -> list[BufferType]:
         return [_buffer_type(t) for t in self.output_types]
@@ -97,23 +101,25 @@ class LoadedExecutable:
     def __init__(self, executable: Executable, client) -> None:
         self.executable = executable
         self.client = client
-        self.devices = list(client.addressable_devices[:1])
+        # assignment[replica][partition] = device id; devices in logical_ids order.
+        self.assignment = multi_device.device_assignment(executable, client)
+        self.devices = multi_device.assigned_devices(self.assignment, client)
         self.deleted = False
         self.handle = None            # our PJRT_LoadedExecutable*
         self._lock = threading.Lock()
 
     def logical_ids(self) -> list[tuple[int, int]]:
-        """(replica, partition) of each addressable device: one device, (0, 0)."""
-        return [(0, 0)]
+        """(replica, partition) of each addressable device, in `devices` order."""
+        return multi_device.logical_ids(self.assignment)
 
     def device_assignment_proto(self) -> bytes:
-        """xla.DeviceAssignmentProto: replica_count=1, computation_count=1, device ids.
+        """xla.DeviceAssignmentProto of `assignment` (see compile_options.py)."""
+        return encode_device_assignment(self.assignment)
 
-        Encoded by hand (three fields) rather than pulling in protobuf.
-        """
-        ids = [d.id for d in self.devices]
-        computation = _proto_len(1, b"".join(_varint(i) for i in ids))   # packed replica_device_ids
-        return (_proto_varint(1, 1) + _proto_varint(2, 1) + _proto_len(3, computation))
+    def execute_on_devices(self, argument_lists: list[list[Buffer]],
+                           non_donatable: set[int]) -> list[list[Buffer]]:
+        """Run once across all devices (`multi_device.execute`): an output list per device."""
+        return multi_device.execute(self, argument_lists, non_donatable)
 
     def execute(self, arguments: list[Buffer], device, non_donatable: set[int]) -> list[Buffer]:
         """Run once on `device`; donated arguments are deleted; returns outputs."""
@@ -132,27 +138,6 @@ class LoadedExecutable:
             if index < len(arguments) and index not in non_donatable:
                 arguments[index].delete()
         return [Buffer(_output_array(i, out, t), device) for i, (out, t) in enumerate(zip(outputs, exe.output_types))]
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _proto_varint(field: int, value: int) -> bytes:
-    return _varint(field << 3) + _varint(value)
-
-
-def _proto_len(field: int, payload: bytes) -> bytes:
-    return _varint((field << 3) | 2) + _varint(len(payload)) + payload
 
 
 def _output_array(index: int, value, ttype) -> np.ndarray:

@@ -1,4 +1,9 @@
-"""`PJRT_Memory`: a memory space. pjrt-ref has one per device, kind "device"."""
+"""`PJRT_Memory`: a memory space. pjrt-ref has one per device, kind "device".
+
+Memory i belongs to device i alone (`PJRT_Memory_AddressableByDevices`
+lists just that device); a buffer lives in exactly one memory, and
+`PJRT_Buffer_CopyToDevice` / `CopyToMemory` move it between them.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

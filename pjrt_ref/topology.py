@@ -29,8 +29,8 @@ class Topology:
             "format": "pjrt-ref topology v1",
             "platform_name": self.platform_name,
             "platform_version": self.platform_version,
-            "devices": [{"id": d.id, "process_index": d.process_index, "kind": d.kind}
-                        for d in self.descriptions],
+            "devices": [{"id": d.id, "process_index": d.process_index, "kind": d.kind,
+                         "attributes": d.attributes} for d in self.descriptions],
         }).encode()
 
     @classmethod
@@ -39,14 +39,16 @@ class Topology:
         try:
             data = json.loads(blob)
             assert data["format"] == "pjrt-ref topology v1"
-            devices = [DeviceDescription(id=d["id"], process_index=d["process_index"], kind=d["kind"])
+            devices = [DeviceDescription(id=d["id"], process_index=d["process_index"], kind=d["kind"],
+                                         attributes=dict(d.get("attributes", {})))
                        for d in data["devices"]]
             return cls(data["platform_name"], data["platform_version"], devices)
         except Exception:
             raise InvalidArgument("not a serialized pjrt-ref topology") from None
 
 
-def local_topology() -> Topology:
-    """The topology of a fresh client: one pjrt_ref device."""
-    from .client import PLATFORM_NAME, platform_version
-    return Topology(PLATFORM_NAME, platform_version(), [DeviceDescription(id=0)])
+def local_topology(options: dict | None = None) -> Topology:
+    """The topology of a fresh client made with `options` (device count: see client.device_count)."""
+    from .client import PLATFORM_NAME, device_count, platform_version
+    return Topology(PLATFORM_NAME, platform_version(),
+                    [DeviceDescription.virtual(i) for i in range(device_count(options))])

@@ -5,11 +5,12 @@ Spec sections "Collective ops", "all_reduce", "all_gather", "reduce_scatter",
 "partition_id" (docs/spec.md); `cross-replica-sum` is the deprecated
 all_reduce-with-add that StableHLO still parses.
 
-A program run on its own is the single process `(0, 0)`: its module must not
-ask for more (`mhlo.num_replicas` x `mhlo.num_partitions` > 1 is rejected at
-load time, since the interpreter runs one device). Under
-`interpreter.run_parallel` (see `collective_grid`) the processes of a larger
-grid are threads, and every kernel here follows the spec for any group:
+A program run on its own is the single process `(0, 0)`: a module that asks
+for more (`mhlo.num_replicas` x `mhlo.num_partitions` > 1) loads, but its
+collectives fail when it is called directly. pjrt-ref runs such a program on
+several devices (`pjrt_ref/multi_device.py`), and `interpreter.run_parallel`
+(see `collective_grid`) runs the processes of a grid; either way the
+processes are threads, and every kernel here follows the spec for any group:
 each op splits the grid into process groups with the spec's strategies
 (`cross_replica`, `cross_partition`, `cross_replica_and_partition`,
 `flattened_ids`), then the processes of a group exchange values through the
@@ -22,7 +23,7 @@ import numpy as np
 from ...errors import InvalidArgument, Unimplemented
 from ..quantization import zeros
 from ..registry import register
-from .collective_grid import current_process
+from .collective_grid import Process, current_process
 from .control import as_results
 from .reduce_regions import is_elementwise, tree_reduce
 
@@ -82,6 +83,19 @@ def replica_or_partition_strategy(op) -> str:
     return "cross_replica" if channel_id(op) <= 0 else "cross_partition"
 
 
+def grid_process(op) -> Process:
+    """The running process; a standalone run of a multi-process module is an error."""
+    process = current_process()
+    module = op.module
+    if process.standalone and module is not None and module.num_replicas * module.num_partitions > 1:
+        raise op.error(f"the program runs on {module.num_replicas} replica(s) x "
+                       f"{module.num_partitions} partition(s), but it was called as one "
+                       "process; run it on that many pjrt_ref devices "
+                       "(PJRT_REF_NUM_DEVICES) or under interpreter.run_parallel",
+                       cls=Unimplemented)
+    return process
+
+
 def process_groups(op, groups, strategy: str, grid, unique: bool = True):
     """The op's process groups on `grid`; ids must lie in the grid and, if
     `unique`, appear once. No groups means one group of every id."""
@@ -119,16 +133,14 @@ def exchange(op, process, group, values):
     key = key + (process.next_run(key),)
     mailbox = process.grid.mailbox
     mailbox.post(key + (process.id,), values, readers=len(group))
-    return [mailbox.take(key + (peer,), op.name) for peer in group]
+    return [take(op, process, key + (peer,), peer) for peer in group]
 
 
-def validate_single_device(op) -> None:
-    """Load time: a program on its own may not need more than one process."""
-    module = op.module
-    if module is not None and module.num_replicas * module.num_partitions != 1:
-        raise op.error(f"the program runs on {module.num_replicas} replica(s) x "
-                       f"{module.num_partitions} partition(s); pjrt-ref's interpreter "
-                       "runs a single device", cls=Unimplemented)
+def take(op, process, key, peer):
+    """The value `peer` posted under `key`; DEADLINE_EXCEEDED naming both if it never comes."""
+    return process.grid.mailbox.take(
+        key, op.name, op, waiting_for=f"process {tuple(peer)} (replica, partition) "
+                                      f"[this is process {tuple(process.id)}]")
 
 
 def reduce_across(region, dtype, values: list[np.ndarray]) -> np.ndarray:
@@ -147,14 +159,14 @@ def reduce_across(region, dtype, values: list[np.ndarray]) -> np.ndarray:
 
 
 def all_reduce_values(op, operands, region, strategy: str) -> list[np.ndarray]:
-    process = current_process()
+    process = grid_process(op)
     group = required_group_of(op, process, strategy)
     shared = exchange(op, process, group, operands)
     return [reduce_across(region, t.dtype, [values[i] for values in shared])
             for i, t in enumerate(op.result_types)]
 
 
-@register("stablehlo.all_reduce", validate=validate_single_device)
+@register("stablehlo.all_reduce")
 def all_reduce(op, *operands, regions):
     """Spec "all_reduce": each result is the group's operands combined by
     `computation` (converted to its element type first). Over a group of
@@ -162,19 +174,19 @@ def all_reduce(op, *operands, regions):
     return as_results(op, all_reduce_values(op, operands, regions[0], reduction_strategy(op)))
 
 
-@register("stablehlo.cross-replica-sum", validate=validate_single_device)
+@register("stablehlo.cross-replica-sum")
 def cross_replica_sum(op, operand):
     """Deprecated `cross-replica-sum`: all_reduce with addition across replicas."""
-    process = current_process()
+    process = grid_process(op)
     group = required_group_of(op, process, "cross_replica")
     shared = exchange(op, process, group, [operand])
     return np.asarray(sum(values[0] for values in shared), dtype=op.result_type.dtype)
 
 
-@register("stablehlo.all_gather", validate=validate_single_device)
+@register("stablehlo.all_gather")
 def all_gather(op, *operands):
     """Spec "all_gather": concatenate the group's operands along `all_gather_dim`."""
-    process = current_process()
+    process = grid_process(op)
     group = required_group_of(op, process, reduction_strategy(op))
     shared = exchange(op, process, group, operands)
     dim = op.attrs["all_gather_dim"]
@@ -182,11 +194,11 @@ def all_gather(op, *operands):
                            for i in range(len(operands))])
 
 
-@register("stablehlo.reduce_scatter", validate=validate_single_device)
+@register("stablehlo.reduce_scatter")
 def reduce_scatter(op, operand, *, regions):
     """Spec "reduce_scatter": all_reduce, then process i of the group keeps
     the i-th of `len(group)` equal parts along `scatter_dimension`."""
-    process = current_process()
+    process = grid_process(op)
     strategy = reduction_strategy(op)
     group = required_group_of(op, process, strategy)
     shared = exchange(op, process, group, [operand])
@@ -195,12 +207,12 @@ def reduce_scatter(op, operand, *, regions):
     return parts[group.index(process.id)]
 
 
-@register("stablehlo.all_to_all", validate=validate_single_device)
+@register("stablehlo.all_to_all")
 def all_to_all(op, *operands):
     """Spec "all_to_all": every sender splits its operands into `split_count`
     parts along `split_dimension`; receiver i concatenates the senders'
     i-th parts, in group order, along `concat_dimension`."""
-    process = current_process()
+    process = grid_process(op)
     group = required_group_of(op, process, replica_or_partition_strategy(op))
     if op.attrs["split_count"] != len(group):
         raise op.error(f"split_count {op.attrs['split_count']} differs from the process "
@@ -214,12 +226,12 @@ def all_to_all(op, *operands):
         for i in range(len(operands))])
 
 
-@register("stablehlo.collective_permute", validate=validate_single_device)
+@register("stablehlo.collective_permute")
 def collective_permute(op, operand):
     """Spec "collective_permute": each `[source, target]` pair sends the
     source's operand to the target. A process that no pair targets gets
     zeros (for a quantized result, `quantize(0)`, i.e. the zero point)."""
-    process = current_process()
+    process = grid_process(op)
     pairs = id_groups(op.attrs.get("source_target_pairs"))
     for column in zip(*pairs):
         if len(set(column)) != len(column):
@@ -236,15 +248,15 @@ def collective_permute(op, operand):
     source = next((s for s, t in links if t == process.id), None)
     if source is None:
         return zeros(op.result_type)
-    return mailbox.take(key + (source,), op.name)
+    return take(op, process, key + (source,), source)
 
 
-@register("stablehlo.collective_broadcast", validate=validate_single_device)
+@register("stablehlo.collective_broadcast")
 def collective_broadcast(op, *operands):
     """Spec "collective_broadcast": every process of a group receives the
     operands of the group's first process; a process in no group gets zeros
     (for a quantized result, `quantize(0)`)."""
-    process = current_process()
+    process = grid_process(op)
     group = group_of(op, process, replica_or_partition_strategy(op))
     if group is None:
         return as_results(op, [zeros(t) for t in op.result_types])
@@ -252,7 +264,7 @@ def collective_broadcast(op, *operands):
     key = key + (process.next_run(key),)
     if process.id == group[0]:
         process.grid.mailbox.post(key, operands, readers=len(group))
-    return as_results(op, process.grid.mailbox.take(key, op.name))
+    return as_results(op, take(op, process, key, group[0]))
 
 
 @register("stablehlo.replica_id")

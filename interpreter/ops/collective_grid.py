@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ...errors import DeadlineExceeded, InvalidArgument, PjrtRefError
 from ..registry import register
@@ -27,30 +29,55 @@ from .side_effects import attach_host_channel
 
 # How long a process waits for its peers before giving up (a program whose
 # processes do not run matching collectives would otherwise hang).
+# PJRT_REF_COLLECTIVE_TIMEOUT (seconds) overrides it for grids made later.
 WAIT_SECONDS = 120.0
+TIMEOUT_VARIABLE = "PJRT_REF_COLLECTIVE_TIMEOUT"
+
+
+def collective_timeout() -> float:
+    """Seconds a process waits at a collective: PJRT_REF_COLLECTIVE_TIMEOUT or 120."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return WAIT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise InvalidArgument(f"{TIMEOUT_VARIABLE}={text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise InvalidArgument(f"{TIMEOUT_VARIABLE}={text!r} must be positive")
+    return seconds
 
 
 class Mailbox:
-    """Values posted under a key, each to be taken by a known number of readers."""
+    """Values posted under a key, each to be taken by a known number of readers.
 
-    def __init__(self):
+    A reader that waits longer than `timeout` seconds gets DEADLINE_EXCEEDED
+    (a peer never arrived); once any process fails, every waiting reader
+    wakes up with an error instead of waiting out its timeout.
+    """
+
+    def __init__(self, timeout: float | None = None):
         self._condition = threading.Condition()
         self._boxes: dict = {}
         self.failed: BaseException | None = None
+        self.timeout = WAIT_SECONDS if timeout is None else timeout
 
     def post(self, key, value, readers: int) -> None:
         with self._condition:
             self._boxes[key] = [value, readers]
             self._condition.notify_all()
 
-    def take(self, key, what: str):
+    def take(self, key, what: str, op=None, waiting_for: str = "another process"):
+        """The value posted under `key`; `what`/`op` name the waiting op in errors."""
         with self._condition:
             ready = self._condition.wait_for(
-                lambda: key in self._boxes or self.failed is not None, WAIT_SECONDS)
+                lambda: key in self._boxes or self.failed is not None, self.timeout)
             if self.failed is not None:
-                raise InvalidArgument(f"{what}: another process failed: {self.failed}")
+                raise _error(op, what, f"another process failed: {self.failed}", InvalidArgument)
             if not ready:
-                raise DeadlineExceeded(f"{what}: timed out waiting for another process")
+                raise _error(op, what, f"timed out after {self.timeout:g} s waiting for "
+                             f"{waiting_for} (it never arrived at this collective; set "
+                             f"{TIMEOUT_VARIABLE} to wait longer)", DeadlineExceeded)
             box = self._boxes[key]
             box[1] -= 1
             if box[1] == 0:
@@ -64,6 +91,12 @@ class Mailbox:
             self._condition.notify_all()
 
 
+def _error(op, what: str, message: str, cls) -> PjrtRefError:
+    if op is not None:
+        return op.error(message, cls=cls)
+    return cls(f"{what}: {message}")
+
+
 @dataclass
 class ProcessGrid:
     """`num_replicas x num_partitions` processes and what they share."""
@@ -72,7 +105,7 @@ class ProcessGrid:
     num_partitions: int = 1
     infeed_queue: list = field(default_factory=list)
     outfeed_values: list = field(default_factory=list)
-    mailbox: Mailbox = field(default_factory=Mailbox)
+    mailbox: Mailbox = field(default_factory=lambda: Mailbox(collective_timeout()))
     _channels: dict = field(default_factory=lambda: collections.defaultdict(queue.Queue))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -96,17 +129,22 @@ class ProcessGrid:
     def recv(self, channel_id: int, channel_type: int, is_host_transfer: bool,
              result_types: tuple) -> list:
         try:
-            return self._channels[channel_id].get(timeout=WAIT_SECONDS)
+            return self._channels[channel_id].get(timeout=self.mailbox.timeout)
         except queue.Empty:
             raise DeadlineExceeded(f"recv: nothing was sent on channel {channel_id}") from None
 
 
 @dataclass
 class Process:
-    """One process of a grid: its id `(replica_id, partition_id)`."""
+    """One process of a grid: its id `(replica_id, partition_id)`.
+
+    `standalone` marks the implicit process of a program run on its own
+    (no grid was set up by `run_processes` or `run_parallel`).
+    """
 
     id: tuple[int, int]
     grid: ProcessGrid
+    standalone: bool = False
     # How many times this process has run each collective (by key), so
     # that the n-th run meets the n-th run of its peers.
     runs: collections.Counter = field(default_factory=collections.Counter)
@@ -123,17 +161,55 @@ _CURRENT_PROCESS: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_proc
 def current_process() -> Process:
     """The running process; a program run on its own is (0, 0) of a 1x1 grid."""
     process = _CURRENT_PROCESS.get()
-    return process if process is not None else Process((0, 0), ProcessGrid())
+    return process if process is not None else Process((0, 0), ProcessGrid(), standalone=True)
 
 
-def run_process(process: Process, function, args: list) -> list:
-    """Run `function` as `process` (in the calling thread)."""
+def run_as(process: Process, work: Callable[[], list]) -> list:
+    """Call `work()` with `process` as the current process (in the calling thread)."""
     reset = _CURRENT_PROCESS.set(process)
     try:
-        with attach_host_channel(process.grid):
-            return function.run(args)
+        return work()
     finally:
         _CURRENT_PROCESS.reset(reset)
+
+
+def run_processes(grid: ProcessGrid, jobs: list[tuple[Process, Callable[[], list]]]) -> list[list]:
+    """Run every job's `work()` at once, one thread per process; their results in order.
+
+    This is how several devices execute one program: each thread is one
+    process of `grid` and the threads meet in its mailbox at each
+    collective. If a process fails, the others are woken (they fail too,
+    with "another process failed") and the first real error is raised once
+    every thread has ended; a process that never reaches a collective makes
+    its peers fail with DEADLINE_EXCEEDED after the grid's timeout.
+    """
+    outcomes: list = [None] * len(jobs)
+
+    def work(index: int) -> None:
+        process, job = jobs[index]
+        try:
+            outcomes[index] = run_as(process, job)
+        except BaseException as error:  # reported below, after every thread ends
+            outcomes[index] = error
+            grid.mailbox.fail(error)
+
+    # Each thread starts from a copy of the caller's context (host channel,
+    # settings held in context variables), then sets its own process.
+    threads = [threading.Thread(target=contextvars.copy_context().run, args=(work, i), daemon=True,
+                                name=f"pjrt_ref process {jobs[i][0].id}") for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if errors:
+        raise first_error(errors)
+    return outcomes
+
+
+def first_error(errors: list[BaseException]) -> BaseException:
+    """The error that made the grid fail (not a peer's "another process failed")."""
+    return next((e for e in errors if "another process failed" not in str(e)), errors[0])
 
 
 def _validate_run_parallel(op) -> None:
@@ -143,6 +219,12 @@ def _validate_run_parallel(op) -> None:
     missing = [name for row in programs for name in row if name not in op.module.function_names]
     if missing:
         raise op.error(f"no function @{missing[0]} in the program", cls=InvalidArgument)
+
+
+def _run_with_grid_host(grid: ProcessGrid, function, args: list) -> list:
+    """run_parallel's processes use the grid as their host channel (infeed, send/recv)."""
+    with attach_host_channel(grid):
+        return function.run(args)
 
 
 @register("interpreter.run_parallel", validate=_validate_run_parallel)
@@ -163,26 +245,13 @@ def run_parallel(op, *inputs):
             count = len(function.input_types)
             jobs.append((Process((r, p), grid), function, remaining[:count]))
             remaining = remaining[count:]
-    outcomes: list = [None] * len(jobs)
-
-    def work(index: int) -> None:
-        process, function, args = jobs[index]
-        try:
-            outcomes[index] = run_process(process, function, args)
-        except BaseException as error:  # reported below, after every thread ends
-            outcomes[index] = error
-            grid.mailbox.fail(error)
-
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    errors = [o for o in outcomes if isinstance(o, BaseException)]
-    if errors:
-        first = next((e for e in errors if "another process failed" not in str(e)), errors[0])
-        if isinstance(first, PjrtRefError):
-            raise first
+    try:
+        outcomes = run_processes(grid, [
+            (process, lambda f=function, a=args: _run_with_grid_host(grid, f, a))
+            for process, function, args in jobs])
+    except PjrtRefError:
+        raise
+    except Exception as first:
         raise op.error(f"a process failed: {type(first).__name__}: {first}") from first
     results = [value for outcome in outcomes for value in outcome]
     return results[0] if len(op.result_types) == 1 else tuple(results)

@@ -6,7 +6,8 @@ from ..client import Client
 from ..executable import Executable
 from ..errors import InvalidArgument
 from . import _boundary
-from ._boundary import Args, bytes_arg, entry_point, owned_array, owned_text, read_named_values, text_arg
+from ._boundary import (Args, bytes_arg, entry_point, owned_array, owned_text, read_named_values,
+                        require_array, text_arg)
 
 
 def client_of(args: Args, field: str = "client") -> Client:
@@ -42,7 +43,12 @@ def device_list(owner, key: str, devices: list):
 
 @entry_point("PJRT_Client_Create")
 def client_create(args: Args) -> None:
-    """PJRT_Client_Create: options are accepted and recorded; KV callbacks unused (one process)."""
+    """PJRT_Client_Create: `num_devices` (int64) sets the number of virtual devices
+    (default: $PJRT_REF_NUM_DEVICES, else 1); other options are recorded.
+    KV-store callbacks are unused: pjrt-ref is one process.
+
+    JAX passes these options from `xla_bridge.register_plugin(..., options=...)`.
+    """
     options = {}
     if args.get("num_options", 0):
         options = read_named_values(args.create_options, args.num_options)
@@ -120,14 +126,18 @@ def client_topology_description(args: Args) -> None:
 
 @entry_point("PJRT_Client_DefaultDeviceAssignment")
 def client_default_device_assignment(args: Args) -> None:
-    """PJRT_Client_DefaultDeviceAssignment: fills the caller's int array."""
+    """PJRT_Client_DefaultDeviceAssignment: fills the caller's int array with device ids,
+    replica-major: `default_assignment[replica * num_partitions + partition]`
+    (the order PjRtCApiClient reads it back in)."""
     client = client_of(args)
     assignment = client.default_device_assignment(args.num_replicas, args.num_partitions)
-    if args.default_assignment_size < len(assignment):
+    flat = [device_id for row in assignment for device_id in row]
+    if args.default_assignment_size < len(flat):
         raise InvalidArgument(
-            f"default_assignment_size {args.default_assignment_size} < {len(assignment)} needed")
-    for i, device_id in enumerate(assignment):
-        args.default_assignment[i] = device_id
+            f"default_assignment_size {args.default_assignment_size} < {len(flat)} needed")
+    target = require_array(args.default_assignment, len(flat), "default_assignment")
+    for i, device_id in enumerate(flat):
+        target[i] = device_id
 
 
 def read_program(program) -> tuple[bytes, str]:
@@ -147,9 +157,10 @@ def register_loaded(loaded):
 def client_compile(args: Args) -> None:
     """PJRT_Client_Compile: StableHLO ("mlir": text, bytecode or portable artifact) -> executable.
 
-    The CompileOptionsProto bytes are kept (PJRT_Executable_GetCompileOptions
-    returns them) but not interpreted: pjrt-ref has one device and no
-    compiler options.
+    From the CompileOptionsProto bytes pjrt-ref reads the replica and
+    partition counts and the device assignment (pjrt_ref/compile_options.py),
+    which choose the executable's devices; the bytes are kept for
+    PJRT_Executable_GetCompileOptions.
     """
     client = client_of(args)
     code, fmt = read_program(args.program)

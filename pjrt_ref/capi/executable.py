@@ -253,7 +253,7 @@ def _non_donatable(options) -> set[int]:
 
 @entry_point("PJRT_LoadedExecutable_Execute")
 def loaded_executable_execute(args: Args) -> None:
-    """PJRT_LoadedExecutable_Execute: run synchronously on our one device.
+    """PJRT_LoadedExecutable_Execute: run synchronously on the executable's device(s).
 
     Arguments come as `argument_lists[device][arg]`; outputs go to the
     caller's `output_lists[device][output]`. Parameters the program marks
@@ -269,6 +269,8 @@ def loaded_executable_execute(args: Args) -> None:
     if execute_device != _boundary.NULL:
         device = handles.get(execute_device, type(device), "PJRT_Device")
     non_donatable = _non_donatable(args.options)
+    if num_devices > 1:
+        return _execute_on_devices(args, loaded, non_donatable)
     argument_lists = require_array(args.argument_lists, num_devices, "argument_lists")
     output_lists = require_array(args.output_lists, num_devices, "output_lists")
     for d in range(num_devices):
@@ -276,6 +278,29 @@ def loaded_executable_execute(args: Args) -> None:
         out_row = require_array(output_lists[d], loaded.executable.num_outputs, f"output_lists[{d}]")
         arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
         outputs = loaded.execute(arguments, device, non_donatable)
+        for j, buffer in enumerate(outputs):
+            loaded.client.track(buffer)
+            buffer.handle = handles.add(buffer)
+            out_row[j] = buffer.handle
+    events = args.get("device_complete_events", _boundary.NULL)
+    if events != _boundary.NULL:
+        for d in range(num_devices):
+            events[d] = new_event_handle()
+
+
+def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set[int]) -> None:
+    """Execute's multi-device case: all argument lists at once (pjrt_ref/multi_device.py),
+    the devices running concurrently; one output list and one event per device."""
+    num_devices, num_args = args.num_devices, args.num_args
+    argument_lists = require_array(args.argument_lists, num_devices, "argument_lists")
+    output_lists = require_array(args.output_lists, num_devices, "output_lists")
+    out_rows = [require_array(output_lists[d], loaded.executable.num_outputs, f"output_lists[{d}]")
+                for d in range(num_devices)]
+    rows = []
+    for d in range(num_devices):
+        row = require_array(argument_lists[d], num_args, f"argument_lists[{d}]")
+        rows.append([handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)])
+    for out_row, outputs in zip(out_rows, loaded.execute_on_devices(rows, non_donatable)):
         for j, buffer in enumerate(outputs):
             loaded.client.track(buffer)
             buffer.handle = handles.add(buffer)

@@ -4,7 +4,8 @@ from __future__ import annotations
 from .. import handles
 from ..executable import Executable, check_program_format
 from ..topology import Topology, local_topology
-from ._boundary import Args, bytes_arg, entry_point, hand_out_blob, owned_array, owned_named_values, owned_text
+from ._boundary import (Args, bytes_arg, entry_point, hand_out_blob, owned_array, owned_named_values,
+                        owned_text, read_named_values)
 
 
 def _topology(args: Args) -> Topology:
@@ -20,8 +21,12 @@ def register_topology(topology: Topology):
 
 @entry_point("PJRT_TopologyDescription_Create")
 def topology_create(args: Args) -> None:
-    """PJRT_TopologyDescription_Create: the name is ignored; pjrt-ref has one shape of machine."""
-    args.topology = register_topology(local_topology())
+    """PJRT_TopologyDescription_Create: the name is ignored; the options are a client's
+    (`num_devices`, default $PJRT_REF_NUM_DEVICES or 1)."""
+    options = {}
+    if args.get("num_options", 0):
+        options = read_named_values(args.create_options, args.num_options)
+    args.topology = register_topology(local_topology(options))
 
 
 @entry_point("PJRT_TopologyDescription_Destroy")

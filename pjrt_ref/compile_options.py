@@ -1,0 +1,177 @@
+"""The few CompileOptionsProto fields pjrt-ref reads, and DeviceAssignmentProto.
+
+`PJRT_Client_Compile` receives `xla.CompileOptionsProto` bytes
+(xla/pjrt/proto/compile_options.proto). pjrt-ref needs only the replica and
+partition counts and the device assignment from its
+`executable_build_options`, so it reads the protobuf wire format by hand
+instead of depending on protobuf and XLA's generated classes:
+
+    CompileOptionsProto          3: executable_build_options (message)
+    ExecutableBuildOptionsProto  4: num_replicas, 5: num_partitions (int64),
+                                 6: use_spmd_partitioning (bool),
+                                 9: device_assignment (message)
+    DeviceAssignmentProto        1: replica_count, 2: computation_count (int32),
+                                 3: computation_devices (repeated message)
+    ComputationDevice            1: replica_device_ids (repeated int64)
+
+A device assignment maps a logical id (replica, partition) to a device id;
+here it is a list of rows, `assignment[replica][partition]`. XLA calls a
+partition a "computation": DeviceAssignmentProto stores one row per
+computation (partition), each listing the devices of its replicas.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InvalidArgument
+
+DeviceAssignment = list[list[int]]   # assignment[replica][partition] = device id
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What pjrt-ref takes from ExecutableBuildOptionsProto (0 = not set)."""
+
+    num_replicas: int = 0
+    num_partitions: int = 0
+    use_spmd_partitioning: bool = False
+    device_assignment: DeviceAssignment | None = None
+
+
+def parse_compile_options(blob: bytes) -> BuildOptions:
+    """The build options in serialized CompileOptionsProto `blob` (empty: defaults)."""
+    build = b""
+    for field, _, value in _fields(blob, "CompileOptionsProto"):
+        if field == 3:
+            build = value
+    options = {}
+    for field, _, value in _fields(build, "ExecutableBuildOptionsProto"):
+        if field == 4:
+            options["num_replicas"] = _signed(value)
+        elif field == 5:
+            options["num_partitions"] = _signed(value)
+        elif field == 6:
+            options["use_spmd_partitioning"] = bool(value)
+        elif field == 9:
+            options["device_assignment"] = parse_device_assignment(value)
+    return BuildOptions(**options)
+
+
+def parse_device_assignment(blob: bytes) -> DeviceAssignment:
+    """DeviceAssignmentProto bytes -> `assignment[replica][partition]`."""
+    replica_count = computation_count = 0
+    columns: list[list[int]] = []
+    for field, wire, value in _fields(blob, "DeviceAssignmentProto"):
+        if field == 1:
+            replica_count = _signed(value)
+        elif field == 2:
+            computation_count = _signed(value)
+        elif field == 3:
+            columns.append(_repeated_ints(value))
+    if replica_count <= 0 or computation_count <= 0 or len(columns) != computation_count \
+            or any(len(column) != replica_count for column in columns):
+        raise InvalidArgument(
+            f"device assignment is not a {replica_count} replica(s) x {computation_count} "
+            f"partition(s) grid: {columns}")
+    return [[columns[p][r] for p in range(computation_count)] for r in range(replica_count)]
+
+
+def encode_device_assignment(assignment: DeviceAssignment) -> bytes:
+    """`assignment[replica][partition]` -> DeviceAssignmentProto bytes."""
+    replicas, partitions = len(assignment), len(assignment[0])
+    out = _tag(1, _VARINT) + _varint(replicas) + _tag(2, _VARINT) + _varint(partitions)
+    for p in range(partitions):
+        ids = b"".join(_varint(assignment[r][p]) for r in range(replicas))
+        column = _tag(1, _LEN) + _varint(len(ids)) + ids          # packed replica_device_ids
+        out += _tag(3, _LEN) + _varint(len(column)) + column
+    return out
+
+
+# ------------------------------------------------------------ wire format
+def _fields(data: bytes, what: str):
+    """(field number, wire type, value) of each field; LEN values are bytes."""
+    position = 0
+    while position < len(data):
+        key, position = _read_varint(data, position, what)
+        field, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            value, position = _read_varint(data, position, what)
+        elif wire == _LEN:
+            size, position = _read_varint(data, position, what)
+            value, position = data[position:position + size], position + size
+            if position > len(data):
+                raise InvalidArgument(f"{what}: field {field} runs past the end")
+        elif wire in (_I64, _I32):
+            size = 8 if wire == _I64 else 4
+            value, position = int.from_bytes(data[position:position + size], "little"), position + size
+        else:
+            raise InvalidArgument(f"{what}: field {field} has unknown wire type {wire}")
+        yield field, wire, value
+
+
+def _read_varint(data: bytes, position: int, what: str) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data) or shift > 63:
+            raise InvalidArgument(f"{what}: truncated or overlong varint")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, position
+
+
+def _repeated_ints(column: bytes) -> list[int]:
+    """ComputationDevice.replica_device_ids, packed or one field per id."""
+    ids: list[int] = []
+    for field, wire, value in _fields(column, "ComputationDevice"):
+        if field != 1:
+            continue
+        if wire == _LEN:
+            position = 0
+            while position < len(value):
+                item, position = _read_varint(value, position, "replica_device_ids")
+                ids.append(_signed(item))
+        else:
+            ids.append(_signed(value))
+    return ids
+
+
+def _signed(value: int) -> int:
+    """A varint read as int64 (negative numbers are 10-byte two's complement)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return _varint((field << 3) | wire)
+
+
+def resolve_count(what: str, from_options: int, from_module: int) -> int:
+    """A replica or partition count: the compile options' if set (> 0), else the module's.
+
+    A module that asks for more than one (`mhlo.num_replicas`/`num_partitions`)
+    must agree with options that set the count.
+    """
+    from_module = int(from_module or 1)
+    if from_options <= 0:
+        return from_module
+    if from_module != 1 and from_module != from_options:
+        raise InvalidArgument(f"the compile options ask for {from_options} {what}, "
+                              f"the program's module for {from_module}")
+    return int(from_options)

@@ -1,0 +1,160 @@
+"""Executables on several devices: placement, and one execution across devices.
+
+PJRT's model (pjrt_c_api.h, `PJRT_LoadedExecutable_Execute`): an executable
+compiled for `num_replicas x num_partitions` logical devices is bound to a
+device assignment, `assignment[replica][partition] = device id`, taken from
+the CompileOptions (`ExecutableBuildOptionsProto.device_assignment`) or, if
+none is given, from `PJRT_Client_DefaultDeviceAssignment`. Its addressable
+devices are listed replica-major, and one Execute call gets one argument
+list per addressable device, in that order, and returns one output list
+per device.
+
+Running it follows the StableHLO spec's process grid ("Collective ops" in
+docs/spec.md): each device is the process `(replica_id, partition_id)` and
+runs as its own thread; the threads meet in the grid's mailbox at each
+collective (`interpreter/ops/collective_grid.py`). A device that never
+reaches a collective its peers wait in fails them with DEADLINE_EXCEEDED
+after PJRT_REF_COLLECTIVE_TIMEOUT seconds (default 120), naming the op, its
+location and the missing process.
+
+Two kinds of multi-device program arrive:
+- a program without sharding annotations is already per device (the spec's
+  semantics: every process runs the whole program on its own arguments), as
+  hand-written StableHLO with replicas or partitions is; each device runs it;
+- a program with Shardy / GSPMD sharding annotations (what JAX sends for
+  `jit` over shardings, `shard_map` and `pmap`) has the global shapes in its
+  signature and needs partitioning first: that is `pjrt_ref/spmd.py`'s
+  `make_partitioned_runner`, used when the module exists.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import numpy as np
+
+from .buffer import Buffer
+from .compile_options import DeviceAssignment
+from .errors import Internal, InvalidArgument
+
+# Text that marks a module as carrying sharding annotations (Shardy or GSPMD).
+_SHARDING_MARKERS = ("sdy.sharding", "sdy.manual_computation", "sdy.mesh", "mhlo.sharding")
+
+
+# ------------------------------------------------------------- placement
+def device_assignment(executable, client) -> DeviceAssignment:
+    """The executable's `assignment[replica][partition]`, checked against the client."""
+    replicas, partitions = executable.num_replicas, executable.num_partitions
+    given = executable.build_options.device_assignment
+    if given is None:
+        return client.default_device_assignment(replicas, partitions)
+    if len(given) != replicas or any(len(row) != partitions for row in given):
+        raise InvalidArgument(
+            f"the compile options' device assignment is {len(given)}x{len(given[0]) if given else 0}, "
+            f"but the program runs on {replicas} replica(s) x {partitions} partition(s)")
+    ids = [device_id for row in given for device_id in row]
+    if len(set(ids)) != len(ids):
+        raise InvalidArgument(f"device assignment {given} uses a device twice")
+    for device_id in ids:
+        client.lookup_device(device_id)           # InvalidArgument for an unknown id
+    return [list(row) for row in given]
+
+
+def logical_ids(assignment: DeviceAssignment) -> list[tuple[int, int]]:
+    """(replica, partition) of each addressable device, replica-major (as XLA lists them)."""
+    return [(r, p) for r, row in enumerate(assignment) for p in range(len(row))]
+
+
+def assigned_devices(assignment: DeviceAssignment, client) -> list:
+    """The devices of `assignment`, in `logical_ids` order."""
+    return [client.lookup_device(device_id) for row in assignment for device_id in row]
+
+
+# ------------------------------------------------------------- execution
+def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int]) -> list[list[Buffer]]:
+    """One execution on every device of `loaded`: an output list per device.
+
+    Donated arguments (see LoadedExecutable.execute) are deleted on every
+    device once all devices have finished.
+    """
+    if loaded.deleted:
+        raise InvalidArgument("executable has been deleted")
+    exe = loaded.executable
+    if len(argument_lists) != len(loaded.devices):
+        raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), "
+                              f"got {len(argument_lists)} argument lists")
+    arrays = [[buffer.array for buffer in row] for row in argument_lists]
+    outputs = runner_for(exe)(arrays, loaded.logical_ids())
+    if len(outputs) != len(loaded.devices):
+        raise Internal(f"{len(outputs)} output lists for {len(loaded.devices)} devices")
+    for row in argument_lists:
+        for index in exe.donor_indices:
+            if index < len(row) and index not in non_donatable:
+                row[index].delete()
+    return [device_outputs(exe, values, device) for values, device in zip(outputs, loaded.devices)]
+
+
+def device_outputs(exe, values: list, device) -> list[Buffer]:
+    """One device's results as buffers on `device` (element types checked)."""
+    from .executable import _output_array
+
+    if len(values) != exe.num_outputs:
+        raise Internal(f"program returned {len(values)} results, signature says {exe.num_outputs}")
+    return [Buffer(_output_array(i, value, t), device)
+            for i, (value, t) in enumerate(zip(values, exe.output_types))]
+
+
+Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]]], list[list[np.ndarray]]]
+_RUNNER_LOCK = threading.Lock()
+
+
+def runner_for(exe) -> Runner:
+    """How `exe` runs across devices, chosen once per executable."""
+    runner = getattr(exe, "_multi_device_runner", None)
+    if runner is None:
+        with _RUNNER_LOCK:
+            runner = getattr(exe, "_multi_device_runner", None)
+            if runner is None:
+                runner = exe._multi_device_runner = _make_runner(exe)
+    return runner
+
+
+def _make_runner(exe) -> Runner:
+    if has_sharding_annotations(exe.program):
+        partitioned = _partitioned_runner(exe)
+        if partitioned is not None:
+            return partitioned
+    return lambda arrays, ids: run_per_device(exe.program, exe.num_replicas, exe.num_partitions,
+                                              arrays, ids)
+
+
+def has_sharding_annotations(program) -> bool:
+    """Whether the module carries Shardy/GSPMD shardings (so needs partitioning)."""
+    return any(marker in program.text for marker in _SHARDING_MARKERS)
+
+
+def _partitioned_runner(exe) -> Runner | None:
+    """pjrt_ref/spmd.py's runner for an annotated program, if that module exists."""
+    try:
+        from . import spmd
+    except ImportError:
+        return None
+    run = spmd.make_partitioned_runner(exe.program, num_partitions=exe.num_partitions,
+                                       num_replicas=exe.num_replicas)
+    return lambda arrays, ids: run(arrays)
+
+
+def run_per_device(program, num_replicas: int, num_partitions: int,
+                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]]) -> list[list[np.ndarray]]:
+    """Run `program` once per device, concurrently, device i as process `ids[i]`.
+
+    Every device's arguments are checked against the signature first, so a
+    bad argument fails the call before any device starts.
+    """
+    from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
+
+    checked = [program.check_arguments(row) for row in arrays]
+    grid = ProcessGrid(num_replicas, num_partitions)
+    jobs = [(Process(logical_id, grid), lambda args=args: program.function.run(args))
+            for logical_id, args in zip(ids, checked)]
+    return run_processes(grid, jobs)
