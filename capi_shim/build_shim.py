@@ -84,6 +84,10 @@ void pjrt_ref_begin_shutdown(void);
 int pjrt_ref_inflight_calls(void);
 void pjrt_ref_request_interrupt(void);
 extern "Python" void pjrt_ref_release_blob(void* blob);
+void* pjrt_ref_chunk_alloc(size_t size);
+void pjrt_ref_chunk_free(void* data, void* deleter_arg);
+extern "Python" PJRT_Error* pjrt_ref_callback_error(PJRT_Error_Code code, const char* message,
+                                                    size_t message_size);
 """
 
 # `pjrt_ref_boot` is the one `embedding_api` function: calling it is what makes
@@ -198,6 +202,18 @@ void pjrt_ref_begin_shutdown(void) {{
 
 int pjrt_ref_inflight_calls(void) {{
     return atomic_load(&pjrt_ref_inflight);
+}}
+
+/* PJRT_Chunk memory the plugin hands to a framework's send callback, which
+ * frees it with chunk->deleter (pjrt_ref/host_callbacks.py): plain C, so
+ * the deleter never needs Python. */
+void* pjrt_ref_chunk_alloc(size_t size) {{
+    return malloc(size ? size : 1);
+}}
+
+void pjrt_ref_chunk_free(void* data, void* deleter_arg) {{
+    (void)deleter_arg;
+    free(data);
 }}
 
 /* Ctrl-C during an entry point: Python turns the KeyboardInterrupt into a

@@ -1066,11 +1066,82 @@ typedef struct PJRT_LoadedExecutable_GetDeviceAssignment_Args {
       PJRT_DeviceAssignmentSerialized* device_assignment);
 } PJRT_LoadedExecutable_GetDeviceAssignment_Args;
 
+/* Host callbacks (pjrt_c_api.h "PJRT_Chunk", "PJRT_SendCallbackInfo",
+ * "PJRT_RecvCallbackInfo"): how a framework serves `stablehlo.send` and
+ * `stablehlo.recv` with `is_host_transfer = true` (JAX's host callbacks on a
+ * PJRT C-API plugin). "Send" is device -> host: the plugin hands a chunk to
+ * the framework's send callback. "Recv" is host -> device: the plugin hands
+ * a PJRT_CopyToDeviceStream to the recv callback, which fills it with
+ * PJRT_CopyToDeviceStream_AddChunk. See pjrt_ref/host_callbacks.py. */
+typedef struct PJRT_CopyToDeviceStream PJRT_CopyToDeviceStream;
+
+typedef struct PJRT_Chunk {
+  void* data;
+  size_t size;
+  void (*deleter)(void* data, void* deleter_arg);  /* whoever receives the chunk calls it */
+  void* deleter_arg;
+} PJRT_Chunk;
+
+/* Made by the plugin, called by a callback to build the PJRT_Error it returns. */
+typedef PJRT_Error* (*PJRT_CallbackError)(PJRT_Error_Code code, const char* message,
+                                          size_t message_size);
+
+typedef PJRT_Error* (*PJRT_SendCallback)(PJRT_Chunk* chunk, PJRT_CallbackError* callback_error,
+                                         size_t total_size_in_bytes, bool done, void* user_arg);
+typedef void (*PJRT_RecvCallback)(PJRT_CopyToDeviceStream* stream, void* user_arg);
+
+typedef struct PJRT_SendCallbackInfo {
+  int64_t channel_id;
+  void* user_arg;
+  PJRT_SendCallback send_callback;
+} PJRT_SendCallbackInfo;
+
+typedef struct PJRT_RecvCallbackInfo {
+  int64_t channel_id;
+  void* user_arg;
+  PJRT_RecvCallback recv_callback;
+} PJRT_RecvCallbackInfo;
+
+typedef struct PJRT_CopyToDeviceStream_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_CopyToDeviceStream* stream;
+} PJRT_CopyToDeviceStream_Destroy_Args;
+
+typedef struct PJRT_CopyToDeviceStream_AddChunk_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_CopyToDeviceStream* stream;
+  PJRT_Chunk* chunk;                 /* the plugin takes ownership (calls chunk->deleter) */
+  PJRT_Event* transfer_complete;     /* out */
+} PJRT_CopyToDeviceStream_AddChunk_Args;
+
+typedef struct PJRT_CopyToDeviceStream_TotalBytes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_CopyToDeviceStream* stream;
+  int64_t total_bytes;               /* out */
+} PJRT_CopyToDeviceStream_TotalBytes_Args;
+
+typedef struct PJRT_CopyToDeviceStream_GranuleSize_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_CopyToDeviceStream* stream;
+  int64_t granule_size_in_bytes;     /* out */
+} PJRT_CopyToDeviceStream_GranuleSize_Args;
+
+typedef struct PJRT_CopyToDeviceStream_CurrentBytes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_CopyToDeviceStream* stream;
+  int64_t current_bytes;             /* out */
+} PJRT_CopyToDeviceStream_CurrentBytes_Args;
+
 typedef struct PJRT_ExecuteOptions {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
-  void** send_callbacks;        /* PJRT_SendCallbackInfo** (unsupported) */
-  void** recv_callbacks;        /* PJRT_RecvCallbackInfo** (unsupported) */
+  PJRT_SendCallbackInfo** send_callbacks;   /* [num_devices][num_send_ops] */
+  PJRT_RecvCallbackInfo** recv_callbacks;   /* [num_devices][num_recv_ops] */
   size_t num_send_ops;
   size_t num_recv_ops;
   int launch_id;

@@ -8,8 +8,16 @@ backend's (0), so a plain `import jax` keeps "cpu" as the default backend;
 Registration only loads the shim (which imports the small `pjrt_ref.capi`
 package); the interpreter, jaxlib's MLIR bindings and numba are imported
 when the first program is compiled.
+
+It also makes JAX's host callbacks (`jax.debug.print`, `jax.debug.callback`,
+`jax.pure_callback`, `jax.experimental.io_callback`) lower for "pjrt_ref",
+as `stablehlo.send`/`recv` host transfers served by the send/recv callbacks
+of `PJRT_ExecuteOptions`: see `_lower_callbacks_with_send_recv` and
+`pjrt_ref/host_callbacks.py`.
 """
 from __future__ import annotations
+
+from typing import Any, Callable, Sequence
 
 PLATFORM = "pjrt_ref"
 PRIORITY = -100
@@ -47,3 +55,106 @@ def initialize() -> None:
         _allow_donation()
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
         pass
+    try:
+        _lower_callbacks_with_send_recv()
+    except (ImportError, AttributeError, NotImplementedError):  # pragma: no cover - a future JAX
+        pass
+
+
+# --------------------------------------------------------------- host callbacks
+def _lower_callbacks_with_send_recv() -> None:
+    """Let JAX lower its Python callbacks for "pjrt_ref".
+
+    JAX's lowering rules for pure_callback, io_callback, debug_callback and
+    debug_print (jax/_src/callback.py, debugging.py) all end in
+    `callback.emit_python_callback`, which knows cpu and gpu (an FFI custom
+    call whose Python callables only jaxlib's own clients receive) and tpu
+    (send/recv host transfers, served through `PJRT_ExecuteOptions`: the
+    route a PJRT C-API plugin can take). Any other platform is refused.
+
+    So we wrap that one function, once: for "pjrt_ref" it emits the TPU
+    form with JAX's own `_emit_tpu_python_callback`; for every other
+    platform it calls JAX's function unchanged. Everything above it (tokens
+    for ordered effects, batching, the callables' lifetime, which jaxlib
+    ties to the executions) stays JAX's. debug_callback and debug_print have
+    rules only for cpu/gpu/tpu, so we register the same JAX rules for ours,
+    uncacheable as on TPU (each lowering takes fresh channel ids).
+    """
+    from jax._src import callback, debugging
+    from jax._src.interpreters import mlir
+
+    if not hasattr(callback.emit_python_callback, "pjrt_ref_wraps"):
+        callback.emit_python_callback = _emit_for_pjrt_ref_else(callback.emit_python_callback)
+    for primitive, rule in ((debugging.debug_callback_p, debugging.debug_callback_lowering),
+                            (debugging.debug_print_p, debugging.debug_print_lowering_rule)):
+        mlir.register_lowering(primitive, rule, platform=PLATFORM, cacheable=False)
+
+
+def _emit_for_pjrt_ref_else(jax_emit: Callable) -> Callable:
+    """`emit_python_callback` that handles platform "pjrt_ref" and passes the rest on."""
+
+    def emit_python_callback(ctx, callback, token, operands, operand_avals, result_avals, **options):
+        if tuple(ctx.module_context.platforms) != (PLATFORM,):
+            return jax_emit(ctx, callback, token, operands, operand_avals, result_avals, **options)
+        return _emit_send_recv_callback(ctx, callback, token, operands, operand_avals, result_avals,
+                                        returns_token=options.get("returns_token", True),
+                                        sharding=options.get("sharding"))
+
+    emit_python_callback.pjrt_ref_wraps = jax_emit
+    emit_python_callback.__doc__ = jax_emit.__doc__
+    return emit_python_callback
+
+
+def _emit_send_recv_callback(ctx, callback: Callable, token, operands: Sequence, operand_avals: Sequence,
+                             result_avals: Sequence, *, returns_token: bool, sharding: Any):
+    """One send per operand, then one recv per result, on fresh host channels.
+
+    Returns (results, token, None) like `emit_python_callback`. jaxlib runs
+    `callback` when the last operand has arrived and answers the recvs with
+    its results, which `_checked_results` has checked against `result_avals`.
+    """
+    from jax._src import callback as jax_callback
+
+    operand_shapes = [jax_callback._aval_to_xla_shape(aval) for aval in operand_avals]
+    result_shapes = [jax_callback._aval_to_xla_shape(aval) for aval in result_avals]
+    results, token = jax_callback._emit_tpu_python_callback(
+        ctx.module_context.get_backend(), ctx, _checked_results(callback, result_avals, _where(ctx)),
+        token, list(operands), operand_avals, operand_shapes, result_avals, result_shapes,
+        returns_token=returns_token, sharding=sharding)
+    return results, token, None
+
+
+def _where(ctx) -> str:
+    """"pure_callback at file.py:12": the primitive and the user's line that called it."""
+    from jax._src import source_info_util
+
+    name = ctx.primitive.name if ctx.primitive is not None else "host callback"
+    frame = source_info_util.user_frame(ctx.traceback)
+    return f"{name} at {frame.file_name}:{frame.start_line}" if frame is not None else name
+
+
+def _checked_results(callback: Callable, result_avals: Sequence, where: str) -> Callable:
+    """`callback` whose results must match `result_avals` in number, shape and dtype.
+
+    A mismatch raises in the host callback; jaxlib turns that into the send
+    callback's error, so the execution fails with this message.
+    """
+    import numpy as np
+    from jax._src import dtypes
+
+    def call(*args):
+        results = callback(*args)
+        if len(results) != len(result_avals):
+            raise RuntimeError(f"{where}: the callback returned {len(results)} value(s), "
+                               f"expected {len(result_avals)}")
+        checked = []
+        for index, (value, aval) in enumerate(zip(results, result_avals)):
+            array = dtypes.canonicalize_value(np.asarray(value))
+            if array.shape != aval.shape or array.dtype != aval.dtype:
+                raise RuntimeError(f"{where}: result #{index} of the callback is "
+                                   f"{array.dtype}{list(array.shape)}, expected "
+                                   f"{aval.dtype}{list(aval.shape)}")
+            checked.append(array)
+        return tuple(checked)
+
+    return call

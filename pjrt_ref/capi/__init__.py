@@ -30,8 +30,8 @@ def install(ffi, lib) -> None:
     if _installed:
         return
     _boundary.bind(ffi, lib)
-    from . import (buffer, client, device, error, event, executable, memory, plugin,  # noqa: F401 (registers)
-                   topology, transfer)
+    from . import (buffer, client, device, error, event, executable, host_callbacks, memory,  # noqa: F401
+                   plugin, topology, transfer)
 
     table = _slot_table()
     for name in table.SLOTS:
@@ -42,6 +42,7 @@ def install(ffi, lib) -> None:
             callback = _boundary.make_callback(name, fn, returns_void=name in table.RETURNS_VOID)
         ffi.def_extern(name=table.callback_name(name))(callback)
     ffi.def_extern(name="pjrt_ref_release_blob")(_boundary.release_blob)
+    ffi.def_extern(name="pjrt_ref_callback_error")(host_callbacks.callback_error)
     atexit.register(_drain, lib)
     _installed = True
 

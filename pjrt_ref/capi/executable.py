@@ -9,6 +9,7 @@ from . import _boundary
 from ._boundary import (Args, entry_point, hand_out_blob, owned, owned_array, owned_named_values, owned_text,
                         require_array)
 from .event import new_event_handle
+from .host_callbacks import attached_host_transfers
 
 
 class ExecuteContext:
@@ -277,7 +278,8 @@ def loaded_executable_execute(args: Args) -> None:
         row = require_array(argument_lists[d], num_args, f"argument_lists[{d}]")
         out_row = require_array(output_lists[d], loaded.executable.num_outputs, f"output_lists[{d}]")
         arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
-        outputs = loaded.execute(arguments, device, non_donatable)
+        with attached_host_transfers(args.options, d):    # send/recv host callbacks, if any
+            outputs = loaded.execute(arguments, device, non_donatable)
         for j, buffer in enumerate(outputs):
             loaded.client.track(buffer)
             buffer.handle = handles.add(buffer)
