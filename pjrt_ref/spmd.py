@@ -58,13 +58,14 @@ supported; JAX's jit and shard_map produce num_replicas = 1.
 from __future__ import annotations
 
 import contextvars
+import re
 import threading
 from typing import Callable
 
 import numpy as np
 
 from .errors import InvalidArgument, PjrtRefError, Unimplemented
-from .spmd_layout import (Layout, Mesh, parse_hlo_sharding, parse_manual_axes, parse_mesh,
+from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes, parse_mesh,
                           parse_sharding_per_value, parse_tensor_sharding, replicated)
 
 
@@ -109,6 +110,32 @@ class PartitionedRunner:
     def output_shard_shapes(self, device: int) -> list[tuple[int, ...]]:
         return [layout.shard_shape(_shape(t), f"result {i}")
                 for i, (layout, t) in enumerate(zip(self.result_layouts, self.program.output_types))]
+
+    def output_sharding_texts(self) -> list[str]:
+        """Each result's sharding in HloSharding text (`{devices=[4,1]0,1,2,3}`)."""
+        return [hlo_sharding_text(layout, self.devices) for layout in self.result_layouts]
+
+    def argument_sharding_texts(self) -> list[str]:
+        return [hlo_sharding_text(layout, self.devices) for layout in self.argument_layouts]
+
+    def optimized_program_text(self) -> str:
+        """What PJRT_Executable_OptimizedProgram returns for a partitioned program.
+
+        The C API client reads an executable's parameter and output
+        shardings from this text (`PjRtExecutable::GetOutputShardings` ->
+        `GetHloModules` converts the returned MLIR to an HloModule and reads
+        its `spmd_output_sharding` / `spmd_parameters_shardings`, which the
+        conversion takes from the module attributes of the same names). JAX
+        needs them for results whose sharding it left to the compiler
+        (shard_map's outputs, jit without out_shardings) and checks them
+        against the ones it asked for.
+        """
+        outputs = self.output_sharding_texts()
+        output = outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
+        if _converts_to_hlo(self.program.text):
+            return _with_module_shardings(self.program.text, output, self.argument_sharding_texts())
+        return _signature_stub(self.program, self.num_partitions, output,
+                               self.argument_sharding_texts())
 
     # -- execute -----------------------------------------------------------
     def __call__(self, per_device_arguments: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
@@ -319,6 +346,78 @@ def _result_sources(func) -> dict[int, dict]:
         shardings = parse_sharding_per_value(str(owner.attributes["out_shardings"]))
         sources[index] = {"sharding": shardings[value.result_number]}
     return sources
+
+
+# ------------------------------------------------------------- optimized program
+def _converts_to_hlo(text: str) -> bool:
+    """Whether XLA's MLIR-to-HLO conversion (which the C API client runs on
+    the optimized program) can take the program as it is: Shardy ops such
+    as `sdy.manual_computation` need XLA's own export passes first."""
+    return re.search(r"^\s*(%[^=]*=\s*)?\"?sdy\.(?!mesh\b)", text, re.M) is None
+
+
+def _with_module_shardings(text: str, output: str, parameters: list[str]) -> str:
+    """`text` with `mhlo.spmd_output_sharding` / `mhlo.spmd_parameters_shardings` set."""
+    from jaxlib.mlir import ir
+    from .interpreter.loader import make_context
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        attrs = module.operation.attributes
+        attrs["mhlo.spmd_output_sharding"] = ir.StringAttr.get(output)
+        attrs["mhlo.spmd_parameters_shardings"] = ir.ArrayAttr.get(
+            [ir.StringAttr.get(t) for t in parameters])
+        return str(module)
+
+
+def _signature_stub(program, num_partitions: int, output: str, parameters: list[str]) -> str:
+    """A module with the program's signature and shardings whose body only
+    makes zeros: for a program XLA's converter cannot read (see
+    `_converts_to_hlo`), the shardings are what the client needs; the
+    module attribute `pjrt_ref.note` says the body is not the program."""
+    func = _entry_function(program._module, program.entry)
+    ftype = func.attributes["function_type"].value
+    inputs = [str(t) for t in ftype.inputs]
+    results = [str(t) for t in ftype.results]
+    args = ", ".join(f"%arg{i}: {t} {{mhlo.sharding = {_quote(s)}}}"
+                     for i, (t, s) in enumerate(zip(inputs, parameters)))
+    body, names = [], []
+    for i, t in enumerate(results):
+        body.append(f"    %r{i} = {_zeros(t)}")
+        names.append(f"%r{i}")
+    result_list = ", ".join(f"{t}" for t in results)
+    note = ("signature and shardings only: pjrt-ref runs the global program "
+            "(pjrt_ref/spmd.py)")
+    return (f"module @{_module_name(program.text)} attributes {{mhlo.num_partitions = "
+            f"{num_partitions} : i32, mhlo.num_replicas = 1 : i32, "
+            f"mhlo.spmd_output_sharding = {_quote(output)}, mhlo.spmd_parameters_shardings = "
+            f"[{', '.join(_quote(p) for p in parameters)}], pjrt_ref.note = {_quote(note)}}} {{\n"
+            f"  func.func public @main({args}) -> ({result_list}) {{\n" + "\n".join(body) +
+            f"\n    return {', '.join(names)} : {result_list}\n  }}\n}}\n")
+
+
+def _zeros(type_text: str) -> str:
+    if "token" in type_text:
+        return "stablehlo.after_all : !stablehlo.token"
+    element = type_text.rsplit("x", 1)[-1].rstrip(">") if "x" in type_text else type_text[7:-1]
+    if element == "i1":
+        literal = "false"
+    elif element.startswith("complex"):
+        literal = "(0.0, 0.0)"
+    elif element.startswith(("f", "bf")):
+        literal = "0.0"
+    else:
+        literal = "0"
+    return f"stablehlo.constant dense<{literal}> : {type_text}"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _module_name(text: str) -> str:
+    match = re.match(r"\s*module\s+@([\w.$-]+)", text)
+    return match.group(1) if match else "main"
 
 
 def _shape(ttype) -> tuple[int, ...]:

@@ -304,3 +304,26 @@ def parse_hlo_sharding(text: str, rank: int, devices) -> Layout:
     for index in np.ndindex(*ids.shape):
         tile_of[int(ids[index])] = tuple(int(i) for i in index[:rank])
     return Layout(tuple(dims[:rank]), tile_of)
+
+
+def hlo_sharding_text(layout: Layout, devices) -> str:
+    """`layout` in XLA's HloSharding text, the spelling PJRT reports shardings in.
+
+    A tile held by several devices becomes a trailing replication dimension
+    (`last_tile_dim_replicate`), its devices in increasing order.
+    """
+    devices = sorted(devices)
+    if all(count == 1 for count in layout.tile_counts):
+        return "{replicated}"
+    holders: dict = {}
+    for device in devices:
+        holders.setdefault(layout.tile_of[device], []).append(device)
+    copies = {len(held) for held in holders.values()}
+    if len(copies) != 1:
+        raise Unimplemented(f"tiles held by different numbers of devices: {holders}")
+    (replication,) = copies
+    ids = [device for tile in itertools.product(*map(range, layout.tile_counts))
+           for device in holders[tile]]
+    dims = list(layout.tile_counts) + ([replication] if replication > 1 else [])
+    text = "{devices=[" + ",".join(map(str, dims)) + "]" + ",".join(map(str, ids))
+    return text + (" last_tile_dim_replicate}" if replication > 1 else "}")
