@@ -76,11 +76,21 @@ def test_compare_select_and_several_outputs(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_math_runs_fuse_chunk_by_chunk(dtype, monkeypatch):
-    # 200001 elements: several chunks and a partial one; two outputs.
+def test_math_runs_fuse(dtype, monkeypatch):
+    # 200001 elements: several chunks (f64) or threads' pieces (f32) and a
+    # partial one; two outputs. f32 exp/tanh/logistic compile into the loop
+    # (vector_math.py); f64 ones run chunk by chunk through numpy.
     x = np.concatenate([values(dtype, 100_000), np.linspace(-20, 20, 100_001, dtype=dtype)])
     fn = lambda x: (jnp.tanh(x * 2 + 1) * jax.nn.sigmoid(x), jnp.exp(-x) + x)
     fused = check(fn, (x,), monkeypatch)
+    chunked = [bool(s.op.attrs.get("chunked")) for s in fused.function.body.steps
+               if s.op.name == "pjrt_ref.fused"]
+    assert chunked == [dtype == np.float64]
+
+
+def test_log_and_sine_runs_stay_chunked(monkeypatch):
+    x = values(np.float32, 40_000)
+    fused = check(lambda x: jnp.log(jnp.abs(x) + 1) * jnp.sin(x) + jnp.exp(x * 0.01), (x,), monkeypatch)
     assert any(s.op.attrs.get("chunked") for s in fused.function.body.steps)
 
 

@@ -18,6 +18,8 @@ import threading
 
 import numpy as np
 
+from . import vector_math
+
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}
 
@@ -68,7 +70,10 @@ def total_order_key64(x):
     """An int64 ordered like IEEE totalOrder orders float64 x."""
     bits = float64(x).view(np.int64)
     return bits ^ np.int64(0x7FFFFFFFFFFFFFFF) if bits < 0 else bits
-'''
+
+
+# float32 exp/expm1/tanh/logistic in float64, vectorisable (vector_math.py)
+''' + vector_math.prelude_source()
 
 _TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
                np.dtype(np.bool_): "bool_"}
@@ -86,9 +91,11 @@ def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
     `body`: (variable, expression, dtype) in order; each value is cast to
     its dtype, so every step rounds exactly where the unfused one would.
     `outputs`: (variable, dtype) written to the output arrays at [i].
+    The kernel releases the GIL (`nogil`): pieces of one loop run on
+    several threads at once (threads.py).
     """
     parameters = ["n"] + [name for name, _, _ in inputs] + [f"out{k}" for k in range(len(outputs))]
-    lines = ["", "", "@njit(cache=True, error_model=\"numpy\")",
+    lines = ["", "", "@njit(cache=True, error_model=\"numpy\", nogil=True)",
              f"def kernel({', '.join(parameters)}):",
              "    for i in range(n):"]
     for name, is_array, _ in inputs:

@@ -8,10 +8,14 @@ others never exist as full arrays. Two kinds of fused step:
 
 * a run of arithmetic (below) compiles to one numba loop over the elements,
   intermediates in registers;
-* a run that contains a transcendental op (exp, log, tanh, ...) runs its
+* a run that contains a transcendental op without a vectorisable
+  implementation (f32 log, log1p, sine, cosine; any f64 one) runs its
   steps' own kernels chunk by chunk (`_chunked_step`): numpy's vectorised
   float64 math (3-4x faster than the scalar libm calls a numba loop would
   make) on cache-sized pieces, with no full-size temporaries.
+
+Large fused loops run on several cores, in contiguous pieces of the index
+range (threads.py): each element is computed exactly as before.
 
 What fuses, and why it is exact (the same bits as the unfused kernels):
 
@@ -23,15 +27,17 @@ What fuses, and why it is exact (the same bits as the unfused kernels):
 * f32/f64 compare with FLOAT (or no) compare_type, or TOTALORDER (on the
   bits, like elementwise_compare); select; f32 <-> f64 convert.
 * sqrt (correctly rounded everywhere).
-* For compiled loops and region bodies only (not in fused runs, see
-  MATH_F32), f32 exp, expm1, log, log1p, logistic, sine, cosine, tanh. The
-  unfused kernels compute these in float64 and round once to float32; so
-  does compiled code, but with libm's float64 functions where numpy may use
-  its own SIMD ones. Those differ by an ulp of float64 now and then, which
-  changes the float32 result only if the exact value lies within that ulp
-  of a float32 rounding boundary (odds about 2^-29 per element; none in
-  tests on millions of values). float64 transcendentals are never compiled:
-  there the ulp would show.
+* f32 exp, expm1, logistic, tanh (VECTOR_MATH_F32) everywhere, and, for
+  compiled loops and region bodies only (LIBM_MATH_F32), f32 log, log1p,
+  sine, cosine. The unfused kernels compute these in float64 and round
+  once to float32; so does compiled code, with float64 functions of its
+  own (vector_math.py, relative error below 2^-50) or libm's, where numpy
+  uses its own SIMD ones. Those differ by an ulp of float64 or two now and
+  then, which changes the float32 result (by one ulp) only if the exact
+  value lies that close to a float32 rounding boundary: odds about 2^-25
+  per element at worst (measured: none in 10^8 random inputs, see
+  tests/test_jit_f32_math.py). float64 transcendentals are never
+  compiled: there the difference would show.
 * broadcast_in_dim of a 0-d value (a splat) joins as a scalar operand;
   constants are left in place before the fused step.
 
@@ -46,7 +52,7 @@ import numpy as np
 
 from ..plan import OpInfo, Step
 from ..types import TensorType
-from . import codegen
+from . import codegen, threads
 
 F32, F64, BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.bool_)
 FLOATS = (F32, F64)
@@ -64,21 +70,26 @@ ARITHMETIC = {
     "stablehlo.sqrt": "math.sqrt(float64({0}))",
 }
 # f32 only: computed in float64, rounded once (see the module docstring).
-MATH_F32 = {
-    "stablehlo.exponential": "math.exp(float64({0}))",
-    "stablehlo.exponential_minus_one": "math.expm1(float64({0}))",
+# These are straight-line float64 code (vector_math.py) that LLVM
+# vectorises inside a fused loop.
+VECTOR_MATH_F32 = {
+    "stablehlo.exponential": "exp_f32(float64({0}))",
+    "stablehlo.exponential_minus_one": "expm1_f32(float64({0}))",
+    "stablehlo.logistic": "logistic_f32(float64({0}))",
+    "stablehlo.tanh": "tanh_f32(float64({0}))",
+}
+# These call libm, which blocks vectorisation: numpy's vectorised float64
+# log/sin/cos are 3-4x faster than a numba loop's scalar calls, so runs with
+# them go chunk by chunk through numpy instead. Compiled loops and region
+# bodies (loops.py, regions.py), which work on few elements at a time, do
+# use them.
+LIBM_MATH_F32 = {
     "stablehlo.log": "math.log(float64({0}))",
     "stablehlo.log_plus_one": "math.log1p(float64({0}))",
-    "stablehlo.logistic": "1.0 / (1.0 + math.exp(-float64({0})))",
     "stablehlo.sine": "math.sin(float64({0}))",
     "stablehlo.cosine": "math.cos(float64({0}))",
-    "stablehlo.tanh": "math.tanh(float64({0}))",
 }
-# Runs of elementwise steps do not fuse these: numpy computes float64
-# exp/log/sin/tanh... with vectorised (AVX-512) code, 3-4x faster than the
-# scalar libm calls a numba loop makes, so a fused loop would lose. Compiled
-# loops and region bodies (loops.py, regions.py), which work on few elements
-# at a time, do use them.
+MATH_F32 = {**VECTOR_MATH_F32, **LIBM_MATH_F32}
 COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 # Fusing fewer computing steps than this does not pay for the loop's call,
@@ -146,7 +157,7 @@ def _fusable_shape(op):
         return None
     if _is_splat(op, shape):
         return shape
-    if scalar_expression(op) is None and not _is_vector_math(op):
+    if scalar_expression(op) is None and not _needs_chunks(op):
         return None
     if any(t.shape not in (shape, ()) for t in op.operand_types):
         return None
@@ -155,8 +166,11 @@ def _fusable_shape(op):
     return shape
 
 
-def _is_vector_math(op) -> bool:
-    """A transcendental op on floats: fuses only into chunked runs."""
+def _needs_chunks(op) -> bool:
+    """A transcendental op on floats without a vectorisable compiled form
+    (libm's, or any float64 one): fuses only into chunked runs."""
+    if op.name in VECTOR_MATH_F32 and scalar_expression(op) is not None:
+        return False
     return (op.name in MATH_F32 and len(op.operand_types) == 1
             and op.operand_types[0].dtype in FLOATS and op.result_type.dtype in FLOATS
             and op.operand_types[0].quant is None and op.result_type.quant is None)
@@ -262,7 +276,7 @@ def _fuse(run: list, uses: dict, shape: tuple):
     outputs = [s for s in run if uses.get(s.results[0], 0) > inner_uses.get(s.results[0], 0)]
     if not outputs:
         return None
-    if any(_is_vector_math(s.op) for s in run):
+    if any(_needs_chunks(s.op) for s in run):
         return _chunked_step(run, inputs, input_types, outputs, shape)
 
     names = {}
@@ -299,19 +313,42 @@ def _fuse(run: list, uses: dict, shape: tuple):
         module=run[0].op.module,
     )
     kernel = _fused_kernel(function, [is_array for _, is_array in inputs],
-                           [t.dtype for t in out_types], shape)
+                           [t.dtype for t in out_types], shape, _min_piece(run))
     return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
                 results=tuple(s.results[0] for s in outputs))
 
 
-def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple):
+# Elements per thread below which a fused loop is not split (threads.py):
+# arithmetic runs at memory speed (~0.3 ns an element), a transcendental
+# costs several ns, and a thread hand-off tens of µs.
+MIN_PIECE_ARITHMETIC = 1 << 17
+MIN_PIECE_MATH = 1 << 14
+
+
+def _min_piece(run: list) -> int:
+    if any(s.op.name in VECTOR_MATH_F32 for s in run):
+        return MIN_PIECE_MATH
+    return MIN_PIECE_ARITHMETIC
+
+
+def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
+                  min_piece: int):
     size = math.prod(shape)
     empty = np.empty
 
     def fused(op, *values):
         args = [v.ravel() if is_array else v[()] for v, is_array in zip(values, array_inputs)]
         outs = [empty(shape, dtype) for dtype in out_dtypes]
-        function(size, *args, *[out.reshape(-1) for out in outs])
+        flat_outs = [out.reshape(-1) for out in outs]
+        if size < 2 * min_piece:
+            function(size, *args, *flat_outs)
+        else:
+            def run_piece(start: int, stop: int) -> None:
+                function(stop - start,
+                         *[a[start:stop] if is_array else a for a, is_array in zip(args, array_inputs)],
+                         *[out[start:stop] for out in flat_outs])
+
+            threads.run_split(run_piece, size, min_piece)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     fused.__doc__ = "A fused elementwise loop (interpreter/jit/fusion.py)."
