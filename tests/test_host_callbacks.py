@@ -1,0 +1,252 @@
+"""Host callbacks (issue 6.4): jax.debug.print/callback, pure_callback, io_callback.
+
+Under JAX: one child process (JAX_PLATFORMS=pjrt_ref,cpu) runs every program
+of tests/host_callback_programs.py on pjrt_ref and on JAX's cpu backend;
+each test compares what the host saw (printed text, callback arguments in
+call order, results, errors). Unordered prints have no order JAX promises
+(XLA cpu may hoist one above another), so they are compared as multisets;
+ordered effects are compared in order.
+
+In-process: the PJRT side of the mechanism driven from a C-like host
+through the shim (PJRT_ExecuteOptions send/recv callbacks,
+PJRT_CopyToDeviceStream_*), as a host that is not JAX would use it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from capi_calls import Api, PjrtCallError
+from test_jax_support import clean_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict:
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "host_callback_programs.py")],
+                          env=clean_env(JAX_PLATFORMS="pjrt_ref,cpu"), capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"child exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _both(reports: dict, name: str) -> tuple[dict, dict]:
+    return reports[name]["pjrt_ref"], reports[name]["cpu"]
+
+
+def _lines(text: str, prefix: str = "") -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+# ------------------------------------------------------------- debug.print
+def test_debug_print_in_jit_formats_arrays_like_cpu(reports):
+    ours, cpu = _both(reports, "print_in_jit")
+    assert ours["printed"] == cpu["printed"]
+    assert "x=[[0. 1. 2.]\n [3. 4. 5.]] total=15.0 n=7" in ours["printed"]
+    assert ours["result"] == cpu["result"]
+
+
+def test_debug_print_formats_and_printoptions_like_cpu(reports):
+    ours, cpu = _both(reports, "print_formats")
+    assert len(_lines(ours["printed"])) == 4
+    assert sorted(_lines(ours["printed"])) == sorted(_lines(cpu["printed"]))
+
+
+def test_debug_print_in_scan_prints_every_iteration_in_order(reports):
+    ours, cpu = _both(reports, "print_in_scan")
+    for prefix in ("step", "ordered"):
+        assert len(_lines(ours["printed"], prefix)) == 4
+        assert _lines(ours["printed"], prefix) == _lines(cpu["printed"], prefix)
+    assert sorted(_lines(ours["printed"])) == sorted(_lines(cpu["printed"]))
+    assert ours["result"] == cpu["result"]
+
+
+def test_debug_print_under_vmap_prints_the_batch(reports):
+    ours, cpu = _both(reports, "print_under_vmap")
+    assert ours["printed"] and sorted(_lines(ours["printed"])) == sorted(_lines(cpu["printed"]))
+    assert ours["result"] == cpu["result"]
+
+
+def test_debug_callback(reports):
+    ours, cpu = _both(reports, "debug_callback")
+    assert len(ours["calls"]) == 1 and ours["calls"] == cpu["calls"]
+    assert ours["result"] == cpu["result"]
+
+
+# ------------------------------------------------------------- io_callback
+def test_ordered_io_callback_keeps_order_across_iterations_and_calls(reports):
+    ours, cpu = _both(reports, "ordered_io_callback")
+    assert len(ours["calls"]) == 6 and ours["calls"] == cpu["calls"]
+    assert ours["result"] == cpu["result"]
+
+
+@pytest.mark.parametrize("name", ["unordered_io_callback", "io_callback_without_operands"])
+def test_io_callback(reports, name):
+    ours, cpu = _both(reports, name)
+    assert ours["calls"] and ours["calls"] == cpu["calls"]
+    assert ours["result"] == cpu["result"]
+
+
+# ----------------------------------------------------------- pure_callback
+@pytest.mark.parametrize("method, calls", [("sequential", 3), ("broadcast_all", 1), ("expand_dims", 1)])
+def test_pure_callback_under_vmap(reports, method, calls):
+    ours, cpu = _both(reports, f"pure_callback_vmap_{method}")
+    assert len(ours["calls"]) == calls and ours["calls"] == cpu["calls"]   # the shapes it was called with
+    assert ours["result"] == cpu["result"]
+
+
+def test_pure_callback_with_several_results_in_a_pytree(reports):
+    ours, cpu = _both(reports, "pure_callback_pytree_results")
+    assert ours["result"] == cpu["result"]
+    assert set(ours["result"]) == {"doubled", "stats", "scaled", "empty"}
+
+
+# ------------------------------------------------------------------ errors
+def test_exception_in_a_callback_is_an_error_and_the_host_survives(reports):
+    ours, cpu = _both(reports, "callback_raises")
+    assert ours["error"]["raised"] == cpu["error"]["raised"] == "JaxRuntimeError"
+    assert "boom from the callback" in ours["error"]["message"]
+    assert "boom from the callback" in cpu["error"]["message"]
+    assert ours["after"] == cpu["after"]                 # the next program runs normally
+
+
+def test_wrong_result_shape_is_a_clear_error(reports):
+    ours, cpu = _both(reports, "callback_wrong_shape")
+    assert ours["error"]["raised"] == cpu["error"]["raised"] == "JaxRuntimeError"
+    assert re.search(r"pure_callback at \S*host_callback_programs\.py:\d+: result #0 of the callback "
+                     r"is float32\[4\], expected float32\[3\]", ours["error"]["message"])
+
+
+def test_output_appears_while_the_step_runs(reports):
+    """The callback before a long loop runs before the loop, not when the step ends."""
+    ours, cpu = _both(reports, "output_during_step")
+    assert ours["order"] == cpu["order"] == ["before", "after"]
+    seconds = ours["seconds"]
+    assert seconds["call_to_before"] < seconds["before_to_after"], seconds
+
+
+# ------------------------------------------------- the C side, without JAX
+SEND_THEN_RECV = """
+func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %t0 = stablehlo.create_token : !stablehlo.token
+  %t1 = "stablehlo.send"(%x, %t0) {channel_handle = #stablehlo.channel_handle<handle = 5, type = 2>,
+                                   is_host_transfer = true} : (tensor<3xf32>, !stablehlo.token) -> !stablehlo.token
+  %r:2 = "stablehlo.recv"(%t1) {channel_handle = #stablehlo.channel_handle<handle = 6, type = 3>,
+                                is_host_transfer = true} : (!stablehlo.token) -> (tensor<3xf32>, !stablehlo.token)
+  %y = stablehlo.add %r#0, %x : tensor<3xf32>
+  return %y : tensor<3xf32>
+}
+"""
+
+
+class CHost:
+    """A host written against the C API: it doubles what the device sends it."""
+
+    def __init__(self, api: Api, *, fail_send: bool = False, extra_bytes: int = 0) -> None:
+        from pjrt_ref.capi_shim._pjrt_ref_shim import ffi
+        self.api, self.ffi = api, ffi
+        self.fail_send, self.extra_bytes = fail_send, extra_bytes
+        self.sent: list[np.ndarray] = []
+        self.freed = 0
+        self.stream_sizes: list[tuple[int, int]] = []
+        self.send_fn = ffi.callback("PJRT_SendCallback", self.on_send)
+        self.recv_fn = ffi.callback("PJRT_RecvCallback", self.on_recv)
+        self.deleter = ffi.callback("void(void*, void*)", self.on_free)
+
+    def on_send(self, chunk, callback_error, total_size, done, user_arg):
+        data = bytes(self.ffi.buffer(chunk.data, chunk.size))
+        chunk.deleter(chunk.data, chunk.deleter_arg)          # the host owns the chunk now
+        if self.fail_send:
+            message = b"the host refuses this value"
+            return callback_error[0](3, message, len(message))  # INVALID_ARGUMENT
+        self.sent.append(np.frombuffer(data, np.float32).copy())
+        return self.ffi.NULL
+
+    def on_recv(self, stream, user_arg):
+        total = self.api.call("PJRT_CopyToDeviceStream_TotalBytes", stream=stream).total_bytes
+        granule = self.api.call("PJRT_CopyToDeviceStream_GranuleSize", stream=stream).granule_size_in_bytes
+        self.stream_sizes.append((total, granule))
+        data = (self.sent[-1] * 2).tobytes() + b"\0" * self.extra_bytes
+        buffer = self.ffi.new("char[]", data)
+        self.keep = buffer
+        chunk = self.ffi.new("PJRT_Chunk*", {"data": buffer, "size": len(data), "deleter": self.deleter})
+        args = self.api.call("PJRT_CopyToDeviceStream_AddChunk", stream=stream, chunk=chunk)
+        event_error = self.api.raw("PJRT_Event_Error", self.api.args("PJRT_Event_Error",
+                                                                      event=args.transfer_complete))
+        self.chunk_error = None if event_error == self.ffi.NULL else self.api.take_error(event_error)
+        self.api.call("PJRT_Event_Destroy", event=args.transfer_complete)
+        self.api.call("PJRT_CopyToDeviceStream_Destroy", stream=stream)
+
+    def on_free(self, data, arg):
+        self.freed += 1
+
+    def execute(self, client, loaded, x: np.ndarray, *, with_callbacks: bool = True) -> np.ndarray:
+        ffi, api = self.ffi, self.api
+        sends = ffi.new("PJRT_SendCallbackInfo[]", [{"channel_id": 5, "send_callback": self.send_fn}])
+        recvs = ffi.new("PJRT_RecvCallbackInfo[]", [{"channel_id": 6, "recv_callback": self.recv_fn}])
+        send_lists = ffi.new("PJRT_SendCallbackInfo*[]", [sends])
+        recv_lists = ffi.new("PJRT_RecvCallbackInfo*[]", [recvs])
+        options = ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions")})
+        if with_callbacks:
+            options.send_callbacks, options.num_send_ops = send_lists, 1
+            options.recv_callbacks, options.num_recv_ops = recv_lists, 1
+        row = ffi.new("PJRT_Buffer*[]", [api.buffer(client, x)])
+        out_row = ffi.new("PJRT_Buffer*[]", 1)
+        api.call("PJRT_LoadedExecutable_Execute", executable=loaded, options=options,
+                 argument_lists=ffi.new("PJRT_Buffer**[]", [row]), num_devices=1, num_args=1,
+                 output_lists=ffi.new("PJRT_Buffer**[]", [out_row]))
+        return api.to_host(out_row[0], np.float32, (3,))
+
+
+@pytest.fixture(scope="module")
+def api():
+    return Api()
+
+
+@pytest.fixture(scope="module")
+def program(api):
+    client = api.client()
+    yield client, api.compile(client, SEND_THEN_RECV)
+    api.call("PJRT_Client_Destroy", client=client)
+
+
+X = np.array([1.0, -2.0, 3.5], np.float32)
+
+
+def test_c_host_serves_send_and_recv(api, program):
+    host = CHost(api)
+    out = host.execute(*program, X)
+    np.testing.assert_array_equal(out, X + 2 * X)       # recv gave 2x, the program adds x
+    np.testing.assert_array_equal(host.sent[0], X)
+    assert host.stream_sizes == [(12, 1)] and host.chunk_error is None
+    assert host.freed == 1                               # AddChunk took the chunk and freed it
+
+
+def test_missing_callbacks_fail_naming_the_channel(api, program):
+    with pytest.raises(PjrtCallError) as info:
+        CHost(api).execute(*program, X, with_callbacks=False)
+    assert info.value.code == 9                          # FAILED_PRECONDITION
+    assert "stablehlo.send on host channel 5" in info.value.message
+    assert "no send callback" in info.value.message
+
+
+def test_a_failing_send_callback_fails_the_execution_with_its_error(api, program):
+    with pytest.raises(PjrtCallError) as info:
+        CHost(api, fail_send=True).execute(*program, X)
+    assert info.value.code == 3 and "the host refuses this value" in info.value.message
+
+
+def test_a_chunk_past_the_stream_size_is_an_error(api, program):
+    host = CHost(api, extra_bytes=4)
+    with pytest.raises(PjrtCallError) as info:
+        host.execute(*program, X)
+    assert host.chunk_error is not None and "expects 12 bytes" in host.chunk_error[1]
+    assert "delivered 0 bytes" in info.value.message and "channel 6" in info.value.message
