@@ -60,8 +60,6 @@ from __future__ import annotations
 import contextvars
 import re
 import threading
-from typing import Callable
-
 import numpy as np
 
 from .errors import InvalidArgument, PjrtRefError, Unimplemented
@@ -75,6 +73,27 @@ def make_partitioned_runner(program, *, num_partitions: int, num_replicas: int) 
     return PartitionedRunner(program, num_partitions=num_partitions, num_replicas=num_replicas)
 
 
+_RUNNERS_LOCK = threading.Lock()
+# Text that marks a module as carrying sharding annotations (Shardy or GSPMD).
+_SHARDING_MARKERS = ("sdy.sharding", "sdy.manual_computation", "sdy.mesh", "mhlo.sharding")
+
+
+def runner_for_executable(exe) -> "PartitionedRunner | None":
+    """`exe`'s partitioned runner, made once; None unless `exe` is an
+    annotated program over several partitions (what the PJRT entry points
+    that describe a partitioned executable need to know)."""
+    if exe.num_partitions <= 1 or not any(m in exe.program.text for m in _SHARDING_MARKERS):
+        return None
+    runner = getattr(exe, "_spmd_runner", None)
+    if runner is None:
+        with _RUNNERS_LOCK:
+            runner = getattr(exe, "_spmd_runner", None)
+            if runner is None:
+                runner = exe._spmd_runner = make_partitioned_runner(
+                    exe.program, num_partitions=exe.num_partitions, num_replicas=exe.num_replicas)
+    return runner
+
+
 class PartitionedRunner:
     """`program` planned for N partitions: argument/result layouts and meshes."""
 
@@ -86,6 +105,7 @@ class PartitionedRunner:
         self.num_partitions = num_partitions
         self.num_replicas = num_replicas
         self.devices = list(range(num_partitions * num_replicas))
+        self._optimized_text: str | None = None
         module = program._module
         self.meshes = _read_meshes(module)
         func = _entry_function(module, program.entry)
@@ -130,12 +150,17 @@ class PartitionedRunner:
         (shard_map's outputs, jit without out_shardings) and checks them
         against the ones it asked for.
         """
-        outputs = self.output_sharding_texts()
-        output = outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
-        if _converts_to_hlo(self.program.text):
-            return _with_module_shardings(self.program.text, output, self.argument_sharding_texts())
-        return _signature_stub(self.program, self.num_partitions, output,
-                               self.argument_sharding_texts())
+        if self._optimized_text is None:
+            outputs = self.output_sharding_texts()
+            output = outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
+            if _converts_to_hlo(self.program.text):
+                text = _with_module_shardings(self.program.text, output,
+                                              self.argument_sharding_texts())
+            else:
+                text = _signature_stub(self.program, self.num_partitions, output,
+                                       self.argument_sharding_texts())
+            self._optimized_text = text
+        return self._optimized_text
 
     # -- execute -----------------------------------------------------------
     def __call__(self, per_device_arguments: list[list[np.ndarray]]) -> list[list[np.ndarray]]:

@@ -1,7 +1,7 @@
 """PJRT_Executable_*, PJRT_LoadedExecutable_* and PJRT_ExecuteContext_* entry points."""
 from __future__ import annotations
 
-from .. import handles
+from .. import handles, spmd
 from ..buffer import Buffer
 from ..errors import InvalidArgument
 from ..executable import Executable, LoadedExecutable
@@ -112,9 +112,13 @@ def executable_output_element_types(args: Args) -> None:
 
 @entry_point("PJRT_Executable_OutputDimensions")
 def executable_output_dimensions(args: Args) -> None:
-    """PJRT_Executable_OutputDimensions: all dims concatenated, plus each output's rank."""
+    """PJRT_Executable_OutputDimensions: all dims concatenated, plus each output's rank.
+
+    For a partitioned program these are one device's shard shapes (pjrt_ref/spmd.py).
+    """
     exe = _executable(args)
-    dims = exe.output_dims()
+    partitioned = spmd.runner_for_executable(exe)
+    dims = partitioned.output_shard_shapes(0) if partitioned else exe.output_dims()
     args.num_outputs = len(dims)
     args.dims = owned_array(exe, "output_dims", "int64_t", [d for shape in dims for d in shape])
     args.dim_sizes = owned_array(exe, "output_ranks", "size_t", [len(shape) for shape in dims])
@@ -125,12 +129,15 @@ def executable_optimized_program(args: Args) -> None:
     """PJRT_Executable_OptimizedProgram: the parsed StableHLO text ("mlir").
 
     Two calls: with `program->code == NULL` report `code_size`; then copy.
+    A partitioned program's text also carries its parameter and output
+    shardings, which the C API client reads from here (pjrt_ref/spmd.py).
     """
     exe = _executable(args)
     program = args.program
     if program == _boundary.NULL:
         raise InvalidArgument("PJRT_Executable_OptimizedProgram: program is NULL")
-    text = exe.program.text.encode()
+    partitioned = spmd.runner_for_executable(exe)
+    text = (partitioned.optimized_program_text() if partitioned else exe.program.text).encode()
     fmt, fmt_size = owned_text(exe, "format", "mlir")
     program.format, program.format_size = fmt, fmt_size
     if program.code == _boundary.NULL:

@@ -1,0 +1,120 @@
+"""SPMD cases for tests/test_spmd.py, run as a script in a subprocess.
+
+    python tests/spmd_cases.py OUT.pkl
+
+runs every case on whatever 4-device JAX backend the environment selects
+(`cpu` with `--xla_force_host_platform_device_count=4`, or `pjrt_ref` with
+PJRT_REF_NUM_DEVICES=4) and pickles, per case: the lowered StableHLO text,
+each device's argument shards, each device's output shards and each output's
+sharding spec and shard shape. The cpu run is the oracle; the pjrt_ref run
+is compared with it end to end, and the lowered text plus argument shards
+drive the interpreter-level tests.
+"""
+from __future__ import annotations
+
+import pickle
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+
+def mesh_1d() -> Mesh:
+    return Mesh(np.array(jax.devices()[:4]), ("x",))
+
+
+def mesh_2d() -> Mesh:
+    return Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("a", "b"))
+
+
+def put(mesh, spec, array):
+    return jax.device_put(array, NamedSharding(mesh, spec))
+
+
+def matrix(rows: int, cols: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+
+
+def jit_cases():
+    """jit over NamedSharding inputs with out_shardings (automatic partitioning)."""
+    m1, m2 = mesh_1d(), mesh_2d()
+    x = matrix(8, 4, 0)
+    w = matrix(4, 6, 1)
+    yield ("jit_rows_matmul", jax.jit(lambda x, w: jnp.tanh(x @ w) + 1.0,
+                                      out_shardings=NamedSharding(m1, P("x", None))),
+           [put(m1, P("x", None), x), put(m1, P(), w)])
+    yield ("jit_columns_reduce", jax.jit(lambda x: (jnp.sum(x * 2.0, axis=1), jnp.max(x, axis=0)),
+                                         out_shardings=(NamedSharding(m1, P()),
+                                                        NamedSharding(m1, P("x")))),
+           [put(m1, P(None, "x"), x)])
+    yield ("jit_mesh_2d", jax.jit(lambda x, w: (x @ w, jnp.exp(x).mean()),
+                                  out_shardings=(NamedSharding(m2, P("a", "b")),
+                                                 NamedSharding(m2, P()))),
+           [put(m2, P("a", "b"), x), put(m2, P("b", None), w)])
+    yield ("jit_replicated_in", jax.jit(lambda x: jnp.cumsum(x, axis=0) - x.T.sum(),
+                                        out_shardings=NamedSharding(m2, P(("a", "b")))),
+           [put(m2, P(), x)])
+    yield ("jit_constraint", jax.jit(
+        lambda x: jax.lax.with_sharding_constraint(jnp.sin(x), NamedSharding(m1, P(None, "x"))) * 3,
+        out_shardings=NamedSharding(m1, P("x"))), [put(m1, P("x"), x)])
+
+
+def shard_map_cases():
+    """shard_map with collectives inside (manual partitioning)."""
+    m1, m2 = mesh_1d(), mesh_2d()
+    x = matrix(8, 4, 2)
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+
+    def collectives(x):
+        gathered = jax.lax.all_gather(x, "x", tiled=True)
+        return (jax.lax.psum(x, "x"), gathered, jax.lax.ppermute(x, "x", ring),
+                jax.lax.psum_scatter(gathered * 2.0, "x", tiled=True),
+                x * jax.lax.axis_index("x").astype(jnp.float32))
+    yield ("shard_map_collectives", jax.jit(jax.shard_map(
+        collectives, mesh=m1, in_specs=P("x"),
+        out_specs=(P(), P(), P("x"), P("x"), P("x")), check_vma=False)), [put(m1, P("x"), x)])
+
+    def per_row_axis(x):
+        return jax.lax.psum(x, "a"), jax.lax.pmax(x, "b")
+    yield ("shard_map_mesh_2d", jax.jit(jax.shard_map(
+        per_row_axis, mesh=m2, in_specs=P("a", "b"), out_specs=(P(None, "b"), P("a")),
+        check_vma=False)), [put(m2, P("a", "b"), x)])
+
+    def then_global(x):
+        return jax.shard_map(lambda v: jax.lax.psum(v * v, "x"), mesh=m1, in_specs=P("x"),
+                             out_specs=P(), check_vma=False)(jnp.cos(x)) + 1.0
+    yield ("shard_map_inside_jit", jax.jit(then_global, out_shardings=NamedSharding(m1, P())),
+           [put(m1, P("x"), x)])
+
+
+def shards(array) -> list[np.ndarray]:
+    """The array's shards in device-id order."""
+    return [np.asarray(s.data) for s in sorted(array.addressable_shards, key=lambda s: s.device.id)]
+
+
+def spec_of(array) -> str:
+    sharding = array.sharding
+    return str(getattr(sharding, "spec", sharding))
+
+
+def run_all() -> dict:
+    results = {}
+    for name, fn, args in list(jit_cases()) + list(shard_map_cases()):
+        outputs = fn(*args)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        results[name] = {
+            "text": fn.lower(*args).as_text(),
+            "arguments": [shards(a) for a in args],
+            "outputs": [shards(o) for o in outputs],
+            "specs": [spec_of(o) for o in outputs],
+            "shard_shapes": [o.sharding.shard_shape(o.shape) for o in outputs],
+            "hlo_shardings": [str(o.sharding._to_xla_hlo_sharding(o.ndim)) for o in outputs],
+        }
+    return results
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], "wb") as handle:
+        pickle.dump(run_all(), handle)

@@ -1,0 +1,123 @@
+"""The reference SPMD partitioner (pjrt_ref/spmd.py), against JAX's cpu backend.
+
+The oracle is JAX on its cpu backend with 4 forced host devices
+(`tests/spmd_cases.py` in a subprocess): for each case it gives the lowered
+StableHLO text (what JAX sends a plugin: one program with Shardy
+annotations), each device's argument shards, and each device's output
+shards with the output shardings.
+
+- interpreter level: the lowered program on `make_partitioned_runner`, fed
+  the cpu run's argument shards, must give the cpu run's output shards,
+  shard shapes and shardings;
+- end to end: the same script under `JAX_PLATFORMS=pjrt_ref` with
+  `PJRT_REF_NUM_DEVICES=4` must give the cpu run's values, shardings and
+  shard shapes.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.interpreter import load
+from pjrt_ref.spmd import make_partitioned_runner
+from pjrt_ref.spmd_layout import parse_hlo_sharding
+
+CASES_SCRIPT = os.path.join(os.path.dirname(__file__), "spmd_cases.py")
+CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
+         "jit_constraint", "shard_map_collectives", "shard_map_mesh_2d", "shard_map_inside_jit"]
+
+
+def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
+    """Run tests/spmd_cases.py in a fresh process with `env`; its pickled results."""
+    out = tmp_path_factory.mktemp("spmd") / f"{name}.pkl"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
+    clean.update(env)
+    proc = subprocess.run([sys.executable, CASES_SCRIPT, str(out)], env=clean,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with open(out, "rb") as handle:
+        return pickle.load(handle)
+
+
+@pytest.fixture(scope="module")
+def cpu_oracle(tmp_path_factory) -> dict:
+    return run_cases(tmp_path_factory, "cpu", JAX_PLATFORMS="cpu",
+                     XLA_FLAGS="--xla_force_host_platform_device_count=4")
+
+
+def assert_same_shards(ours: list[list[np.ndarray]], oracle: list[list[np.ndarray]], name: str):
+    """ours[device][output] against oracle[output][device]."""
+    for output, per_device in enumerate(oracle):
+        for device, expected in enumerate(per_device):
+            got = ours[device][output]
+            assert got.shape == expected.shape, (name, output, device, got.shape, expected.shape)
+            np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{name}: output {output} on device {device}")
+
+
+def same_layout(ours: str, theirs: str, rank: int) -> bool:
+    devices = range(4)
+    return parse_hlo_sharding(ours, rank, devices) == parse_hlo_sharding(theirs, rank, devices)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_partitioned_runner_matches_jax_cpu(cpu_oracle, name):
+    case = cpu_oracle[name]
+    program = load(case["text"])
+    runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
+    outputs = runner([[shards[d] for shards in case["arguments"]] for d in range(4)])
+    assert_same_shards(outputs, case["outputs"], name)
+    assert [tuple(s) for s in runner.output_shard_shapes(0)] == \
+        [tuple(s) for s in case["shard_shapes"]]
+    for ours, theirs, t in zip(runner.output_sharding_texts(), case["hlo_shardings"],
+                               program.output_types):
+        assert same_layout(ours, theirs, len(t.shape)), (name, ours, theirs)
+
+
+def test_optimized_program_carries_the_shardings(cpu_oracle):
+    """PJRT_Executable_OptimizedProgram's text parses and names the shardings
+    JAX's cpu backend reports (the client reads them from there)."""
+    for name in ("jit_mesh_2d", "shard_map_collectives"):
+        case = cpu_oracle[name]
+        runner = make_partitioned_runner(load(case["text"]), num_partitions=4, num_replicas=1)
+        text = runner.optimized_program_text()
+        assert "mhlo.spmd_output_sharding" in text and "mhlo.spmd_parameters_shardings" in text
+        load(text)     # well-formed StableHLO
+
+
+def test_wrong_shard_shape_is_invalid_argument(cpu_oracle):
+    case = cpu_oracle["jit_rows_matmul"]
+    runner = make_partitioned_runner(load(case["text"]), num_partitions=4, num_replicas=1)
+    arguments = [[shards[d] for shards in case["arguments"]] for d in range(4)]
+    arguments[2][0] = np.zeros((3, 4), np.float32)
+    with pytest.raises(InvalidArgument, match="device 2's shard has shape"):
+        runner(arguments)
+
+
+def test_uneven_sharding_is_unimplemented():
+    text = """
+    module attributes {mhlo.num_partitions = 4 : i32} {
+      sdy.mesh @mesh = <["x"=4]>
+      func.func public @main(%arg0: tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+          -> tensor<6xf32> {
+        return %arg0 : tensor<6xf32>
+      }
+    }"""
+    with pytest.raises(Unimplemented, match="not divisible into 4 tiles"):
+        make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
+
+
+def test_end_to_end_on_four_pjrt_ref_devices(cpu_oracle, tmp_path_factory):
+    ours = run_cases(tmp_path_factory, "pjrt_ref", JAX_PLATFORMS="pjrt_ref",
+                     PJRT_REF_NUM_DEVICES="4")
+    for name in CASES:
+        assert ours[name]["specs"] == cpu_oracle[name]["specs"], name
+        assert ours[name]["shard_shapes"] == cpu_oracle[name]["shard_shapes"], name
+        per_device = [list(row) for row in zip(*ours[name]["outputs"])]
+        assert_same_shards(per_device, cpu_oracle[name]["outputs"], name)
