@@ -26,6 +26,8 @@ import cffi
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from entry_points import API_MAJOR, API_MINOR, RETURNS_VOID, SLOTS, args_type, callback_name  # noqa: E402
+from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
+                                DEPENDS as PROFILER_DEPENDS, EXTENSION_START)
 
 MODULE_NAME = "pjrt_ref.capi_shim._pjrt_ref_shim"
 HEADER = os.path.join(HERE, "pjrt_c_api.h")
@@ -258,9 +260,11 @@ static const char pjrt_ref_gone_message[] =
 
 {wrappers}
 
+{PROFILER_C_SOURCE}
+
 static const PJRT_Api pjrt_ref_api = {{
     .struct_size = sizeof(PJRT_Api),
-    .extension_start = NULL,
+    .extension_start = (PJRT_Extension_Base*){EXTENSION_START},   /* capi_shim/profiler_extension.py */
     .pjrt_api_version = {{
         .struct_size = sizeof(PJRT_Api_Version),
         .extension_start = NULL,
@@ -364,6 +368,7 @@ def make_builder() -> cffi.FFI:
     ffibuilder.cdef(slot_declarations(header))
     ffibuilder.cdef(extern_python_declarations())
     ffibuilder.cdef(HELPERS_CDEF)
+    ffibuilder.cdef(PROFILER_CDEF)
     ffibuilder.embedding_api(EMBEDDING_API)
     ffibuilder.embedding_init_code(INIT_CODE)
     libdir = sysconfig.get_config_var("LIBDIR")
@@ -375,7 +380,7 @@ def make_builder() -> cffi.FFI:
         libraries=[f"python{ldversion}", "dl", "pthread"],
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
-        depends=[HEADER, os.path.join(HERE, "entry_points.py")],
+        depends=[HEADER, os.path.join(HERE, "entry_points.py"), *PROFILER_DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
     )
     return ffibuilder

@@ -17,21 +17,19 @@ import numpy as np
 
 from . import multi_device, serialization
 from .buffer import Buffer
+from .debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
 from .dtypes import BufferType, from_numpy
 from .errors import Internal, InvalidArgument, Unimplemented
 
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
-# PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py).
+# PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py);
+# the same go to jax.profiler.trace while `live_profile.ACTIVE` (pjrt_ref/debug/live_profile.py).
 _PROFILING = bool(os.environ.get("PJRT_REF_PROFILE"))
 
 
 def _profile_slice(name: str, category: str, start: float, args: dict) -> None:
-    from .debug.profile import from_environment
-
-    recorder = from_environment()
-    if recorder is not None:
-        recorder.slice(name, category, start, time.perf_counter(), args)
+    live_profile.record_and_profile(name, category, start, time.perf_counter(), args)
 
 
 class Executable:
@@ -46,7 +44,7 @@ class Executable:
         self.build_options = parse_compile_options(self.compile_options)
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
-        if _PROFILING:
+        if _PROFILING or live_profile.ACTIVE:
             _profile_slice(f"compile {self.name}", "compile", start, {"program_bytes": len(self.code)})
         self.output_types = tuple(self.program.output_types)
         self.donor_indices = _donor_indices(self.program)
@@ -128,8 +126,9 @@ class LoadedExecutable:
         exe = self.executable
         arrays = [buffer.array for buffer in arguments]
         start = time.perf_counter()
-        outputs = exe.program(*arrays)
-        if _PROFILING:
+        # Under jax.profiler.trace: the plan with every op instrumented (debug/live_profile.py).
+        outputs = live_profile.run(exe.program, arrays) if live_profile.ACTIVE else exe.program(*arrays)
+        if _PROFILING or live_profile.ACTIVE:
             _profile_slice(f"execute {exe.name}", "execute", start,
                            {"arguments": [f"{a.dtype}{list(a.shape)}" for a in arrays]})
         if len(outputs) != exe.num_outputs:

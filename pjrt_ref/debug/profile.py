@@ -47,18 +47,22 @@ class Recorder:
         self.events.append(event)
 
     def op_slice(self, op, operands, results, start: float, end: float) -> None:
-        from ..interpreter.instrument import type_text
-
-        self.slice(op.name.removeprefix("stablehlo."), "op", start, end, {
-            "op": op.name, "location": op.location,
-            "operands": [type_text(v) for v in operands],
-            "results": [type_text(v) for v in results]})
+        self.slice(op.name.removeprefix("stablehlo."), "op", start, end, op_args(op, operands, results))
 
     def flush(self) -> None:
         with _LOCK:
             events = list(self.events)
         with open(self.path, "w", encoding="utf-8") as f:
             json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+
+
+def op_args(op, operands, results) -> dict:
+    """An op slice's arguments: full op name, MLIR location, operand and result types."""
+    from ..interpreter.instrument import type_text
+
+    return {"op": op.name, "location": op.location,
+            "operands": [type_text(v) for v in operands],
+            "results": [type_text(v) for v in results]}
 
 
 def recorder(path: str) -> Recorder:

@@ -1,0 +1,127 @@
+"""Slices for the host's profiler: what `jax.profiler.trace` shows of pjrt-ref.
+
+The PJRT profiler extension (`pjrt_ref/debug/profiler_extension.py`) gives
+the host one `TraceSession` per profiling session. While at least one is
+started, `ACTIVE` is true and pjrt-ref records the same slices as
+PJRT_REF_PROFILE (`pjrt_ref/debug/profile.py`): one per compile, per execute
+and per op, with the op's location and its operand and result types.
+
+How the op slices are made: the program is planned a second time, lazily at
+its first execute under a trace, with `interpreter/instrument.py`'s
+`Instrument` wrapping every step (the plan PJRT_REF_PROFILE would use: no
+plan-time fusion, so every op is visible) and this module's `LiveSink` as
+its recorder. While a trace is active, executions run that plan; otherwise
+they run the normal, optimised one, and the only cost left is reading
+`ACTIVE` once per compile and per execute.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+from .profile import from_environment, op_args
+from .xspace import Slice
+
+ACTIVE = False                       # some session is started (read by pjrt_ref/executable.py)
+_LOCK = threading.Lock()
+_STARTED: list["TraceSession"] = []
+_TRACED_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Program -> FunctionPlan
+_PLANNING = threading.Lock()
+
+
+class TraceSession:
+    """One profiling session of the host: records slices between start and stop."""
+
+    def __init__(self) -> None:
+        self.slices: list[Slice] = []
+        self.running = False
+        self._clock_anchor = (time.time_ns(), time.perf_counter())
+
+    def start(self) -> None:
+        """Begin recording (again: a restarted session drops what it had)."""
+        global ACTIVE
+        with _LOCK:
+            self.slices = []
+            # perf_counter is precise, the host's clock is Unix-epoch nanoseconds:
+            # remember one instant on both to convert.
+            self._clock_anchor = (time.time_ns(), time.perf_counter())
+            if not self.running:
+                _STARTED.append(self)
+                self.running = True
+            ACTIVE = True
+
+    def stop(self) -> None:
+        global ACTIVE
+        with _LOCK:
+            if self.running:
+                _STARTED.remove(self)
+                self.running = False
+            ACTIVE = bool(_STARTED)
+
+    def epoch_ns(self, seconds: float) -> int:
+        """A time.perf_counter() reading as Unix-epoch nanoseconds."""
+        wall_ns, perf = self._clock_anchor
+        return wall_ns + round((seconds - perf) * 1e9)
+
+    def add(self, name: str, category: str, start: float, end: float, thread: int, args: dict) -> None:
+        self.slices.append(Slice(name, category, self.epoch_ns(start), self.epoch_ns(end), thread, args))
+
+
+def record(name: str, category: str, start: float, end: float, args: dict) -> None:
+    """Give a slice (time.perf_counter() seconds) to every started session."""
+    thread = threading.get_native_id()
+    for session in list(_STARTED):
+        session.add(name, category, start, end, thread, args)
+
+
+def record_and_profile(name: str, category: str, start: float, end: float, args: dict) -> None:
+    """A compile or execute slice: to PJRT_REF_PROFILE's file if set, and to started sessions."""
+    recorder = from_environment()
+    if recorder is not None:
+        recorder.slice(name, category, start, end, args)
+    if ACTIVE:
+        record(name, category, start, end, args)
+
+
+class LiveSink:
+    """The recorder an `Instrument` calls per op: to the sessions, and to `file` if any."""
+
+    def __init__(self, file=None) -> None:
+        self.file = file          # PJRT_REF_PROFILE's Recorder, when that is set too
+
+    def op_slice(self, op, operands, results, start: float, end: float) -> None:
+        if self.file is not None:
+            self.file.op_slice(op, operands, results, start, end)
+        if ACTIVE:
+            record(op.name, "op", start, end, op_args(op, operands, results))
+
+
+def traced_plan(program):
+    """`program`'s entry function planned with every op instrumented (built once)."""
+    plan = _TRACED_PLANS.get(program)
+    if plan is None:
+        with _PLANNING:
+            plan = _TRACED_PLANS.get(program)
+            if plan is None:
+                plan = _TRACED_PLANS[program] = _plan_instrumented(program)
+    return plan
+
+
+def _plan_instrumented(program):
+    from ..interpreter.instrument import Instrument
+    from ..interpreter.plan import ModulePlan
+
+    module_plan = ModulePlan(program._module)
+    # Keep the environment's other switches (PJRT_REF_CHECK_NANS, _TRACE) in force.
+    instrument = module_plan.instrument or Instrument()
+    instrument.profiler = LiveSink(instrument.profiler)
+    module_plan.instrument = instrument
+    plan = module_plan.function(program.entry)
+    module_plan.plan_all()
+    return plan
+
+
+def run(program, arrays: list) -> list:
+    """Execute `program` under a trace: its instrumented plan, so each op leaves a slice."""
+    return traced_plan(program).run(program.check_arguments(arrays))
