@@ -123,6 +123,18 @@ def test_four_devices_in_jax_each_with_its_memory():
     """, PJRT_REF_NUM_DEVICES="4")
 
 
+def test_jax_plugin_options_set_the_device_count():
+    # JAX passes register_plugin's `options` to PJRT_Client_Create.
+    run_python("""
+        import jax, pjrt_ref
+        from jax._src import xla_bridge
+        xla_bridge.register_plugin("pjrt_ref_opts", library_path=pjrt_ref.library_path(),
+                                   options={"num_devices": 3})
+        assert [d.id for d in jax.devices()] == [0, 1, 2], jax.devices()
+        print(jax.pmap(lambda x: x + jax.lax.psum(x, "i"), axis_name="i")(jax.numpy.arange(3)))
+    """, JAX_PLATFORMS="pjrt_ref_opts")
+
+
 def test_default_is_one_device():
     run_jax("""
         assert len(jax.devices()) == 1, jax.devices()
@@ -267,4 +279,40 @@ def test_execute_runs_every_replica_on_its_device_through_the_c_api(api):
         assert api.to_host(replica, np.uint32, ()) == d
     with pytest.raises(PjrtCallError, match="4 device"):
         _execute(api, loaded, rows[:2], 2)
+    api.call("PJRT_Client_Destroy", client=client)
+
+
+MISMATCH = """
+module attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 1 : i32} {
+  func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+    %id = stablehlo.replica_id : tensor<ui32>
+    %zero = stablehlo.constant dense<0> : tensor<ui32>
+    %first = stablehlo.compare EQ, %id, %zero : (tensor<ui32>, tensor<ui32>) -> tensor<i1>
+    %r = "stablehlo.if"(%first) ({
+      %s = "stablehlo.all_reduce"(%x) ({
+        ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+          %t = stablehlo.add %a, %b : tensor<f32>
+          stablehlo.return %t : tensor<f32>
+      }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<3xf32>) -> tensor<3xf32> loc("train.py":7:2)
+      stablehlo.return %s : tensor<3xf32>
+    }, {
+      stablehlo.return %x : tensor<3xf32>
+    }) : (tensor<i1>) -> tensor<3xf32>
+    return %r : tensor<3xf32>
+  }
+}
+"""
+
+
+def test_a_device_that_never_arrives_fails_execute_with_deadline_exceeded(api, monkeypatch):
+    # Replica 1 skips the all_reduce replica 0 waits in.
+    monkeypatch.setenv("PJRT_REF_COLLECTIVE_TIMEOUT", "0.5")
+    client = _client(api, 2)
+    devices = _devices(api, client)
+    loaded = api.compile(client, MISMATCH)
+    rows = [[_buffer_on(api, client, np.ones(3, np.float32), device)] for device in devices]
+    with pytest.raises(PjrtCallError) as caught:
+        _execute(api, loaded, rows, 1)
+    assert caught.value.code == 4                       # DEADLINE_EXCEEDED
+    assert "stablehlo.all_reduce" in caught.value.message and "train.py" in caught.value.message
     api.call("PJRT_Client_Destroy", client=client)

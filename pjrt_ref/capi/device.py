@@ -29,7 +29,8 @@ def device_description_process_index(args: Args) -> None:
 
 @entry_point("PJRT_DeviceDescription_Attributes")
 def device_description_attributes(args: Args) -> None:
-    """PJRT_DeviceDescription_Attributes: none beyond id/kind (no coords: not a mesh)."""
+    """PJRT_DeviceDescription_Attributes: `coords` (int64 list), the device's place on
+    the 1-D line of virtual devices. (JAX 0.10 reads coords only to lay out TPU meshes.)"""
     description = _description(args)
     array, count = owned_named_values(description, "attributes", description.attributes)
     args.attributes, args.num_attributes = array, count
