@@ -25,12 +25,14 @@ import cffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from entry_points import API_MAJOR, API_MINOR, RETURNS_VOID, SLOTS, args_type, callback_name  # noqa: E402
+from entry_points import (API_MAJOR, API_MINOR, FAST_PATHS, RETURNS_VOID, SLOTS, args_type,  # noqa: E402
+                          callback_name)
 from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
                                 DEPENDS as PROFILER_DEPENDS, EXTENSION_START)
 
 MODULE_NAME = "pjrt_ref.capi_shim._pjrt_ref_shim"
 HEADER = os.path.join(HERE, "pjrt_c_api.h")
+FAST_PATHS_SOURCE = os.path.join(HERE, "fast_paths.c")   # C answers for hot queries
 
 
 def read_header() -> str:
@@ -92,6 +94,21 @@ extern "Python" PJRT_Error* pjrt_ref_callback_error(PJRT_Error_Code code, const 
                                                     size_t message_size);
 """
 
+# The C fast paths' table (capi_shim/fast_paths.c), fed by pjrt_ref/capi/fast_paths.py.
+FAST_PATHS_CDEF = """
+void pjrt_ref_fast_set_enabled(int on);
+int pjrt_ref_fast_is_enabled(void);
+int pjrt_ref_fact_executable(uintptr_t key, size_t num_replicas, size_t num_partitions, size_t num_outputs);
+int pjrt_ref_fact_buffer(uintptr_t key, PJRT_Device* device, PJRT_Memory* memory, int is_deleted, int is_ready);
+int pjrt_ref_fact_memory(uintptr_t key, const char* kind, size_t kind_size);
+void pjrt_ref_fact_buffer_deleted(uintptr_t key);
+void pjrt_ref_fact_forget(uintptr_t key);
+PJRT_Event* pjrt_ref_ready_event_new(void);
+int pjrt_ref_is_ready_event(uintptr_t key);
+int pjrt_ref_ready_event_destroy(uintptr_t key);
+size_t pjrt_ref_ready_event_count(void);
+"""
+
 # `pjrt_ref_boot` is the one `embedding_api` function: calling it is what makes
 # cffi start (or join) Python and run the init code. GetPjrtApi calls it.
 EMBEDDING_API = "int pjrt_ref_boot(void);"
@@ -135,6 +152,10 @@ def slot_wrapper(name: str) -> str:
     if name in GONE_ACTIONS:
         lines.append(f"    if (args != NULL && args->error == PJRT_REF_GONE) {gone}")
     lines.append(f"    if (!pjrt_ref_enter()) {gone}")
+    if name in FAST_PATHS:   # answered in C when it can be (capi_shim/fast_paths.c)
+        answered = "return;" if ret == "void" else "return NULL;"
+        lines.append(f"    if (atomic_load(&pjrt_ref_fast_enabled) && pjrt_ref_fast_{name}(args))"
+                     f" {{ pjrt_ref_leave(); {answered} }}")
     lines.append("    PJRT_REF_ENTER;")
     call = f"{callback_name(name)}(args)"
     lines.append(f"    {call};" if ret == "void" else f"    PJRT_Error* error = {call};")
@@ -157,6 +178,9 @@ def c_source(header: str) -> str:
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +281,8 @@ static char pjrt_ref_gone_storage[16];
 #define PJRT_REF_GONE ((PJRT_Error*)pjrt_ref_gone_storage)
 static const char pjrt_ref_gone_message[] =
     "pjrt-ref: the Python interpreter behind this plugin is shutting down";
+
+#include "fast_paths.c"
 
 {wrappers}
 
@@ -368,6 +394,7 @@ def make_builder() -> cffi.FFI:
     ffibuilder.cdef(slot_declarations(header))
     ffibuilder.cdef(extern_python_declarations())
     ffibuilder.cdef(HELPERS_CDEF)
+    ffibuilder.cdef(FAST_PATHS_CDEF)
     ffibuilder.cdef(PROFILER_CDEF)
     ffibuilder.embedding_api(EMBEDDING_API)
     ffibuilder.embedding_init_code(INIT_CODE)
@@ -380,7 +407,7 @@ def make_builder() -> cffi.FFI:
         libraries=[f"python{ldversion}", "dl", "pthread"],
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
-        depends=[HEADER, os.path.join(HERE, "entry_points.py"), *PROFILER_DEPENDS],
+        depends=[HEADER, FAST_PATHS_SOURCE, os.path.join(HERE, "entry_points.py"), *PROFILER_DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
     )
     return ffibuilder

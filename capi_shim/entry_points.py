@@ -19,6 +19,17 @@ API_MINOR = 114
 # Entry points whose C return type is `void` rather than `PJRT_Error*`.
 RETURNS_VOID = frozenset({"PJRT_Error_Destroy", "PJRT_Error_Message"})
 
+# Entry points with a C fast path (capi_shim/fast_paths.c): the slot first
+# tries `pjrt_ref_fast_<name>(args)`, which answers the easy valid case in C
+# (the per-execution queries JAX makes), and otherwise calls Python as usual.
+FAST_PATHS = frozenset({
+    "PJRT_Executable_NumReplicas", "PJRT_Executable_NumPartitions", "PJRT_Executable_NumOutputs",
+    "PJRT_Buffer_Device", "PJRT_Buffer_Memory", "PJRT_Buffer_IsDeleted", "PJRT_Buffer_ReadyEvent",
+    "PJRT_Memory_Kind",
+    "PJRT_Event_Destroy", "PJRT_Event_IsReady", "PJRT_Event_Error", "PJRT_Event_Await", "PJRT_Event_OnReady",
+    "PJRT_Error_Destroy",
+})
+
 SLOTS: tuple[str, ...] = (
     # errors, plugin, events
     "PJRT_Error_Destroy", "PJRT_Error_Message", "PJRT_Error_GetCode",

@@ -10,9 +10,10 @@ import threading
 
 import numpy as np
 
+from . import handles
 from .dtypes import BufferType, from_numpy
 from .errors import FailedPrecondition
-from .event import Event
+from .event import COMPLETE, Event
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -36,7 +37,7 @@ class Buffer:
         self.device = device
         self.memory = memory if memory is not None else device.default_memory
         self.nbytes = int(array.nbytes)
-        self.ready_event = ready_event if ready_event is not None else Event.ready()
+        self.ready_event = ready_event if ready_event is not None else COMPLETE
         self.external_references = 0
         self.handle = None             # our PJRT_Buffer*
         self._lock = threading.Lock()
@@ -71,6 +72,7 @@ class Buffer:
     def delete(self) -> None:
         with self._lock:
             self._array = None
+        handles.facts_changed(self)    # PJRT_Buffer_IsDeleted's C fast path reads it
 
     def __repr__(self) -> str:
         state = "deleted" if self.is_deleted else "live"

@@ -4,6 +4,10 @@ pjrt-ref computes synchronously, so almost every event is born complete.
 Events made by `PJRT_Event_Create` stay pending until `PJRT_Event_Set`.
 Callbacks registered with `on_ready` run once, on the thread that completes
 the event, or immediately if it is already complete.
+
+A complete event never changes, so all work born complete without error
+shares one: `COMPLETE` (buffers' ready events, and what a C-only ready event
+handle stands for; see pjrt_ref/capi/fast_paths.py).
 """
 from __future__ import annotations
 
@@ -49,5 +53,9 @@ class Event:
         callback(self.error)
 
     def wait(self, timeout: float | None = None) -> PjrtRefError | None:
-        self._done.wait(timeout)
+        if not self._done.is_set():
+            self._done.wait(timeout)
         return self.error
+
+
+COMPLETE = Event.ready()

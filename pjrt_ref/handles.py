@@ -6,6 +6,12 @@ unique for as long as it lives and never reused while registered. Looking up
 a pointer that is not in the table, or that names an object of another kind,
 raises `InvalidArgument` instead of crashing: stale and foreign pointers
 become PJRT errors.
+
+Once the shim is bound, `c_facts` (pjrt_ref/capi/fast_paths.py) mirrors
+what the C fast paths need into a C table: facts recorded on `add`,
+forgotten on `remove` (before this table drops the handle, so C never knows
+more handles than Python). It also makes C-only ready events (handles with
+no entry in `_objects`): `get` and `remove` recognise those through it.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import threading
 from typing import Any, TypeVar
 
 from .errors import InvalidArgument
+from .event import COMPLETE
 
 T = TypeVar("T")
 
@@ -27,6 +34,7 @@ _objects: dict[int, tuple[Any, Any]] = {}   # address -> (object, backing alloca
 QUARANTINE = 8192
 _quarantine: "collections.deque" = collections.deque(maxlen=QUARANTINE)
 watch = None      # PJRT_REF_STRICT=1: the strict-mode observer (pjrt_ref/strict.py Watch)
+c_facts = None    # the shim's C fact table (pjrt_ref/capi/fast_paths.py CFacts), once bound
 
 
 def bind(ffi) -> None:
@@ -46,7 +54,15 @@ def add(obj: Any):
     key = address(backing)
     with _lock:
         _objects[key] = (obj, backing)
+    if c_facts is not None:
+        c_facts.added(key, obj)
     return _ffi.cast("void*", backing)
+
+
+def facts_changed(obj: Any) -> None:
+    """`obj` (a Buffer, whose handle is `obj.handle`) was deleted: tell the C fact table."""
+    if c_facts is not None and obj.handle is not None:
+        c_facts.buffer_deleted(address(obj.handle))
 
 
 def get(ptr, kind: type[T], what: str | None = None) -> T:
@@ -54,6 +70,10 @@ def get(ptr, kind: type[T], what: str | None = None) -> T:
     key = address(ptr)
     entry = _objects.get(key)
     if entry is None or not isinstance(entry[0], kind):
+        if entry is None and c_facts is not None:     # a C-only handle (a ready event)?
+            obj = c_facts.c_only(key)
+            if obj is not None and isinstance(obj, kind):
+                return obj
         name = what or kind.__name__
         if watch is not None:
             watch.bad_handle(key, entry[0] if entry else None, name)
@@ -68,23 +88,37 @@ def get(ptr, kind: type[T], what: str | None = None) -> T:
 def remove(ptr, kind: type[T], what: str | None = None) -> T:
     """Unregister `ptr` (after checking it names a `kind`); returns the object."""
     obj = get(ptr, kind, what)
+    key = address(ptr)
+    if c_facts is not None:
+        c_facts.removed(key)
     with _lock:
-        entry = _objects.pop(address(ptr), None)
+        entry = _objects.pop(key, None)
         if entry is not None:
             _quarantine.append(entry[1])
+    if entry is None and c_facts is not None and not c_facts.destroy_c_only(key):
+        raise InvalidArgument(f"0x{key:x} is not a live {what or kind.__name__} handle")   # destroyed meanwhile
     if watch is not None and entry is not None:
         watch.removed(address(ptr), obj, entry[1], what or kind.__name__)
     return obj
 
 
 def live_objects() -> list:
-    """Every object that has a live handle (for strict mode's leak report)."""
+    """Every object that has a live handle (for strict mode's leak report).
+
+    Each C-only ready event appears as the shared complete event it stands for.
+    """
     with _lock:
-        return [obj for obj, _ in _objects.values()]
+        objects = [obj for obj, _ in _objects.values()]
+    if c_facts is not None:
+        objects += [COMPLETE] * c_facts.c_only_count()
+    return objects
 
 
 def count(kind: type | None = None) -> int:
     """How many handles are live (of `kind`, if given); for tests and leak checks."""
     with _lock:
         values = list(_objects.values())
-    return sum(1 for obj, _ in values if kind is None or isinstance(obj, kind))
+    total = sum(1 for obj, _ in values if kind is None or isinstance(obj, kind))
+    if c_facts is not None and (kind is None or isinstance(COMPLETE, kind)):
+        total += c_facts.c_only_count()       # C-only ready events
+    return total

@@ -31,6 +31,8 @@ def bind(shim_ffi, shim_lib) -> None:
     handles.bind(shim_ffi)
     if strict.ENABLED:
         strict.enable()
+    from . import fast_paths
+    fast_paths.bind(shim_ffi, shim_lib)
 
 
 def entry_point(name: str):
@@ -95,17 +97,6 @@ def caller_error(name: str, code: int, message: str) -> PjrtRefError:
 
 
 # -------------------------------------------------------------------- args
-_FIELD_ENDS: dict[Any, dict[str, int]] = {}
-
-
-def _field_ends(ctype) -> dict[str, int]:
-    ends = _FIELD_ENDS.get(ctype)
-    if ends is None:
-        ends = {name: f.offset + ffi.sizeof(f.type) for name, f in ctype.fields}
-        _FIELD_ENDS[ctype] = ends
-    return ends
-
-
 class Args:
     """A view of one `PJRT_*_Args` struct that stays inside the caller's struct_size.
 
@@ -113,17 +104,26 @@ class Args:
     struct is too short); `args.get(field, default)` reads an optional one;
     `args.field = value` writes an output, silently skipped if the caller's
     (older) struct has no room for it.
+
+    `Args(raw, name)` returns an instance of a subclass made once per struct
+    type (`_view_class`), in which every field is a property doing that
+    check: a field read is then one property call, which matters on the
+    entry points a framework calls for every execution.
     """
 
-    __slots__ = ("_raw", "_size", "_ends", "_name")
+    __slots__ = ("_raw", "_size", "_name")
+    _ends: dict[str, int] = {}    # field -> offset just past it; set per struct type
 
-    def __init__(self, raw, name: str) -> None:
+    def __new__(cls, raw, name: str) -> "Args":
         if raw == NULL:
             raise InvalidArgument(f"{name}: Args pointer is NULL")
-        object.__setattr__(self, "_raw", raw)
-        object.__setattr__(self, "_name", name)
-        object.__setattr__(self, "_size", int(raw.struct_size))
-        object.__setattr__(self, "_ends", _field_ends(ffi.typeof(raw).item))
+        ctype = ffi.typeof(raw)
+        view_class = _VIEW_CLASSES.get(ctype) or _view_class(ctype)
+        self = object.__new__(view_class)
+        self._raw = raw
+        self._name = name
+        self._size = int(raw.struct_size)
+        return self
 
     def has(self, field: str) -> bool:
         return self._ends[field] <= self._size
@@ -131,19 +131,39 @@ class Args:
     def get(self, field: str, default: Any = None) -> Any:
         return getattr(self._raw, field) if self.has(field) else default
 
-    def __getattr__(self, field: str) -> Any:
-        if not self.has(field):
-            raise InvalidArgument(
-                f"{self._name}: struct_size {self._size} is too small to hold field '{field}'")
-        return getattr(self._raw, field)
-
-    def __setattr__(self, field: str, value: Any) -> None:
-        if self.has(field):
-            setattr(self._raw, field, value)
+    def too_short(self, field: str) -> InvalidArgument:
+        return InvalidArgument(f"{self._name}: struct_size {self._size} is too small to hold field '{field}'")
 
     @property
     def raw(self):
         return self._raw
+
+
+_VIEW_CLASSES: dict[Any, type] = {}
+
+
+def _field_property(field: str, end: int) -> property:
+    def read(self: Args) -> Any:
+        if end > self._size:
+            raise self.too_short(field)
+        return getattr(self._raw, field)
+
+    def write(self: Args, value: Any) -> None:
+        if end <= self._size:
+            setattr(self._raw, field, value)
+    return property(read, write, doc=f"the Args field '{field}' (within struct_size)")
+
+
+def _view_class(pointer_type) -> type:
+    """The Args subclass for `pointer_type` (a `PJRT_X_Args*`): one property per field."""
+    struct = pointer_type.item
+    ends = {name: f.offset + ffi.sizeof(f.type) for name, f in struct.fields}
+    namespace: dict[str, Any] = {"__slots__": (), "_ends": ends}
+    for field, end in ends.items():
+        namespace[field] = _field_property(field, end)
+    view_class = type(f"Args[{struct.cname}]", (Args,), namespace)
+    _VIEW_CLASSES[pointer_type] = view_class
+    return view_class
 
 
 LOG_API = os.environ.get("PJRT_REF_LOG_API", "0") not in ("", "0")

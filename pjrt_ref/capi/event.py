@@ -4,13 +4,22 @@ from __future__ import annotations
 from .. import handles
 from ..errors import InvalidArgument, PjrtRefError
 from ..event import Event
-from . import _boundary
+from . import _boundary, fast_paths
 from ._boundary import Args, entry_point, error_from_exception, text_arg
 
 
 def new_event_handle(event: Event | None = None):
-    """A fresh `PJRT_Event*` the caller destroys (a ready event by default)."""
-    return handles.add(event if event is not None else Event.ready())
+    """A fresh `PJRT_Event*` the caller destroys (a ready event by default).
+
+    A ready event is a C-only handle when the fast paths are on (the Event_*
+    calls on it then never enter Python; capi_shim/fast_paths.c).
+    """
+    if event is None:
+        c_event = fast_paths.new_ready_event()
+        if c_event is not None:
+            return c_event
+        event = Event.ready()
+    return handles.add(event)
 
 
 def _event(args: Args) -> Event:
