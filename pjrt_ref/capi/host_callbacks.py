@@ -129,8 +129,6 @@ def _stream(args: Args) -> CopyToDeviceStream:
 @entry_point("PJRT_CopyToDeviceStream_Destroy")
 def copy_to_device_stream_destroy(args: Args) -> None:
     """PJRT_CopyToDeviceStream_Destroy: the framework is done with the stream."""
-    if handles.address(args.stream) == 0:
-        return
     handles.remove(args.stream, CopyToDeviceStream, "PJRT_CopyToDeviceStream")
 
 
