@@ -24,22 +24,18 @@ Two kinds of multi-device program arrive:
 - a program with Shardy / GSPMD sharding annotations (what JAX sends for
   `jit` over shardings, `shard_map` and `pmap`) has the global shapes in its
   signature and needs partitioning first: that is `pjrt_ref/spmd.py`'s
-  `make_partitioned_runner`, used when the module exists.
+  partitioned runner (`spmd.runner_for_executable`).
 """
 from __future__ import annotations
 
-import threading
-from typing import Callable
+import contextlib
+from typing import Callable, ContextManager
 
 import numpy as np
 
 from .buffer import Buffer
 from .compile_options import DeviceAssignment
 from .errors import Internal, InvalidArgument
-
-# Text that marks a module as carrying sharding annotations (Shardy or GSPMD).
-_SHARDING_MARKERS = ("sdy.sharding", "sdy.manual_computation", "sdy.mesh", "mhlo.sharding")
-
 
 # ------------------------------------------------------------- placement
 def device_assignment(executable, client) -> DeviceAssignment:
@@ -71,11 +67,17 @@ def assigned_devices(assignment: DeviceAssignment, client) -> list:
 
 
 # ------------------------------------------------------------- execution
-def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int]) -> list[list[Buffer]]:
+DeviceContext = Callable[[int], ContextManager]
+
+
+def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int],
+            device_context: DeviceContext | None = None) -> list[list[Buffer]]:
     """One execution on every device of `loaded`: an output list per device.
 
-    Donated arguments (see LoadedExecutable.execute) are deleted on every
-    device once all devices have finished.
+    `device_context(i)` (optional) is entered around device i's work, in
+    the thread that runs it; the C API uses it to attach device i's host
+    send/recv callbacks. Donated arguments (see LoadedExecutable.execute)
+    are deleted on every device once all devices have finished.
     """
     if loaded.deleted:
         raise InvalidArgument("executable has been deleted")
@@ -84,7 +86,7 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
         raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), "
                               f"got {len(argument_lists)} argument lists")
     arrays = [[buffer.array for buffer in row] for row in argument_lists]
-    outputs = runner_for(exe)(arrays, loaded.logical_ids())
+    outputs = runner_for(exe)(arrays, loaded.logical_ids(), device_context or _no_context)
     if len(outputs) != len(loaded.devices):
         raise Internal(f"{len(outputs)} output lists for {len(loaded.devices)} devices")
     for row in argument_lists:
@@ -92,6 +94,10 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
             if index < len(row) and index not in non_donatable:
                 row[index].delete()
     return [device_outputs(exe, values, device) for values, device in zip(outputs, loaded.devices)]
+
+
+def _no_context(index: int) -> ContextManager:
+    return contextlib.nullcontext()
 
 
 def device_outputs(exe, values: list, device) -> list[Buffer]:
@@ -104,48 +110,33 @@ def device_outputs(exe, values: list, device) -> list[Buffer]:
             for i, (value, t) in enumerate(zip(values, exe.output_types))]
 
 
-Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]]], list[list[np.ndarray]]]
-_RUNNER_LOCK = threading.Lock()
+# runner(per-device arrays, logical ids, device_context) -> per-device outputs
+Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]], DeviceContext], list[list[np.ndarray]]]
 
 
 def runner_for(exe) -> Runner:
-    """How `exe` runs across devices, chosen once per executable."""
-    runner = getattr(exe, "_multi_device_runner", None)
-    if runner is None:
-        with _RUNNER_LOCK:
-            runner = getattr(exe, "_multi_device_runner", None)
-            if runner is None:
-                runner = exe._multi_device_runner = _make_runner(exe)
-    return runner
+    """How `exe` runs across devices: partitioned (an annotated program with
+    several partitions, pjrt_ref/spmd.py), else the program on every device."""
+    from . import spmd
+
+    partitioned = spmd.runner_for_executable(exe)       # made once per executable
+    if partitioned is not None:
+        return lambda arrays, ids, device_context: _run_partitioned(partitioned, arrays, device_context)
+    return lambda arrays, ids, device_context: run_per_device(
+        exe.program, exe.num_replicas, exe.num_partitions, arrays, ids, device_context)
 
 
-def _make_runner(exe) -> Runner:
-    if has_sharding_annotations(exe.program):
-        partitioned = _partitioned_runner(exe)
-        if partitioned is not None:
-            return partitioned
-    return lambda arrays, ids: run_per_device(exe.program, exe.num_replicas, exe.num_partitions,
-                                              arrays, ids)
-
-
-def has_sharding_annotations(program) -> bool:
-    """Whether the module carries Shardy/GSPMD shardings (so needs partitioning)."""
-    return any(marker in program.text for marker in _SHARDING_MARKERS)
-
-
-def _partitioned_runner(exe) -> Runner | None:
-    """pjrt_ref/spmd.py's runner for an annotated program, if that module exists."""
-    try:
-        from . import spmd
-    except ImportError:
-        return None
-    run = spmd.make_partitioned_runner(exe.program, num_partitions=exe.num_partitions,
-                                       num_replicas=exe.num_replicas)
-    return lambda arrays, ids: run(arrays)
+def _run_partitioned(partitioned, arrays: list[list[np.ndarray]],
+                     device_context: DeviceContext) -> list[list[np.ndarray]]:
+    """The partitioner runs the global program once, in this thread, under
+    device 0's context (its manual regions' threads inherit it)."""
+    with device_context(0):
+        return partitioned(arrays)
 
 
 def run_per_device(program, num_replicas: int, num_partitions: int,
-                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]]) -> list[list[np.ndarray]]:
+                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]],
+                   device_context: DeviceContext | None = None) -> list[list[np.ndarray]]:
     """Run `program` once per device, concurrently, device i as process `ids[i]`.
 
     Every device's arguments are checked against the signature first, so a
@@ -153,8 +144,14 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
     """
     from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
 
+    device_context = device_context or _no_context
     checked = [program.check_arguments(row) for row in arrays]
+
+    def job(index: int) -> Callable[[], list]:
+        def work() -> list:
+            with device_context(index):
+                return program.function.run(checked[index])
+        return work
+
     grid = ProcessGrid(num_replicas, num_partitions)
-    jobs = [(Process(logical_id, grid), lambda args=args: program.function.run(args))
-            for logical_id, args in zip(ids, checked)]
-    return run_processes(grid, jobs)
+    return run_processes(grid, [(Process(logical_id, grid), job(i)) for i, logical_id in enumerate(ids)])

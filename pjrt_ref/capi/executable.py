@@ -309,7 +309,9 @@ def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set
     for d in range(num_devices):
         row = require_array(argument_lists[d], num_args, f"argument_lists[{d}]")
         rows.append([handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)])
-    for out_row, outputs in zip(out_rows, loaded.execute_on_devices(rows, non_donatable)):
+    results = loaded.execute_on_devices(
+        rows, non_donatable, lambda d: attached_host_transfers(args.options, d))   # device d's callbacks
+    for out_row, outputs in zip(out_rows, results):
         for j, buffer in enumerate(outputs):
             loaded.client.track(buffer)
             buffer.handle = handles.add(buffer)
