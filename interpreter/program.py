@@ -21,7 +21,7 @@ class Program:
         if (not _checked and isinstance(source, (bytes, bytearray, memoryview))
                 and is_bytecode(bytes(source[:4]))):
             data = bytes(source)
-            check_bytecode_in_child(data, lambda: Program(data, entry, _checked=True))
+            check_bytecode_in_child(data, lambda: _parse_and_plan_unoptimized(data, entry))
         try:
             self._init(source, entry)
         except UnicodeDecodeError as error:
@@ -97,6 +97,17 @@ class Program:
                     f"{_shape_text(ttype.shape)}, got {_shape_text(array.shape)}")
             converted.append(array)
         return converted
+
+
+def _parse_and_plan_unoptimized(data: bytes, entry: str) -> None:
+    """The bytecode check's work, in the forked child: everything that reads
+    the MLIR objects (parse, verify, plan), but none of the plan-time
+    optimization, which reads only the finished plan and would compile or
+    load numba kernels the parent has to load again anyway."""
+    import os
+
+    os.environ["PJRT_REF_OPTIMIZE"] = "0"  # the child's own environment
+    Program(data, entry, _checked=True)
 
 
 def _shape_text(shape) -> str:

@@ -18,13 +18,16 @@ Kernels with regions ask `regions` (numba) for compiled bodies when their
 numpy fast paths do not apply: scatter update computations, sort
 comparators. `codegen` writes every generated kernel to a cache directory
 so numba's own cache keeps the machine code across processes; `blas` caps
-OpenBLAS at one thread.
+OpenBLAS at one thread and splits big products over our own threads; `heap`
+keeps freed array memory in the process (no page faults per op result).
 
 Switches (environment, read when a program is planned):
     PJRT_REF_JIT=0       no numba: no fused loops, no compiled loops or regions
     PJRT_REF_OPTIMIZE=0  no plan-time rewrites at all (the plain interpreter)
     PJRT_REF_CACHE_DIR   where generated kernels live (~/.cache/pjrt_ref/numba)
     PJRT_REF_BLAS_THREADS  OpenBLAS threads (default 1; 0 leaves it alone)
+    PJRT_REF_MATMUL_THREADS  threads per big matrix product (default: the CPUs)
+    PJRT_REF_HEAP=0      leave malloc's thresholds alone (jit/heap.py)
 
 numba is imported lazily, the first time a program has something to compile.
 Every rewrite is checked by tests/test_jit_*.py against the unoptimised
@@ -55,9 +58,10 @@ def optimize_function(plan) -> None:
     _record_jit_setting(plan.body, jit_enabled())
     if not optimize_enabled():
         return
-    from . import blas, fastpath
+    from . import blas, fastpath, heap
 
     blas.limit_blas_threads()
+    heap.keep_freed_memory()
 
     fastpath.specialize_region(plan.body)
     if jit_enabled():

@@ -1,4 +1,5 @@
-"""How many threads numpy's BLAS (OpenBLAS) may use.
+"""How many threads numpy's BLAS (OpenBLAS) may use, and how big matrix
+products still use every core.
 
 pjrt-ref runs inside a host process (JAX) that has thread pools of its own,
 often on few cores. OpenBLAS's worker threads busy-wait for each other; when
@@ -11,16 +12,37 @@ under load. So by default the interpreter asks OpenBLAS for one thread.
 Nothing changes if the user already chose (OPENBLAS_NUM_THREADS or
 OMP_NUM_THREADS set). The setting is process-wide: numpy's own matmuls in
 the host process use it too.
+
+Large products use every core another way (`matmul`): the rows of the
+result are cut into one block per configured thread, and the blocks are
+handed out to the calling thread and a small pool of our own threads, each
+calling single-threaded BLAS on its block. Our threads sleep (no spinning)
+when idle, helpers are woken only for CPUs that are idle at that moment
+(/proc/loadavg), and the caller computes every block no helper has claimed,
+so on a busy machine the split costs a repacking of the right operand per
+block (10-20% of the product), not a stall. Where the rows are cut depends
+only on the shape and the thread setting, so results do not depend on load.
+
+    PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
+                               process may run on; 1: never split). Only
+                               when OpenBLAS runs on 1 thread by our setting.
 """
 from __future__ import annotations
 
 import ctypes
 import glob
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import numpy as np
 
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
             "openblas_set_num_threads64_", "openblas_set_num_threads")
 _DONE = False
+# The OpenBLAS thread count limit_blas_threads set (None: not set by us).
+_BLAS_THREADS: int | None = None
 
 
 def _openblas_libraries() -> list[str]:
@@ -32,7 +54,7 @@ def _openblas_libraries() -> list[str]:
 
 def limit_blas_threads() -> int | None:
     """Apply PJRT_REF_BLAS_THREADS once; the thread count set, or None."""
-    global _DONE
+    global _DONE, _BLAS_THREADS
     if _DONE:
         return None
     _DONE = True
@@ -50,5 +72,140 @@ def limit_blas_threads() -> int | None:
             setter = getattr(library, name, None)
             if setter is not None:
                 setter(ctypes.c_int(threads))
+                _BLAS_THREADS = threads
                 return threads
     return None
+
+
+# Products with fewer multiply-adds than this run on the calling thread as
+# one BLAS call: waking a thread costs ~10-50 us, about 2**21 multiply-adds.
+SPLIT_MIN_MULTIPLY_ADDS = 1 << 22
+# Blocks have at least this many rows: narrower ones make BLAS's kernels slow.
+MIN_BLOCK_ROWS = 64
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_LOADAVG_FD: int | None = None
+
+
+def matmul_threads() -> int:
+    """Threads one product may use (PJRT_REF_MATMUL_THREADS, default the CPUs
+    this process may run on). 1 unless OpenBLAS runs single-threaded by our
+    setting: threads of ours each running a threaded BLAS would fight."""
+    if _BLAS_THREADS != 1:
+        return 1
+    value = os.environ.get("PJRT_REF_MATMUL_THREADS", "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def row_blocks(rows: int, inner: int, columns: int, threads: int) -> list[int]:
+    """Where the result's rows are cut: a function of the shape and the
+    configured thread count only, never of the machine's load, so a program
+    gives the same bits on every run (BLAS's kernels may round the rows at
+    a block's edge differently from an unsplit product)."""
+    blocks = min(threads, rows // MIN_BLOCK_ROWS)
+    if blocks < 2 or rows * inner * columns < SPLIT_MIN_MULTIPLY_ADDS:
+        return [0, rows]
+    return [rows * k // blocks for k in range(blocks + 1)]
+
+
+def idle_cpus() -> int:
+    """CPUs with nothing to run right now: configured CPUs minus the tasks
+    the kernel has runnable (the 4th field of /proc/loadavg, this thread
+    included). 0 when unknown."""
+    global _LOADAVG_FD
+    try:
+        if _LOADAVG_FD is None:
+            _LOADAVG_FD = os.open("/proc/loadavg", os.O_RDONLY)
+        running = int(os.pread(_LOADAVG_FD, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return max(0, (os.cpu_count() or 1) - running)
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < workers:
+            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pjrt_ref_matmul")
+        return _POOL
+
+
+def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
+    """`a @ b` for 2-d float arrays (any strides). A big product is computed
+    as blocks of rows (`row_blocks`); the blocks go to this thread and, when
+    CPUs are idle, to helper threads. Which thread computes a block does not
+    change its bits."""
+    rows, inner = a.shape
+    columns = b.shape[1]
+    threads = matmul_threads() if threads is None else threads
+    bounds = row_blocks(rows, inner, columns, threads)
+    if len(bounds) == 2:
+        return np.matmul(a, b)
+    out = np.empty((rows, columns), np.result_type(a.dtype, b.dtype))
+
+    def block(lo: int, hi: int) -> Callable[[], None]:
+        def job() -> None:
+            with np.errstate(all="ignore"):  # numpy's error state is per thread
+                np.matmul(a[lo:hi], b, out=out[lo:hi])
+        return job
+
+    jobs = [block(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    run_shared(jobs, min(threads, len(jobs)) - 1)
+    return out
+
+
+class _SharedJobs:
+    """Jobs claimed one at a time by whichever thread asks first."""
+
+    def __init__(self, jobs: list):
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.claimed = 0
+        self.unfinished = len(jobs)
+        self.finished = threading.Event()
+        if not jobs:
+            self.finished.set()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        while True:
+            with self.lock:
+                index = self.claimed
+                if index >= len(self.jobs):
+                    return
+                self.claimed += 1
+            try:
+                self.jobs[index]()
+            except BaseException as error:  # re-raised in the calling thread
+                self.error = error
+            with self.lock:
+                self.unfinished -= 1
+                if self.unfinished == 0:
+                    self.finished.set()
+
+
+def run_shared(jobs: list, helpers: int) -> None:
+    """Run `jobs` on the calling thread and up to `helpers` pool threads (no
+    more than there are idle CPUs: a helper woken on a busy CPU may wait
+    milliseconds for its turn); return when all are done. A helper that
+    wakes up late finds nothing left to do: the caller never waits for a
+    thread that has not started."""
+    shared = _SharedJobs(jobs)
+    helpers = min(helpers, len(jobs) - 1, idle_cpus())
+    if helpers > 0:
+        pool = _pool(helpers)
+        for _ in range(helpers):
+            pool.submit(shared.work)
+    shared.work()
+    shared.finished.wait()
+    if shared.error is not None:
+        raise shared.error

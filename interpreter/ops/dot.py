@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import Unimplemented
+from ..jit import blas
 from ..registry import register
 from ..types import is_bool, is_complex, is_float, is_integer
 
@@ -38,7 +39,7 @@ def from_work(x: np.ndarray, result_dtype: np.dtype) -> np.ndarray:
         return np.asarray(x != 0)
     if is_complex(x.dtype) and not is_complex(result_dtype):
         x = x.real
-    return np.asarray(x).astype(result_dtype)
+    return np.asarray(x).astype(result_dtype, copy=False)  # x is a fresh array: no copy
 
 
 # Up to this many multiply-adds, complex products are summed in order.
@@ -66,6 +67,9 @@ def complex_matmul(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return result
 
 
+_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _validate_dot(op) -> None:
     for t in (*op.operand_types, *op.result_types):
         if t.quant is not None:
@@ -78,16 +82,46 @@ def dot_general_arrays(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contrac
     then lhs free dims, then rhs free dims."""
     lhs_free = [d for d in range(lhs.ndim) if d not in lhs_batch and d not in lhs_contract]
     rhs_free = [d for d in range(rhs.ndim) if d not in rhs_batch and d not in rhs_contract]
+    work = work_dtype(lhs.dtype, rhs.dtype, result_dtype)
+    if not lhs_batch and work in _BLAS_FLOATS and lhs.dtype == rhs.dtype == result_dtype == work:
+        return matrix_product(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract)
+    return batched_product(lhs, rhs, lhs_batch, rhs_batch, lhs_free, rhs_free, lhs_contract,
+                           rhs_contract, work, result_dtype)
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def matrix_product(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract) -> np.ndarray:
+    """f32/f64 dot_general without batch dimensions: one matrix product in
+    the operands' type, computed by `blas.matmul` (threads for big ones).
+    Transposed operands stay views: BLAS reads their strides as they are,
+    and the product is already in the result type (no copies)."""
+    lhs_free_shape = [lhs.shape[d] for d in lhs_free]
+    rhs_free_shape = [rhs.shape[d] for d in rhs_free]
+    contract = _size([lhs.shape[d] for d in lhs_contract])
+    lhs2 = np.transpose(lhs, list(lhs_free) + list(lhs_contract))
+    rhs2 = np.transpose(rhs, list(rhs_contract) + list(rhs_free))
+    with np.errstate(all="ignore"):
+        product = blas.matmul(lhs2.reshape(_size(lhs_free_shape), contract),
+                              rhs2.reshape(contract, _size(rhs_free_shape)))
+    return product.reshape(lhs_free_shape + rhs_free_shape)
+
+
+def batched_product(lhs, rhs, lhs_batch, rhs_batch, lhs_free, rhs_free, lhs_contract,
+                    rhs_contract, work, result_dtype) -> np.ndarray:
+    """Any dot_general: operands converted to the work type, arranged as
+    (batch, free, contract) x (batch, contract, free), one batched matmul,
+    rounded/wrapped back to the result type."""
     batch_shape = [lhs.shape[d] for d in lhs_batch]
     lhs_free_shape = [lhs.shape[d] for d in lhs_free]
     rhs_free_shape = [rhs.shape[d] for d in rhs_free]
-    size = lambda shape: int(np.prod(shape, dtype=np.int64))  # noqa: E731
-    contract = size([lhs.shape[d] for d in lhs_contract])
-    work = work_dtype(lhs.dtype, rhs.dtype, result_dtype)
-    lhs3 = np.transpose(to_work(lhs, work), list(lhs_batch) + lhs_free + list(lhs_contract))
-    lhs3 = lhs3.reshape(size(batch_shape), size(lhs_free_shape), contract)
-    rhs3 = np.transpose(to_work(rhs, work), list(rhs_batch) + list(rhs_contract) + rhs_free)
-    rhs3 = rhs3.reshape(size(batch_shape), contract, size(rhs_free_shape))
+    contract = _size([lhs.shape[d] for d in lhs_contract])
+    lhs3 = np.transpose(to_work(lhs, work), list(lhs_batch) + list(lhs_free) + list(lhs_contract))
+    lhs3 = lhs3.reshape(_size(batch_shape), _size(lhs_free_shape), contract)
+    rhs3 = np.transpose(to_work(rhs, work), list(rhs_batch) + list(rhs_contract) + list(rhs_free))
+    rhs3 = rhs3.reshape(_size(batch_shape), contract, _size(rhs_free_shape))
     with np.errstate(all="ignore"):
         product = complex_matmul(lhs3, rhs3) if is_complex(work) else np.matmul(lhs3, rhs3)
     product = product.reshape(batch_shape + lhs_free_shape + rhs_free_shape)

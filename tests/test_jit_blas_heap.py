@@ -1,0 +1,160 @@
+"""The matrix-product fast path (interpreter/ops/dot.py `matrix_product`),
+products split over threads (interpreter/jit/blas.py) and the malloc
+thresholds (interpreter/jit/heap.py), each against the unoptimised path and
+against XLA."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from pjrt_ref.interpreter import load  # noqa: E402
+from pjrt_ref.interpreter.jit import blas, heap  # noqa: E402
+from pjrt_ref.interpreter.ops import dot  # noqa: E402
+
+RNG = np.random.default_rng(4)
+
+# (lhs, rhs) builders: plain, transposed operands (views BLAS reads by
+# strides), a 3-d operand, and rows that do not divide evenly into blocks.
+PRODUCTS = {
+    "square": (lambda x, y: x @ y, (256, 256), (256, 256)),
+    "lhs_transposed": (lambda x, y: x.T @ y, (128, 512), (128, 320)),
+    "rhs_transposed": (lambda x, y: x @ y.T, (200, 300), (280, 300)),
+    "both_transposed": (lambda x, y: x.T @ y.T, (96, 300), (260, 96)),
+    "three_d_lhs": (lambda x, y: jnp.einsum("abk,kn->abn", x, y), (4, 70, 200), (200, 160)),
+    "odd_rows": (lambda x, y: x @ y, (333, 129), (129, 257)),
+}
+
+
+def _operands(lhs_shape, rhs_shape, dtype):
+    return (RNG.standard_normal(lhs_shape).astype(dtype), RNG.standard_normal(rhs_shape).astype(dtype))
+
+
+def _reference_product(text, args, monkeypatch):
+    """The same program with the matrix fast path off: dot_general's generic
+    batched path (work-type conversion, one np.matmul, rounding back)."""
+    def generic(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contract, result_dtype):
+        lhs_free = [d for d in range(lhs.ndim) if d not in lhs_batch and d not in lhs_contract]
+        rhs_free = [d for d in range(rhs.ndim) if d not in rhs_batch and d not in rhs_contract]
+        work = dot.work_dtype(lhs.dtype, rhs.dtype, result_dtype)
+        return dot.batched_product(lhs, rhs, lhs_batch, rhs_batch, lhs_free, rhs_free,
+                                   lhs_contract, rhs_contract, work, result_dtype)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dot, "dot_general_arrays", generic)
+        return load(text)(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", list(PRODUCTS))
+def test_matrix_fast_path_against_generic_path_and_xla(name, dtype, monkeypatch):
+    fn, lhs_shape, rhs_shape = PRODUCTS[name]
+    args = _operands(lhs_shape, rhs_shape, dtype)
+    text = lower_to_text(fn, *args)          # oracle.py enables x64: f64 stays f64
+    xla = np.asarray(jax.jit(fn)(*args))
+    ours = load(text)(*args)[0]
+    generic = _reference_product(text, args, monkeypatch)[0]
+    assert ours.dtype == generic.dtype == xla.dtype == np.dtype(dtype)
+    # Blocks of rows may round an element in another order than one BLAS
+    # call (see blas.row_blocks): equal up to the rounding of a dot product.
+    tolerance = dict(rtol=1e-5, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-11)
+    np.testing.assert_allclose(ours, generic, **tolerance)
+    np.testing.assert_allclose(ours, xla, **tolerance)
+
+
+def test_blocks_depend_on_shape_and_setting_only():
+    assert blas.row_blocks(256, 256, 256, 2) == [0, 128, 256]
+    assert blas.row_blocks(256, 256, 256, 1) == [0, 256]
+    assert blas.row_blocks(100, 256, 256, 2) == [0, 100]       # under 2 x 64 rows
+    assert blas.row_blocks(256, 8, 8, 2) == [0, 256]           # too little work
+    assert blas.row_blocks(333, 129, 257, 4) == [0, 83, 166, 249, 333]
+
+
+def test_loaded_programs_split_big_products():
+    """After a program is planned, OpenBLAS runs on one thread and big
+    products are split over the CPUs (so the tests above cover the split
+    wherever the machine has more than one CPU)."""
+    load("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }")
+    assert blas.matmul_threads() == min(len(os.sched_getaffinity(0)), blas.matmul_threads())
+    if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+        assert blas.matmul_threads() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("helpers_idle", [0, 1, 3])
+def test_split_gives_the_same_bits_whoever_computes_the_blocks(helpers_idle, monkeypatch):
+    """Idle CPUs decide how many threads help, never the result."""
+    a, b = _operands((333, 700), (700, 300), np.float32)
+    bounds = blas.row_blocks(333, 700, 300, 4)
+    assert len(bounds) > 2
+    expected = np.concatenate([a[lo:hi] @ b for lo, hi in zip(bounds[:-1], bounds[1:])])
+    monkeypatch.setattr(blas, "idle_cpus", lambda: helpers_idle)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=4), expected)
+    np.testing.assert_allclose(blas.matmul(a, b, threads=4), a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_split_product_raises_no_warning_in_helper_threads(monkeypatch):
+    """inf * 0 inside BLAS: numpy's error state is per thread, and the plan
+    runs with all errors ignored; the helpers must ignore them too."""
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    a, b = _operands((256, 256), (256, 256), np.float32)
+    a[:, 0] = np.inf
+    b[0, :] = 0
+    with np.errstate(all="raise"):
+        result = blas.matmul(a, b, threads=2)
+    assert np.isnan(result).all()
+
+
+def test_a_failing_block_raises_in_the_caller():
+    def fail():
+        raise ValueError("block failed")
+
+    with pytest.raises(ValueError, match="block failed"):
+        blas.run_shared([lambda: None, fail, lambda: None], helpers=2)
+    blas.run_shared([], helpers=2)  # nothing to do: returns at once
+
+
+_FAULTS = textwrap.dedent("""
+    import resource, numpy as np
+    from pjrt_ref.interpreter.jit import heap
+    applied = heap.keep_freed_memory()
+    def step():  # like a program: results alive together, then all freed
+        alive = []
+        for n in (300_000, 500_000, 400_000) * 4:
+            alive.append(np.empty(n, np.float32))
+            alive[-1][:] = 1.0
+    for _ in range(5):
+        step()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        step()
+    print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+""")
+
+
+def _faults(**env) -> tuple[str, int]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    environment.update(env)
+    out = subprocess.run([sys.executable, "-c", _FAULTS], env=environment, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    return out[0], int(out[1])
+
+
+@pytest.mark.skipif(heap.platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_heap_thresholds_stop_page_faults_per_array():
+    applied, tuned = _faults()
+    off, untuned = _faults(PJRT_REF_HEAP="0")
+    user, _ = _faults(MALLOC_TRIM_THRESHOLD_="131072")
+    assert (applied, off, user) == ("True", "False", "False")
+    # 240 arrays of 1.2 to 2 MB: each one faults its ~300-500 pages in
+    # again when malloc has handed them back to the kernel.
+    assert untuned > 20_000
+    assert tuned < untuned / 20
