@@ -113,9 +113,10 @@ class PartitionedRunner:
         res_attrs = _attr_dicts(func, "res_attrs", len(program.output_types))
         self.argument_layouts = [self._layout(attrs, t, f"argument {i}")
                                  for i, (attrs, t) in enumerate(zip(arg_attrs, program.input_types))]
-        fallback = _result_sources(func)
+        returned = _returned_values(func)
         self.result_layouts = [
-            self._layout(attrs, t, f"result {i}", fallback.get(i, {}) if not _annotated(attrs) else None)
+            self._layout(attrs, t, f"result {i}") if _annotated(attrs)
+            else self._inherited_layout(returned[i]) or replicated(len(_shape(t)), self.devices)
             for i, (attrs, t) in enumerate(zip(res_attrs, program.output_types))]
         for i, (layout, t) in enumerate(zip(self.argument_layouts, program.input_types)):
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
@@ -196,15 +197,51 @@ class PartitionedRunner:
                                              f"argument {i} of @{self.program.entry}"))
         return arguments
 
-    def _layout(self, attrs: dict, ttype, what: str, fallback=None) -> Layout:
+    def _layout(self, attrs: dict, ttype, what: str) -> Layout:
         rank = len(_shape(ttype))
         if "sdy.sharding" in attrs:
             return parse_tensor_sharding(attrs["sdy.sharding"]).layout(self.meshes)
         if "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], rank, self.devices)
-        if fallback:
-            return fallback["sharding"].layout(self.meshes)
         return replicated(rank, self.devices)
+
+    def _inherited_layout(self, value, depth: int = 0) -> Layout | None:
+        """The layout of a result JAX left to the compiler (no sharding attribute).
+
+        XLA would choose one by sharding propagation; the reference follows
+        the value back through element-wise ops of the same shape to an
+        entry argument, a sharding constraint or a manual computation's
+        result and takes that sharding (so `jit(lambda x: 2 * x)` keeps
+        x's sharding and shard_map's outputs get their out_specs). Any
+        other result is replicated. Values never depend on this choice.
+        """
+        from jaxlib.mlir import ir
+
+        if depth > 100:
+            return None
+        value = value.maybe_downcast()
+        if isinstance(value, ir.BlockArgument):   # only the entry block's arguments are reachable
+            return self.argument_layouts[value.arg_number]
+        result = value
+        op = result.owner
+        op = getattr(op, "operation", op)
+        attrs = {name: _text(op.attributes[name]) for name in op.attributes}
+        if op.name == "sdy.manual_computation":
+            return parse_sharding_per_value(attrs["out_shardings"])[result.result_number] \
+                .layout(self.meshes)
+        if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
+            return parse_tensor_sharding(attrs["sharding"]).layout(self.meshes)
+        if op.name == "stablehlo.custom_call" and attrs.get("call_target_name") == "Sharding" \
+                and "mhlo.sharding" in attrs:
+            return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)
+        if op.name not in _ELEMENTWISE:
+            return None
+        for operand in op.operands:
+            if _shape_of(operand) == _shape_of(value):
+                layout = self._inherited_layout(operand, depth + 1)
+                if layout is not None:
+                    return layout
+        return None
 
 
 # ---------------------------------------------------------------- manual regions
@@ -356,21 +393,25 @@ def _annotated(attrs: dict) -> bool:
     return "sdy.sharding" in attrs or "mhlo.sharding" in attrs
 
 
-def _result_sources(func) -> dict[int, dict]:
-    """For results without a sharding: the out_sharding of the manual
-    computation that produces them, if one does (what XLA's propagation
-    would choose for shard_map's outputs). Others are replicated."""
+def _returned_values(func) -> list:
+    """The operands of the entry function's `func.return`."""
     block = func.regions[0].blocks[0]
-    terminator = block.operations[len(block.operations) - 1]
-    sources = {}
-    for index, value in enumerate(terminator.operands):
-        owner = value.owner
-        owner = getattr(owner, "operation", owner)
-        if getattr(owner, "name", None) != "sdy.manual_computation":
-            continue
-        shardings = parse_sharding_per_value(str(owner.attributes["out_shardings"]))
-        sources[index] = {"sharding": shardings[value.result_number]}
-    return sources
+    return list(block.operations[len(block.operations) - 1].operands)
+
+
+def _shape_of(value) -> tuple:
+    from jaxlib.mlir import ir
+    vtype = value.type.maybe_downcast() if hasattr(value.type, "maybe_downcast") else value.type
+    return tuple(vtype.shape) if isinstance(vtype, ir.ShapedType) else ()
+
+
+# Ops whose result element i depends only on the operands' element i.
+_ELEMENTWISE = frozenset("stablehlo." + name for name in (
+    "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "
+    "divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic "
+    "maximum minimum multiply negate not or popcnt power real reduce_precision remainder "
+    "round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic "
+    "shift_right_logical sign sine sqrt subtract tan tanh xor").split())
 
 
 # ------------------------------------------------------------- optimized program

@@ -59,6 +59,9 @@ def jit_cases():
     yield ("jit_constraint", jax.jit(
         lambda x: jax.lax.with_sharding_constraint(jnp.sin(x), NamedSharding(m1, P(None, "x"))) * 3,
         out_shardings=NamedSharding(m1, P("x"))), [put(m1, P("x"), x)])
+    # No out_shardings: XLA's propagation chooses; element-wise ops keep x's sharding.
+    yield ("jit_unspecified_out", jax.jit(lambda x: jnp.sin(x) * 2.0 + x),
+           [put(m2, P("b", "a"), x)])
 
 
 def shard_map_cases():

@@ -30,7 +30,7 @@ from pjrt_ref.spmd_layout import parse_hlo_sharding
 
 CASES_SCRIPT = os.path.join(os.path.dirname(__file__), "spmd_cases.py")
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
-         "jit_constraint", "shard_map_collectives", "shard_map_mesh_2d", "shard_map_inside_jit"]
+         "jit_constraint", "jit_unspecified_out", "shard_map_collectives", "shard_map_mesh_2d", "shard_map_inside_jit"]
 
 
 def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
