@@ -316,3 +316,63 @@ def test_a_device_that_never_arrives_fails_execute_with_deadline_exceeded(api, m
     assert caught.value.code == 4                       # DEADLINE_EXCEEDED
     assert "stablehlo.all_reduce" in caught.value.message and "train.py" in caught.value.message
     api.call("PJRT_Client_Destroy", client=client)
+
+
+TWO_REPLICAS = FOUR_REPLICAS.replace("mhlo.num_replicas = 4", "mhlo.num_replicas = 2").replace(
+    "dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>", "dense<[[0, 1]]> : tensor<1x2xi64>")
+
+
+def _compile_options(num_replicas: int, num_partitions: int, assignment) -> tuple[bytes, bytes | None]:
+    """(CompileOptionsProto, DeviceAssignmentProto) bytes as jaxlib writes them (XLA's encoder)."""
+    from jax._src.lib import xla_client as xc
+    options = xc.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas, build.num_partitions = num_replicas, num_partitions
+    if assignment is not None:
+        build.device_assignment = xc.DeviceAssignment.create(np.array(assignment, np.int32))
+    return options.SerializeAsString(), (build.device_assignment.serialize() if assignment is not None else None)
+
+
+def test_compile_options_device_assignment_chooses_the_devices(api):
+    client = _client(api, 4)
+    devices = _devices(api, client)
+    options, assignment_proto = _compile_options(2, 1, [[3], [1]])   # replica 0 on 3, replica 1 on 1
+    loaded = api.compile(client, TWO_REPLICAS, options)
+    listed = api.call("PJRT_LoadedExecutable_AddressableDevices", executable=loaded)
+    assert [listed.addressable_devices[i] for i in range(2)] == [devices[3], devices[1]]
+    blob = api.call("PJRT_LoadedExecutable_GetDeviceAssignment", executable=loaded)
+    assert bytes(ffi.buffer(blob.serialized_bytes, blob.serialized_bytes_size)) == assignment_proto
+    blob.serialized_device_assignment_deleter(blob.serialized_device_assignment)
+    inputs = [np.array([1, 2, 3], np.int32), np.array([10, 20, 30], np.int32)]
+    rows = [[_buffer_on(api, client, inputs[0], devices[3])], [_buffer_on(api, client, inputs[1], devices[1])]]
+    (total0, replica0), (total1, replica1) = _execute(api, loaded, rows, 2)
+    assert api.call("PJRT_Buffer_Device", buffer=total0).device == devices[3]
+    np.testing.assert_array_equal(api.to_host(total1, np.int32, (3,)), [11, 22, 33])
+    assert (api.to_host(replica0, np.uint32, ()), api.to_host(replica1, np.uint32, ())) == (0, 1)
+    api.call("PJRT_Client_Destroy", client=client)
+
+
+def test_compile_options_that_contradict_the_module_or_client_are_invalid_argument(api):
+    client = _client(api, 2)
+    for options, match in [(_compile_options(3, 1, None)[0], "3 replicas"),
+                           (_compile_options(2, 1, [[0], [7]])[0], "no device with id 7"),
+                           (_compile_options(2, 1, [[1], [1]])[0], "uses a device twice")]:
+        with pytest.raises(PjrtCallError, match=match) as caught:
+            api.compile(client, TWO_REPLICAS, options)
+        assert caught.value.code == 3
+    api.call("PJRT_Client_Destroy", client=client)
+
+
+def test_topology_create_takes_the_device_count_and_gives_coords(api):
+    options, keep = _named_values({"num_devices": 2})
+    api.keep += keep
+    topology = api.call("PJRT_TopologyDescription_Create", create_options=options, num_options=1).topology
+    described = api.call("PJRT_TopologyDescription_GetDeviceDescriptions", topology=topology)
+    assert described.num_descriptions == 2
+    second = api.call("PJRT_DeviceDescription_Attributes", device_description=described.descriptions[1])
+    attributes = {ffi.string(second.attributes[i].name, second.attributes[i].name_size).decode(): second.attributes[i]
+                  for i in range(second.num_attributes)}
+    coords = attributes["coords"]
+    assert coords.type == lib.PJRT_NamedValue_kInt64List
+    assert [coords.int64_array_value[i] for i in range(coords.value_size)] == [1]
+    api.call("PJRT_TopologyDescription_Destroy", topology=topology)
