@@ -199,8 +199,12 @@ def run_processes(grid: ProcessGrid, jobs: list[tuple[Process, Callable[[], list
                                 name=f"pjrt_ref process {jobs[i][0].id}") for i in range(len(jobs))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException as interrupted:   # Ctrl-C while waiting: wake the processes, then stop
+        grid.mailbox.fail(interrupted)
+        raise
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:
         raise first_error(errors)
