@@ -135,7 +135,9 @@ class Client:
         device, memory = self.memory_for(device, memory)
         return self.track(Buffer(array, device, memory))
 
-    def bytes_in_use(self) -> int:
+    def bytes_in_use(self, device: Device | None = None) -> int:
+        """Bytes held by live buffers: all of them, or those on `device`."""
         with self._lock:
             buffers = list(self._buffers)
-        return sum(b.nbytes for b in buffers if not b.is_deleted)
+        return sum(b.nbytes for b in buffers
+                   if not b.is_deleted and (device is None or b.device is device))

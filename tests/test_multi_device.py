@@ -119,6 +119,10 @@ def test_four_devices_in_jax_each_with_its_memory():
             z = jax.device_put(x, devices[(i + 1) % 4])  # PJRT_Buffer_CopyToDevice
             assert z.devices() == {devices[(i + 1) % 4]}
             np.testing.assert_array_equal(np.asarray(z), np.arange(5.0) * i)
+        del x, y, z
+        big = jax.device_put(np.zeros(1000, np.float32), devices[2])
+        in_use = [d.memory_stats()["bytes_in_use"] for d in devices]
+        assert in_use[2] - max(in_use[:2] + in_use[3:]) >= 4000, in_use   # each memory counts its own
         print("ok")
     """, PJRT_REF_NUM_DEVICES="4")
 

@@ -91,10 +91,10 @@ def device_default_memory(args: Args) -> None:
 
 @entry_point("PJRT_Device_MemoryStats")
 def device_memory_stats(args: Args) -> None:
-    """PJRT_Device_MemoryStats: bytes held by live buffers; other stats unset."""
+    """PJRT_Device_MemoryStats: bytes held by the device's live buffers; other stats unset."""
     device = _device(args)
     client = _client_of_device(device)
-    args.bytes_in_use = client.bytes_in_use() if client is not None else 0
+    args.bytes_in_use = client.bytes_in_use(device) if client is not None else 0
     for field in ("peak_bytes_in_use", "num_allocs", "largest_alloc_size", "bytes_limit",
                   "bytes_reserved", "peak_bytes_reserved", "bytes_reservable_limit",
                   "largest_free_block_bytes", "pool_bytes", "peak_pool_bytes", "peak_allocated_bytes"):
