@@ -188,15 +188,17 @@ class CHost:
     def on_free(self, data, arg):
         self.freed += 1
 
-    def execute(self, client, loaded, x: np.ndarray, *, with_callbacks: bool = True) -> np.ndarray:
+    def execute(self, client, loaded, x: np.ndarray, *, send: bool = True, recv: bool = True) -> np.ndarray:
+        """Execute with our send callback (channel 5) and recv callback (channel 6), or without."""
         ffi, api = self.ffi, self.api
         sends = ffi.new("PJRT_SendCallbackInfo[]", [{"channel_id": 5, "send_callback": self.send_fn}])
         recvs = ffi.new("PJRT_RecvCallbackInfo[]", [{"channel_id": 6, "recv_callback": self.recv_fn}])
         send_lists = ffi.new("PJRT_SendCallbackInfo*[]", [sends])
         recv_lists = ffi.new("PJRT_RecvCallbackInfo*[]", [recvs])
         options = ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions")})
-        if with_callbacks:
+        if send:
             options.send_callbacks, options.num_send_ops = send_lists, 1
+        if recv:
             options.recv_callbacks, options.num_recv_ops = recv_lists, 1
         row = ffi.new("PJRT_Buffer*[]", [api.buffer(client, x)])
         out_row = ffi.new("PJRT_Buffer*[]", 1)
@@ -230,9 +232,17 @@ def test_c_host_serves_send_and_recv(api, program):
     assert host.freed == 1                               # AddChunk took the chunk and freed it
 
 
-def test_missing_callbacks_fail_naming_the_channel(api, program):
+def test_a_program_with_host_transfers_needs_callbacks(api, program):
+    """As when JAX's program is run from a C host, or deserialized in another process."""
     with pytest.raises(PjrtCallError) as info:
-        CHost(api).execute(*program, X, with_callbacks=False)
+        CHost(api).execute(*program, X, send=False, recv=False)
+    assert info.value.code == 14                         # UNAVAILABLE
+    assert "'stablehlo.send'" in info.value.message and "none were given" in info.value.message
+
+
+def test_a_channel_without_a_callback_is_named(api, program):
+    with pytest.raises(PjrtCallError) as info:
+        CHost(api).execute(*program, X, send=False)
     assert info.value.code == 9                          # FAILED_PRECONDITION
     assert "stablehlo.send on host channel 5" in info.value.message
     assert "no send callback" in info.value.message

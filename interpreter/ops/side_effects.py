@@ -75,7 +75,9 @@ def host_channel(op) -> HostChannel:
     channel = _HOST_CHANNEL.get() or _DEFAULT_HOST_CHANNEL
     if channel is None:
         raise op.error("no host channel is attached: a standalone interpreter has no "
-                       "infeed/outfeed queue or send/recv peer", cls=Unavailable)
+                       "infeed/outfeed queue or send/recv peer (under PJRT, host send/recv are "
+                       "served by PJRT_ExecuteOptions' send/recv callbacks, and none were given)",
+                       cls=Unavailable)
     return channel
 
 

@@ -16,6 +16,8 @@ the mechanism and why pjrt-ref uses it):
 """
 from __future__ import annotations
 
+import contextlib
+
 from .. import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 from ..event import Event
@@ -99,26 +101,36 @@ def _callback_table(table, count: int, device_index: int, what: str, make) -> di
     return {int(infos[i].channel_id): make(infos[i]) for i in range(count)}
 
 
-def host_transfers_for(options, device_index: int) -> HostTransfers:
-    """The send/recv callbacks `options` gives device `device_index` (maybe none)."""
+def host_transfers_for(options, device_index: int) -> HostTransfers | None:
+    """The send/recv callbacks `options` gives device `device_index`; None if it gives none."""
     if options == _boundary.NULL:
-        return HostTransfers({}, {})
+        return None
     opts = Args(options, "PJRT_ExecuteOptions")
     num_send, num_recv = opts.get("num_send_ops", 0), opts.get("num_recv_ops", 0)
+    if not num_send and not num_recv:
+        return None
     senders = _callback_table(opts.send_callbacks, num_send, device_index, "send_callbacks", _sender)
     receivers = _callback_table(opts.recv_callbacks, num_recv, device_index, "recv_callbacks", _receiver)
     return HostTransfers(senders, receivers)
 
 
+_NO_CALLBACKS = contextlib.nullcontext()
+
+
 def attached_host_transfers(options, device_index: int):
     """A context in which the interpreter's host send/recv use the caller's callbacks.
 
-    Attached even when there are none, so that a program with host
-    callbacks run without them (from a C host, or deserialized in another
-    process) fails naming the channel and the missing callback.
+    Without callbacks (most executions) nothing is attached and this costs
+    well under a microsecond; a program that does send to the host then
+    fails in the interpreter with UNAVAILABLE, naming the op and saying no
+    callbacks were given. With callbacks, a channel that has none fails
+    with FAILED_PRECONDITION naming it.
     """
+    transfers = host_transfers_for(options, device_index)
+    if transfers is None:
+        return _NO_CALLBACKS
     from ..interpreter.ops.side_effects import attach_host_channel
-    return attach_host_channel(host_transfers_for(options, device_index))
+    return attach_host_channel(transfers)
 
 
 # ------------------------------------------------------ CopyToDeviceStream
