@@ -157,7 +157,8 @@ def _collect(profiler_api, profiler) -> bytes:
     return owned
 
 
-def _run_tanh() -> None:
+def _run_tanh():
+    """Compile and run a one-op program through the object model; returns its executable."""
     from pjrt_ref.client import Client
 
     client = Client()
@@ -169,6 +170,7 @@ def _run_tanh() -> None:
     buffer = client.buffer_from_array(np.array([0.0, 1.0, -1.0], np.float32))
     (out,) = loaded.execute([buffer], loaded.devices[0], set())
     np.testing.assert_allclose(out.array, np.tanh(np.array([0.0, 1.0, -1.0], np.float32)), rtol=1e-6)
+    return loaded.executable
 
 
 def test_lifecycle_records_only_between_start_and_stop():
@@ -192,6 +194,39 @@ def test_lifecycle_records_only_between_start_and_stop():
     (execute,) = [event for event in plane["events"] if event[1] == "execute main"]
     assert execute[2] <= tanh[2] and tanh[2] + tanh[3] <= execute[2] + execute[3]
     assert _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)[0] == ffi.NULL
+
+
+def _op_names(profiler_api, profiler) -> list[str]:
+    (plane_bytes,) = fields(_collect(profiler_api, profiler))[1]
+    return [event[1] for event in decode_plane(plane_bytes)["events"] if event[1].startswith("stablehlo.")]
+
+
+def test_overlapping_sessions_each_get_their_own_window():
+    """JAX allows one trace at a time; a C host may overlap sessions, and each sees its own window."""
+    profiler_api = _extension().profiler_api
+    outer, inner = _session(profiler_api), _session(profiler_api)
+    _call(profiler_api.start, "PLUGIN_Profiler_Start_Args", profiler=outer)
+    _run_tanh()
+    _call(profiler_api.start, "PLUGIN_Profiler_Start_Args", profiler=inner)
+    _run_tanh()
+    _call(profiler_api.stop, "PLUGIN_Profiler_Stop_Args", profiler=inner)
+    _run_tanh()
+    _call(profiler_api.stop, "PLUGIN_Profiler_Stop_Args", profiler=outer)
+    assert _op_names(profiler_api, outer) == ["stablehlo.tanh"] * 3
+    assert _op_names(profiler_api, inner) == ["stablehlo.tanh"]
+    for profiler in (outer, inner):
+        _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)
+
+
+def test_outside_a_trace_the_optimised_plan_runs_and_nothing_is_kept():
+    from pjrt_ref.debug import live_profile
+
+    profiler_api = _extension().profiler_api
+    profiler = _session(profiler_api)                 # created, never started
+    executable = _run_tanh()
+    assert not live_profile.ACTIVE and executable.program not in live_profile._TRACED_PLANS
+    assert _collect(profiler_api, profiler) == b""
+    _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)
 
 
 def test_a_session_with_nothing_run_collects_nothing():
