@@ -57,7 +57,8 @@ typedef enum {
 } PJRT_Extension_Type;
 
 /* Every extension struct starts with this; they form a singly linked list
- * hanging off PJRT_Api.extension_start (pjrt-ref offers none: NULL). */
+ * hanging off PJRT_Api.extension_start (pjrt-ref offers the profiler
+ * extension: capi_shim/pjrt_profiler_extension.h). */
 typedef struct PJRT_Extension_Base {
   size_t struct_size;
   PJRT_Extension_Type type;
