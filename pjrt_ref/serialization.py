@@ -12,7 +12,8 @@ header and closed by a SHA-256 digest. All integers are little-endian.
         12     4  flags               uint32, must be 0
         16     8  options_size (N)    uint64, CompileOptionsProto bytes
         24     8  program_size (M)    uint64, program bytes (M >= 1)
-        32     N  compile options     opaque to pjrt-ref (never parsed)
+        32     N  compile options     as given; read like PJRT_Client_Compile's
+                                      (pjrt_ref/compile_options.py)
       32+N     M  program             as given to PJRT_Client_Compile
     32+N+M    32  digest              SHA-256 of bytes [0, 32+N+M)
 
@@ -24,7 +25,9 @@ handed to the same loader `PJRT_Client_Compile` uses.
 
 Safety: deserialization never unpickles, never evaluates, never imports
 anything named by the input; the only interpretation of the payload is
-`struct.unpack` of the header and the StableHLO parser. The digest is not a
+`struct.unpack` of the header, the protobuf wire-format reader of the
+compile options' counts and device assignment (pjrt_ref/compile_options.py),
+and the StableHLO parser. The digest is not a
 signature: it catches truncation, bit rot and careless edits, and anyone can
 recompute it. A blob is therefore exactly as trusted as a program passed to
 `PJRT_Client_Compile`, no more.

@@ -150,9 +150,13 @@ def test_a_pickle_in_the_blob_is_never_unpickled(api, client):
         with pytest.raises(PjrtCallError):
             api.deserialize(client, data)
     assert not _Marker.ran
-    loaded = api.deserialize(client, _reframe(PROGRAM.encode(), options=payload))   # options stay opaque
+    # The options are read as the CompileOptionsProto they claim to be (for the
+    # replica/partition counts and device assignment), never unpickled.
+    with pytest.raises(PjrtCallError, match="CompileOptionsProto") as info:
+        api.deserialize(client, _reframe(PROGRAM.encode(), options=payload))
+    assert info.value.code == INVALID_ARGUMENT and not _Marker.ran
+    loaded = api.deserialize(client, _reframe(PROGRAM.encode()))
     np.testing.assert_array_equal(_run(api, client, loaded), [0, 4, 8, 12])
-    assert not _Marker.ran
     api.call("PJRT_LoadedExecutable_Destroy", executable=loaded)
 
 
