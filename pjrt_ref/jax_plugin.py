@@ -55,6 +55,13 @@ def initialize() -> None:
         _allow_donation()
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
         pass
+    if xla_bridge.is_known_platform(PLATFORM):
+        _install_callback_lowering()
+    else:   # registered from PJRT_NAMES_AND_LIBRARY_PATHS, after us: lowering rules must wait
+        xla_bridge.register_plugin_callbacks(lambda **_: _install_callback_lowering())
+
+
+def _install_callback_lowering() -> None:
     try:
         _lower_callbacks_with_send_recv()
     except (ImportError, AttributeError, NotImplementedError):  # pragma: no cover - a future JAX
