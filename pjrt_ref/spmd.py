@@ -16,9 +16,11 @@ serialization (StableHLO >= 1.11) the `sdy` dialect arrives untouched:
         sdy.return %s : tensor<2x2xf32>
       } : (tensor<8x2xf32>) -> tensor<2x2xf32>
 
-(With `jax_use_shardy_partitioner=False` the same information comes as
-`mhlo.sharding = "{devices=[4,1]<=[4]}"` strings; entry arguments and results
-in that spelling are read too, see `spmd_layout`.)
+With `jax_use_shardy_partitioner=False` the same information comes in
+GSPMD's spelling: `mhlo.sharding = "{devices=[4,1]<=[4]}"` strings on
+arguments, results and `custom_call @Sharding`, and shard_map's body between
+`custom_call @SPMDFullToShardShape` and `@SPMDShardToFullShape` (see
+`spmd_layout` for both spellings of a sharding).
 
 What this module does with it, correct by construction rather than fast:
 
@@ -37,7 +39,10 @@ What this module does with it, correct by construction rather than fast:
    thread as process (0, partition) of the StableHLO process grid, so its
    collectives (psum, all_gather, ppermute, psum_scatter, ...) meet across
    devices exactly as the spec's process-grid semantics say; the local
-   results are put back together by `out_shardings`.
+   results are put back together by `out_shardings` (`spmd_manual`).
+   GSPMD's manual regions are not region ops, so a program with them runs
+   whole on every device instead: the global parts redundantly, the part
+   between the shard-shape markers on local shards.
 
 Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
 
@@ -49,7 +54,15 @@ Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
     runner.argument_shard_shapes(d), runner.output_shard_shapes(d)
     # what PJRT reports per device: PJRT_Executable_OutputDimensions and the
     # buffers' dims for a partitioned executable are the per-device shard
-    # shapes, not the global program's result types.
+    # shapes, not the global program's result types (jaxlib's IFRT takes the
+    # per-device shapes from OutputDimensions when the compile options allow
+    # sharding propagation to the outputs, as for shard_map).
+    runner.optimized_program_text()
+    # PJRT_Executable_OptimizedProgram: the C API client reads the
+    # executable's parameter and output shardings from it (module attributes
+    # mhlo.spmd_parameters_shardings / mhlo.spmd_output_sharding); JAX needs
+    # them for outputs whose sharding it left to the compiler, and IFRT
+    # derives every output's shard shape from them otherwise.
 
 The runner touches no MLIR object when it runs. Programs with both
 replicas and partitions (num_replicas > 1 and num_partitions > 1) are not
@@ -57,14 +70,18 @@ supported; JAX's jit and shard_map produce num_replicas = 1.
 """
 from __future__ import annotations
 
-import contextvars
 import re
 import threading
 import numpy as np
 
-from .errors import InvalidArgument, PjrtRefError, Unimplemented
-from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes, parse_mesh,
+from .errors import InvalidArgument, Unimplemented
+from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_mesh,
                           parse_sharding_per_value, parse_tensor_sharding, replicated)
+from .spmd_manual import (FULL_SHARDING_ATTR, PartitionedRun, current_partitioned_run,
+                          run_on_grid, run_with)
+
+__all__ = ["make_partitioned_runner", "runner_for_executable", "PartitionedRunner",
+           "current_partitioned_run"]
 
 
 def make_partitioned_runner(program, *, num_partitions: int, num_replicas: int) -> "PartitionedRunner":
@@ -106,6 +123,12 @@ class PartitionedRunner:
         self.num_replicas = num_replicas
         self.devices = list(range(num_partitions * num_replicas))
         self._optimized_text: str | None = None
+        # A program with GSPMD manual regions runs whole on every device; its
+        # SPMDFullToShardShape ops first learn their operand's sharding.
+        self.per_device_program = None
+        if "SPMDFullToShardShape" in program.text:
+            from .interpreter import load
+            self.per_device_program = load(annotate_full_to_shard(program.text))
         module = program._module
         self.meshes = _read_meshes(module)
         func = _entry_function(module, program.entry)
@@ -170,15 +193,27 @@ class PartitionedRunner:
             raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
                                   f"got arguments for {len(per_device_arguments)}")
         global_arguments = self.assemble_arguments(per_device_arguments)
-        run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions)
-        reset = _PARTITIONED_RUN.set(run)
-        try:
-            results = self.program(*global_arguments)
-        finally:
-            _PARTITIONED_RUN.reset(reset)
+        if self.per_device_program is None:
+            run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions)
+            results = run_with(run, lambda: self.program(*global_arguments))
+            per_device_results = [results] * len(self.devices)
+        else:
+            per_device_results = self.run_on_every_device(global_arguments)
         return [[layout.cut(np.asarray(result), device, f"result {i}")
                  for i, (layout, result) in enumerate(zip(self.result_layouts, results))]
-                for device in self.devices]
+                for device, results in zip(self.devices, per_device_results)]
+
+    def run_on_every_device(self, global_arguments: list) -> list[list]:
+        """GSPMD manual regions: the whole program on every device, one thread each
+        (see `spmd_manual`); every device's results."""
+        program = self.per_device_program
+        arguments = program.check_arguments(global_arguments)
+        run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
+
+        def job() -> list:
+            return run_with(run, lambda: program.function.run(list(arguments)))
+        return run_on_grid(None, self.num_replicas, self.num_partitions,
+                           [job for _ in self.devices])
 
     def assemble_arguments(self, per_device_arguments) -> list[np.ndarray]:
         """Each global argument, from the shards of the devices that hold its tiles."""
@@ -231,7 +266,7 @@ class PartitionedRunner:
                 .layout(self.meshes)
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
             return parse_tensor_sharding(attrs["sharding"]).layout(self.meshes)
-        if op.name == "stablehlo.custom_call" and attrs.get("call_target_name") == "Sharding" \
+        if _custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)
         if op.name not in _ELEMENTWISE:
@@ -244,107 +279,40 @@ class PartitionedRunner:
         return None
 
 
-# ---------------------------------------------------------------- manual regions
-class PartitionedRun:
-    """The state of one partitioned execute that manual regions need."""
+def annotate_full_to_shard(text: str) -> str:
+    """`text` with each `@SPMDFullToShardShape` carrying the sharding of its
+    operand (`FULL_SHARDING_ATTR`), read from the `@Sharding` op that makes
+    the operand: the kernel must know which tile of the global value is this
+    device's, and only its producer says."""
+    from jaxlib.mlir import ir
+    from .interpreter.loader import make_context
 
-    def __init__(self, meshes: dict, num_replicas: int, num_partitions: int) -> None:
-        self.meshes = meshes
-        self.num_replicas = num_replicas
-        self.num_partitions = num_partitions
-
-    def run_manual_computation(self, op, operands, body) -> list[np.ndarray]:
-        """`sdy.manual_computation`: the body once per device, on local shards.
-
-        The local shard of an operand is cut by the manual axes of its
-        `in_shardings` entry only (free axes stay global inside the body, as
-        Shardy's partial-manual semantics say); every device runs the body,
-        devices that differ only in free axes compute the same local values.
-        """
-        in_layouts, out_layouts = _manual_layouts(op, self.meshes)
-        devices = range(self.num_replicas * self.num_partitions)
-        if len(in_layouts) != len(operands):
-            raise op.error(f"{len(in_layouts)} in_shardings for {len(operands)} operands")
-        local_args = {d: [layout.cut(np.asarray(x), d, f"operand {i} of {op.name}")
-                          for i, (layout, x) in enumerate(zip(in_layouts, operands))]
-                      for d in devices}
-        for i, (arg, ttype) in enumerate(zip(local_args[0], body.arg_types)):
-            if hasattr(ttype, "shape") and tuple(arg.shape) != _shape(ttype):
-                raise op.error(f"operand {i}: the local shard has shape {list(arg.shape)}, "
-                               f"the body takes {list(_shape(ttype))}")
-        local_results = run_on_process_grid(op, body, local_args, self.num_replicas,
-                                            self.num_partitions)
-        return [layout.assemble({d: local_results[d][i] for d in devices}, _shape(t), t.dtype,
-                                f"result {i} of {op.name}")
-                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        for op in _walk(module.operation):
+            if _custom_call_target(op) != "SPMDFullToShardShape":
+                continue
+            producer = op.operands[0].owner
+            producer = getattr(producer, "operation", producer)
+            if _custom_call_target(producer) != "Sharding" or "mhlo.sharding" not in producer.attributes:
+                raise Unimplemented("SPMDFullToShardShape whose operand is not made by a "
+                                    "@Sharding custom call")
+            op.attributes[FULL_SHARDING_ATTR] = producer.attributes["mhlo.sharding"]
+        return str(module)
 
 
-_PARTITIONED_RUN: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_partitioned_run",
-                                                                  default=None)
+def _walk(op):
+    yield op
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield from _walk(child.operation)
 
 
-def current_partitioned_run() -> PartitionedRun | None:
-    """The partitioned execute this thread is the global part of, if any."""
-    return _PARTITIONED_RUN.get()
-
-
-def run_on_process_grid(op, body, local_args: dict, num_replicas: int,
-                        num_partitions: int) -> dict:
-    """Run `body` as every process of a fresh grid, one thread each.
-
-    Each thread runs in a copy of the caller's context (so host callbacks
-    and debug switches attached by the plugin still apply) with its own
-    frame, marked as process (replica, partition) for the collectives.
-    """
-    from .interpreter.ops import collective_grid as grid_module
-    from .interpreter.plan import run_block
-
-    grid = grid_module.ProcessGrid(num_replicas, num_partitions)
-    outcomes: dict = {}
-
-    def work(device: int, context: contextvars.Context) -> None:
-        process = grid_module.Process(divmod(device, num_partitions), grid)
-
-        def as_process():
-            # The process-grid module keeps the running process in a context
-            # variable; run_process would also swap the host channel, which
-            # must stay the plugin's here.
-            grid_module._CURRENT_PROCESS.set(process)
-            _PARTITIONED_RUN.set(None)   # a nested manual region is not supported
-            with np.errstate(all="ignore"):
-                return run_block(body.plan, list(body.frame), local_args[device])
-        try:
-            outcomes[device] = context.run(as_process)
-        except BaseException as error:  # reported below, after every thread ends
-            outcomes[device] = error
-            grid.mailbox.fail(error)
-
-    threads = [threading.Thread(target=work, args=(d, contextvars.copy_context()), daemon=True)
-               for d in sorted(local_args)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    errors = [o for o in outcomes.values() if isinstance(o, BaseException)]
-    if errors:
-        first = next((e for e in errors if "another process failed" not in str(e)), errors[0])
-        if isinstance(first, PjrtRefError):
-            raise first
-        raise op.error(f"a device failed: {type(first).__name__}: {first}") from first
-    return outcomes
-
-
-def _manual_layouts(op, meshes: dict) -> tuple[list[Layout], list[Layout]]:
-    """The local layouts of a manual computation's operands and results (cached on the op)."""
-    cached = op.cache.get("spmd_manual_layouts")
-    if cached is None:
-        manual = parse_manual_axes(op.attrs.get("manual_axes", ""))
-        ins = [s.layout(meshes, keep_axes=manual)
-               for s in parse_sharding_per_value(op.attrs["in_shardings"])]
-        outs = [s.layout(meshes, keep_axes=manual)
-                for s in parse_sharding_per_value(op.attrs["out_shardings"])]
-        cached = op.cache["spmd_manual_layouts"] = (ins, outs)
-    return cached
+def _custom_call_target(op) -> str | None:
+    if getattr(op, "name", None) != "stablehlo.custom_call":
+        return None
+    return _text(op.attributes["call_target_name"])
 
 
 # --------------------------------------------------------------- reading the module

@@ -45,10 +45,26 @@ def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
         return pickle.load(handle)
 
 
+CPU_4 = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+PJRT_REF_4 = {"JAX_PLATFORMS": "pjrt_ref", "PJRT_REF_NUM_DEVICES": "4"}
+# JAX's default sends Shardy; this switch makes it send GSPMD's mhlo.sharding
+# strings and @SPMDFullToShardShape / @SPMDShardToFullShape instead.
+GSPMD = {"JAX_USE_SHARDY_PARTITIONER": "false"}
+
+
 @pytest.fixture(scope="module")
 def cpu_oracle(tmp_path_factory) -> dict:
-    return run_cases(tmp_path_factory, "cpu", JAX_PLATFORMS="cpu",
-                     XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    return run_cases(tmp_path_factory, "cpu", **CPU_4)
+
+
+@pytest.fixture(scope="module")
+def gspmd_cpu_oracle(tmp_path_factory) -> dict:
+    return run_cases(tmp_path_factory, "gspmd_cpu", **CPU_4, **GSPMD)
+
+
+@pytest.fixture(params=["shardy", "gspmd"])
+def oracle(request, cpu_oracle, gspmd_cpu_oracle) -> dict:
+    return cpu_oracle if request.param == "shardy" else gspmd_cpu_oracle
 
 
 def assert_same_shards(ours: list[list[np.ndarray]], oracle: list[list[np.ndarray]], name: str):
@@ -67,8 +83,8 @@ def same_layout(ours: str, theirs: str, rank: int) -> bool:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_partitioned_runner_matches_jax_cpu(cpu_oracle, name):
-    case = cpu_oracle[name]
+def test_partitioned_runner_matches_jax_cpu(oracle, name):
+    case = oracle[name]
     program = load(case["text"])
     runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
     outputs = runner([[shards[d] for shards in case["arguments"]] for d in range(4)])
@@ -113,11 +129,27 @@ def test_uneven_sharding_is_unimplemented():
         make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
 
 
-def test_end_to_end_on_four_pjrt_ref_devices(cpu_oracle, tmp_path_factory):
-    ours = run_cases(tmp_path_factory, "pjrt_ref", JAX_PLATFORMS="pjrt_ref",
-                     PJRT_REF_NUM_DEVICES="4")
+def assert_same_end_to_end(ours: dict, oracle: dict) -> None:
     for name in CASES:
-        assert ours[name]["specs"] == cpu_oracle[name]["specs"], name
-        assert ours[name]["shard_shapes"] == cpu_oracle[name]["shard_shapes"], name
+        assert ours[name]["specs"] == oracle[name]["specs"], name
+        assert ours[name]["shard_shapes"] == oracle[name]["shard_shapes"], name
         per_device = [list(row) for row in zip(*ours[name]["outputs"])]
-        assert_same_shards(per_device, cpu_oracle[name]["outputs"], name)
+        assert_same_shards(per_device, oracle[name]["outputs"], name)
+
+
+def test_end_to_end_on_four_pjrt_ref_devices(cpu_oracle, tmp_path_factory):
+    assert_same_end_to_end(run_cases(tmp_path_factory, "pjrt_ref", **PJRT_REF_4), cpu_oracle)
+
+
+def test_end_to_end_gspmd_on_four_pjrt_ref_devices(gspmd_cpu_oracle, tmp_path_factory):
+    assert_same_end_to_end(run_cases(tmp_path_factory, "gspmd_pjrt_ref", **PJRT_REF_4, **GSPMD),
+                           gspmd_cpu_oracle)
+
+
+def test_gspmd_manual_region_alone_is_an_error(gspmd_cpu_oracle):
+    """Called as one process, a shard-shape marker that changes the shape is
+    UNIMPLEMENTED naming the op, not a silently wrong shape."""
+    program = load(gspmd_cpu_oracle["shard_map_collectives"]["text"])
+    x = np.zeros((8, 4), np.float32)
+    with pytest.raises(Unimplemented, match="SPMDFullToShardShape changes the shape"):
+        program(x)

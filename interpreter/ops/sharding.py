@@ -2,27 +2,63 @@
 
 JAX marks values with `sdy.sharding_constraint` / `sdy.reshard` (Shardy) or
 `stablehlo.custom_call @Sharding` (GSPMD), and wraps `shard_map` bodies in
-`sdy.manual_computation` (or `@SPMDFullToShardShape` / `@SPMDShardToFullShape`).
+`sdy.manual_computation` (Shardy) or between `@SPMDFullToShardShape` and
+`@SPMDShardToFullShape` (GSPMD).
 
 The interpreter computes on global values, so every annotation is the
 identity: a sharding says where the pieces of a value live, not what the
-value is. A manual computation is different: its body is written per
-device. Inside a partitioned execute (`pjrt_ref/spmd.py`) the body runs
-once per device on that device's local shards, with collectives meeting
-across devices; on its own (one device) the local shard is the whole array
-and the body runs once.
+value is. A manual region is different: it is written per device. Inside a
+partitioned execute (`pjrt_ref/spmd.py`, `pjrt_ref/spmd_manual.py`) it runs
+per device on that device's local shards, with collectives meeting across
+devices. On its own (one device) the local shard is the whole array: the
+body runs once, and a shard-shape marker that would change the shape is an
+error.
 """
 from __future__ import annotations
 
+from ...errors import Unimplemented
 from ..registry import register, register_custom_call
 
 
-@register_custom_call("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
-                      "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape",
-                      "xla.sdy.FuncResultSharding")
+def _partitioned_run():
+    from ...spmd_manual import current_partitioned_run
+
+    return current_partitioned_run()
+
+
+@register_custom_call("Sharding", "xla.sdy.FuncResultSharding")
 def sharding_annotation(op, *operands):
-    """The value itself: on one device the shard is the whole array."""
+    """The value itself: a sharding does not change a global value."""
     return operands[0] if len(operands) == 1 else tuple(operands)
+
+
+def _same_shape_identity(op, operand):
+    """On one device a full-to-shard (or back) marker is the identity, if the
+    shard is the whole array; otherwise the program needs several devices."""
+    if tuple(getattr(operand, "shape", ())) != tuple(op.result_type.shape):
+        raise op.error(f"{op.attrs.get('call_target_name')} changes the shape "
+                       f"{list(operand.shape)} -> {list(op.result_type.shape)}: the program "
+                       "is partitioned and needs a partitioned execute (PJRT_REF_NUM_DEVICES)",
+                       cls=Unimplemented)
+    return operand
+
+
+@register_custom_call("SPMDFullToShardShape", "xla.sdy.GlobalToLocalShape")
+def full_to_shard_shape(op, operand):
+    """GSPMD's entry into a manual region: this device's shard of the value."""
+    run = _partitioned_run()
+    if run is not None and run.per_device:
+        return run.full_to_shard(op, operand)
+    return _same_shape_identity(op, operand)
+
+
+@register_custom_call("SPMDShardToFullShape", "xla.sdy.LocalToGlobalShape")
+def shard_to_full_shape(op, operand):
+    """GSPMD's exit from a manual region: the global value from every device's shard."""
+    run = _partitioned_run()
+    if run is not None and run.per_device:
+        return run.shard_to_full(op, operand)
+    return _same_shape_identity(op, operand)
 
 
 @register("sdy.sharding_constraint", "sdy.reshard")
@@ -34,11 +70,9 @@ def sharding_constraint(op, operand):
 @register("sdy.manual_computation")
 def manual_computation(op, *operands, regions):
     """Shardy's manual computation (shard_map): per device in a partitioned
-    execute (see `pjrt_ref.spmd.PartitionedRun.run_manual_computation`),
-    else its body run once on the whole arrays."""
-    from ...spmd import current_partitioned_run
-
-    run = current_partitioned_run()
+    execute (`PartitionedRun.run_manual_computation`), else its body run
+    once on the whole arrays."""
+    run = _partitioned_run()
     if run is not None:
         results = run.run_manual_computation(op, operands, regions[0])
     else:

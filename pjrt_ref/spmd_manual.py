@@ -1,0 +1,188 @@
+"""Manual regions of a partitioned execute: the parts of a program written per device.
+
+`shard_map` lowers its body to a region that is written per device (local
+shapes, collectives across devices), in one of two spellings:
+
+- Shardy (JAX's default): `sdy.manual_computation(%x) in_shardings=[...]
+  out_shardings=[...] manual_axes={"x"} (%local) { ... sdy.return ... }`,
+  a region op. The partitioned execute runs the global program once and,
+  at this op, cuts each operand into the devices' local shards, runs the
+  body once per device on its own thread (process (0, partition) of a
+  fresh StableHLO process grid, so the body's collectives meet across
+  devices) and puts the local results back together by `out_shardings`
+  (`PartitionedRun.run_manual_computation`).
+- GSPMD (`jax_use_shardy_partitioner=False`): no region, only markers in the
+  data flow: `custom_call @SPMDFullToShardShape` turns a global value into
+  the device's local shard, `custom_call @SPMDShardToFullShape` turns local
+  values back into a global one, and everything in between is per device.
+  Such a program runs whole on every device (`per_device` mode): the global
+  parts are computed redundantly (identical on every device), FullToShard
+  cuts this device's shard, ShardToFull exchanges the devices' local values
+  through the grid's mailbox and assembles them.
+
+Kernels in `interpreter/ops/sharding.py` call in here when
+`current_partitioned_run()` is set, i.e. inside `pjrt_ref/spmd.py`'s runner.
+"""
+from __future__ import annotations
+
+import contextvars
+
+import numpy as np
+
+from .errors import PjrtRefError, Unimplemented
+from .spmd_layout import Layout, parse_hlo_sharding, parse_manual_axes, parse_sharding_per_value
+
+# The attribute `spmd.annotate_full_to_shard` gives every SPMDFullToShardShape:
+# the HloSharding of its (global) operand, read from the @Sharding op before it.
+FULL_SHARDING_ATTR = "pjrt_ref.full_sharding"
+
+
+class PartitionedRun:
+    """The state of one partitioned execute that manual regions need."""
+
+    def __init__(self, meshes: dict, num_replicas: int, num_partitions: int, *,
+                 per_device: bool = False, inside_manual: bool = False) -> None:
+        self.meshes = meshes
+        self.num_replicas = num_replicas
+        self.num_partitions = num_partitions
+        self.per_device = per_device          # the whole program runs on every device
+        self.inside_manual = inside_manual    # this thread runs a manual body
+        self.devices = range(num_replicas * num_partitions)
+
+    # -- Shardy ---------------------------------------------------------------
+    def run_manual_computation(self, op, operands, body) -> list[np.ndarray]:
+        """`sdy.manual_computation`: the body once per device, on local shards.
+
+        The local shard of an operand is cut by the manual axes of its
+        `in_shardings` entry only (free axes stay global inside the body, as
+        Shardy's partial-manual semantics say); every device runs the body,
+        and devices that differ only in free axes compute the same values.
+        """
+        if self.inside_manual or self.per_device:
+            raise op.error("a shard_map inside a shard_map (or mixed with GSPMD manual "
+                           "regions) is not supported by the reference partitioner",
+                           cls=Unimplemented)
+        in_layouts, out_layouts = _manual_layouts(op, self.meshes)
+        if len(in_layouts) != len(operands):
+            raise op.error(f"{len(in_layouts)} in_shardings for {len(operands)} operands")
+        local_args = {d: [layout.cut(np.asarray(x), d, f"operand {i} of {op.name}")
+                          for i, (layout, x) in enumerate(zip(in_layouts, operands))]
+                      for d in self.devices}
+        for i, (arg, ttype) in enumerate(zip(local_args[0], body.arg_types)):
+            if hasattr(ttype, "shape") and tuple(arg.shape) != tuple(ttype.shape):
+                raise op.error(f"operand {i}: the local shard has shape {list(arg.shape)}, "
+                               f"the body takes {list(ttype.shape)}")
+        local_results = self.run_body_per_device(op, body, local_args)
+        return [layout.assemble({d: local_results[d][i] for d in self.devices},
+                                tuple(t.shape), t.dtype, f"result {i} of {op.name}")
+                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+
+    def run_body_per_device(self, op, body, local_args: dict) -> dict:
+        """Run the region `body` as every process of a fresh grid, one thread each,
+        each in its own copy of the region's frame."""
+        from .interpreter.plan import run_block
+
+        inner = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
+                               inside_manual=True)
+
+        def job(device: int):
+            def work() -> list:
+                _PARTITIONED_RUN.set(inner)
+                with np.errstate(all="ignore"):
+                    return run_block(body.plan, list(body.frame), local_args[device])
+            return work
+        outcomes = run_on_grid(op, self.num_replicas, self.num_partitions,
+                               [job(d) for d in self.devices])
+        return dict(zip(self.devices, outcomes))
+
+    # -- GSPMD ----------------------------------------------------------------
+    def full_to_shard(self, op, operand) -> np.ndarray:
+        """`@SPMDFullToShardShape`: this device's shard of the global operand."""
+        text = op.attrs.get(FULL_SHARDING_ATTR)
+        if text is None:
+            raise op.error("SPMDFullToShardShape whose operand has no @Sharding",
+                           cls=Unimplemented)
+        layout = _cached_layout(op, text, np.ndim(operand), self.devices)
+        return layout.cut(np.asarray(operand), _this_device(self), f"operand of {op.name}")
+
+    def shard_to_full(self, op, local) -> np.ndarray:
+        """`@SPMDShardToFullShape`: the global value from every device's local value."""
+        from .interpreter.ops.collective_grid import current_process
+
+        process = current_process()
+        key = ("SPMDShardToFullShape", id(op))
+        key = key + (process.next_run(key),)
+        mailbox = process.grid.mailbox
+        mailbox.post(key + (process.id,), np.asarray(local), readers=len(self.devices))
+        shards = {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
+                  for d in self.devices}
+        ttype = op.result_type
+        layout = _cached_layout(op, op.attrs.get("mhlo.sharding", "{replicated}"),
+                                len(ttype.shape), self.devices)
+        return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
+
+
+_PARTITIONED_RUN: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_partitioned_run",
+                                                                  default=None)
+
+
+def current_partitioned_run() -> PartitionedRun | None:
+    """The partitioned execute this thread belongs to, if any."""
+    return _PARTITIONED_RUN.get()
+
+
+def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list) -> list:
+    """Run `jobs[d]()` as process `divmod(d, num_partitions)` of a fresh grid,
+    one thread each (`collective_grid.run_processes`); their results in order.
+    `op` (or None) names the failure if a job raises something other than a
+    pjrt-ref error."""
+    from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
+
+    grid = ProcessGrid(num_replicas, num_partitions)
+    try:
+        return run_processes(grid, [(Process(divmod(d, num_partitions), grid), job)
+                                    for d, job in enumerate(jobs)])
+    except PjrtRefError:
+        raise
+    except Exception as error:
+        message = f"a device failed: {type(error).__name__}: {error}"
+        if op is None:
+            raise Unimplemented(message) from error
+        raise op.error(message) from error
+
+
+def run_with(run: PartitionedRun, work):
+    """Call `work()` with `run` as this thread's partitioned execute."""
+    reset = _PARTITIONED_RUN.set(run)
+    try:
+        return work()
+    finally:
+        _PARTITIONED_RUN.reset(reset)
+
+
+def _this_device(run: PartitionedRun) -> int:
+    from .interpreter.ops.collective_grid import current_process
+
+    replica, partition = current_process().id
+    return replica * run.num_partitions + partition
+
+
+def _cached_layout(op, text: str, rank: int, devices) -> Layout:
+    key = ("spmd_layout", text, rank)
+    layout = op.cache.get(key)
+    if layout is None:
+        layout = op.cache[key] = parse_hlo_sharding(text, rank, devices)
+    return layout
+
+
+def _manual_layouts(op, meshes: dict) -> tuple[list[Layout], list[Layout]]:
+    """The local layouts of a manual computation's operands and results (cached on the op)."""
+    cached = op.cache.get("spmd_manual_layouts")
+    if cached is None:
+        manual = parse_manual_axes(op.attrs.get("manual_axes", ""))
+        ins = [s.layout(meshes, keep_axes=manual)
+               for s in parse_sharding_per_value(op.attrs["in_shardings"])]
+        outs = [s.layout(meshes, keep_axes=manual)
+                for s in parse_sharding_per_value(op.attrs["out_shardings"])]
+        cached = op.cache["spmd_manual_layouts"] = (ins, outs)
+    return cached
