@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from capi_calls import Api, PjrtCallError
-from test_jax_support import clean_env
+from test_jax_support import clean_env, run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,6 +131,20 @@ def test_output_appears_while_the_step_runs(reports):
     assert ours["order"] == cpu["order"] == ["before", "after"]
     seconds = ours["seconds"]
     assert seconds["call_to_before"] < seconds["before_to_after"], seconds
+
+
+def test_debug_print_when_the_plugin_is_registered_from_the_environment():
+    """PJRT_NAMES_AND_LIBRARY_PATHS registers pjrt_ref after the entry point ran."""
+    from pjrt_ref import library_path
+    proc = run_python("""
+        import jax, jax.numpy as jnp
+        f = jax.jit(lambda x: (jax.debug.print("x={}", x), x + 1)[1])
+        for platform in ("pjrt_ref", "cpu"):
+            with jax.default_device(jax.devices(platform)[0]):
+                print(platform, f(jnp.arange(3.0)))
+                jax.effects_barrier()
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_NAMES_AND_LIBRARY_PATHS=f"pjrt_ref:{library_path()}")
+    assert proc.stdout.splitlines() == ["x=[0. 1. 2.]", "pjrt_ref [1. 2. 3.]", "x=[0. 1. 2.]", "cpu [1. 2. 3.]"]
 
 
 # ------------------------------------------------- the C side, without JAX
