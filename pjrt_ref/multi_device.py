@@ -29,12 +29,14 @@ Two kinds of multi-device program arrive:
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Callable, ContextManager
 
 import numpy as np
 
 from .buffer import Buffer
 from .compile_options import DeviceAssignment
+from .debug import live_profile
 from .errors import Internal, InvalidArgument
 
 # ------------------------------------------------------------- placement
@@ -86,7 +88,11 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int],
         raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), "
                               f"got {len(argument_lists)} argument lists")
     arrays = [[buffer.array for buffer in row] for row in argument_lists]
+    start = time.perf_counter()
     outputs = runner_for(exe)(arrays, loaded.logical_ids(), device_context or _no_context)
+    if live_profile.recording():    # PJRT_REF_PROFILE / jax.profiler.trace (pjrt_ref/debug/live_profile.py)
+        live_profile.record_and_profile(f"execute {exe.name}", "execute", start, time.perf_counter(),
+                                        {"devices": len(loaded.devices)})
     if len(outputs) != len(loaded.devices):
         raise Internal(f"{len(outputs)} output lists for {len(loaded.devices)} devices")
     for row in argument_lists:
@@ -146,11 +152,13 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
 
     device_context = device_context or _no_context
     checked = [program.check_arguments(row) for row in arrays]
+    # Under jax.profiler.trace: the plan with every op instrumented (pjrt_ref/debug/live_profile.py).
+    function = live_profile.traced_plan(program) if live_profile.ACTIVE else program.function
 
     def job(index: int) -> Callable[[], list]:
         def work() -> list:
             with device_context(index):
-                return program.function.run(checked[index])
+                return function.run(checked[index])
         return work
 
     grid = ProcessGrid(num_replicas, num_partitions)

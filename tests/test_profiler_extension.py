@@ -229,6 +229,35 @@ def test_outside_a_trace_the_optimised_plan_runs_and_nothing_is_kept():
     _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)
 
 
+def test_a_multi_device_run_has_each_devices_ops_on_its_own_thread():
+    from pjrt_ref.client import Client
+
+    profiler_api = _extension().profiler_api
+    client = Client({"num_devices": 2})
+    code = b"""module @two attributes {mhlo.num_replicas = 2 : i32} {
+      func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+        %y = stablehlo.tanh %x : tensor<3xf32> loc("user.py":7:3)
+        return %y : tensor<3xf32>
+      }
+    }"""
+    loaded = client.compile(code, "mlir", b"")
+    rows = [[client.buffer_from_array(np.full(3, float(d), np.float32), device)]
+            for d, device in enumerate(loaded.devices)]
+    profiler = _session(profiler_api)
+    _call(profiler_api.start, "PLUGIN_Profiler_Start_Args", profiler=profiler)
+    outputs = loaded.execute_on_devices(rows, set())
+    _call(profiler_api.stop, "PLUGIN_Profiler_Stop_Args", profiler=profiler)
+    for d, (out,) in enumerate(outputs):
+        np.testing.assert_allclose(out.array, np.tanh(np.full(3, float(d), np.float32)), rtol=1e-6)
+    (plane_bytes,) = fields(_collect(profiler_api, profiler))[1]
+    events = decode_plane(plane_bytes)["events"]
+    tanh_lines = {line for line, name, *_ in events if name == "stablehlo.tanh"}
+    assert len(tanh_lines) == 2                          # one per device thread
+    (execute,) = [event for event in events if event[1] == "execute two"]
+    assert execute[4]["devices"] == 2
+    _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)
+
+
 def test_a_session_with_nothing_run_collects_nothing():
     profiler_api = _extension().profiler_api
     profiler = _session(profiler_api)

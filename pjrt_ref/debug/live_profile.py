@@ -16,6 +16,7 @@ they run the normal, optimised one, and the only cost left is reading
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -28,6 +29,7 @@ _LOCK = threading.Lock()
 _STARTED: list["TraceSession"] = []
 _TRACED_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Program -> FunctionPlan
 _PLANNING = threading.Lock()
+_PROFILE_FILE = bool(os.environ.get("PJRT_REF_PROFILE"))
 
 
 class TraceSession:
@@ -73,6 +75,11 @@ def record(name: str, category: str, start: float, end: float, args: dict) -> No
     thread = threading.get_native_id()
     for session in list(_STARTED):
         session.add(name, category, start, end, thread, args)
+
+
+def recording() -> bool:
+    """Whether compile/execute slices are wanted now: a trace is active or PJRT_REF_PROFILE is set."""
+    return ACTIVE or _PROFILE_FILE
 
 
 def record_and_profile(name: str, category: str, start: float, end: float, args: dict) -> None:
