@@ -30,8 +30,11 @@ def scenario(fn):
 
 
 def plain(value):
-    """JSON-able form of a pytree of arrays (dtype and values)."""
-    return jax.tree_util.tree_map(lambda a: [str(np.asarray(a).dtype), np.asarray(a).tolist()], value)
+    """JSON-able form of a pytree of arrays: dtype, shape and the values' bytes (hex)."""
+    def leaf(a):
+        a = np.asarray(a)
+        return [str(a.dtype), list(a.shape), np.ascontiguousarray(a).tobytes().hex()]
+    return jax.tree_util.tree_map(leaf, value)
 
 
 class Log(list):
@@ -172,6 +175,48 @@ def debug_callback():
     result = f(jnp.arange(4, dtype=jnp.int32))
     jax.effects_barrier()
     return {"calls": log, "result": plain(result)}
+
+
+@scenario
+def callback_dtypes():
+    """Every element type JAX can pass crosses the send/recv boundary unchanged."""
+    values = (jnp.array([1.5, -2.25], jnp.bfloat16), jnp.array([0.5, 65504], jnp.float16),
+              jnp.array([True, False, True]), jnp.array([-128, 127], jnp.int8),
+              jnp.array([0, 2**32 - 1], jnp.uint32), jnp.array([1 + 2j, -3j], jnp.complex64),
+              jnp.array([[1, 2], [3, 4]], jnp.int16)[:, ::-1])
+
+    def host(*arrays):
+        return tuple(np.asarray(a)[::-1].copy() for a in arrays)
+
+    shapes = tuple(jax.ShapeDtypeStruct(v.shape, v.dtype) for v in values)
+    return {"result": plain(jax.jit(lambda *v: jax.pure_callback(host, shapes, *v))(*values))}
+
+
+@scenario
+def print_under_grad():
+    def loss(w):
+        jax.debug.print("w={}", w)
+        return jnp.sum(jnp.sin(w) ** 2)
+    return {"result": plain(jax.jit(jax.grad(loss))(jnp.arange(3.0)))}
+
+
+@scenario
+def io_callback_in_cond_and_while():
+    log = Log()
+
+    def note(i):
+        log.record(i)
+        return i * 2
+
+    def body(carry):
+        i, acc = carry
+        extra = jax.lax.cond(i % 2 == 0,
+                             lambda: io_callback(note, jax.ShapeDtypeStruct((), jnp.int32), i, ordered=True),
+                             lambda: jnp.int32(0))
+        return i + 1, acc + extra
+
+    out = jax.jit(lambda n: jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), jnp.int32(0))))(5)
+    return {"calls": log, "result": plain(out)}
 
 
 def _error_of(fn) -> dict:

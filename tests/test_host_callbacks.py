@@ -75,6 +75,12 @@ def test_debug_print_under_vmap_prints_the_batch(reports):
     assert ours["result"] == cpu["result"]
 
 
+def test_debug_print_under_grad_prints_the_primal(reports):
+    ours, cpu = _both(reports, "print_under_grad")
+    assert ours["printed"] == cpu["printed"] == "w=[0. 1. 2.]\n"
+    assert ours["result"] == cpu["result"]
+
+
 def test_debug_callback(reports):
     ours, cpu = _both(reports, "debug_callback")
     assert len(ours["calls"]) == 1 and ours["calls"] == cpu["calls"]
@@ -95,6 +101,12 @@ def test_io_callback(reports, name):
     assert ours["result"] == cpu["result"]
 
 
+def test_ordered_io_callback_in_cond_inside_while(reports):
+    ours, cpu = _both(reports, "io_callback_in_cond_and_while")
+    assert len(ours["calls"]) == 3 and ours["calls"] == cpu["calls"]     # iterations 0, 2, 4
+    assert ours["result"] == cpu["result"]
+
+
 # ----------------------------------------------------------- pure_callback
 @pytest.mark.parametrize("method, calls", [("sequential", 3), ("broadcast_all", 1), ("expand_dims", 1)])
 def test_pure_callback_under_vmap(reports, method, calls):
@@ -107,6 +119,12 @@ def test_pure_callback_with_several_results_in_a_pytree(reports):
     ours, cpu = _both(reports, "pure_callback_pytree_results")
     assert ours["result"] == cpu["result"]
     assert set(ours["result"]) == {"doubled", "stats", "scaled", "empty"}
+
+
+def test_every_element_type_crosses_unchanged(reports):
+    """bf16, f16, bool, int8, uint32, complex64 and a transposed int16 view, bit for bit."""
+    ours, cpu = _both(reports, "callback_dtypes")
+    assert len(ours["result"]) == 7 and ours["result"] == cpu["result"]
 
 
 # ------------------------------------------------------------------ errors
