@@ -165,6 +165,47 @@ def test_debug_print_when_the_plugin_is_registered_from_the_environment():
     assert proc.stdout.splitlines() == ["x=[0. 1. 2.]", "pjrt_ref [1. 2. 3.]", "x=[0. 1. 2.]", "cpu [1. 2. 3.]"]
 
 
+SEVERAL_DEVICES = """
+import contextlib, io, json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+devices = jax.devices(sys.argv[1])[:2]
+report = {}
+
+def capture(name, fn):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = np.asarray(fn())
+        jax.effects_barrier()
+    report[name] = {"printed": sorted(out.getvalue().splitlines()), "result": result.tolist()}
+
+def each_device(x):
+    jax.debug.print("device sees {}", x)
+    return jax.pure_callback(lambda a: np.asarray(a * 10), jax.ShapeDtypeStruct(x.shape, x.dtype), x) + 1
+
+capture("pmap", lambda: jax.pmap(each_device, devices=devices)(jnp.arange(4.0).reshape(2, 2)))
+mesh = Mesh(np.array(devices), ("i",))
+x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("i")))
+capture("sharded_jit", lambda: jax.jit(each_device)(x))
+print(json.dumps(report))
+"""
+
+
+def test_callbacks_on_two_devices_pmap_and_sharded_jit():
+    """pmap runs the callbacks once per device; a sharded jit once, on the whole array."""
+    runs = {}
+    for platform, env in (("pjrt_ref", {"JAX_PLATFORMS": "pjrt_ref,cpu", "PJRT_REF_NUM_DEVICES": "2"}),
+                          ("cpu", {"JAX_PLATFORMS": "cpu",
+                                   "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})):
+        proc = run_python(SEVERAL_DEVICES.replace("sys.argv[1]", repr(platform)), **env)
+        runs[platform] = json.loads(proc.stdout.splitlines()[-1])
+    assert runs["pjrt_ref"] == runs["cpu"]
+    assert runs["pjrt_ref"]["pmap"]["printed"] == ["device sees [0. 1.]", "device sees [2. 3.]"]
+    assert runs["pjrt_ref"]["sharded_jit"]["printed"] == ["device sees [0. 1. 2. 3.]"]
+    assert runs["pjrt_ref"]["sharded_jit"]["result"] == [1.0, 11.0, 21.0, 31.0]
+
+
 # ------------------------------------------------- the C side, without JAX
 SEND_THEN_RECV = """
 func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
