@@ -4,6 +4,8 @@ semantics.
 `optimize_function(plan)` runs once on each planned function, before it first
 runs, and rewrites its steps:
 
+0. `dots`: a matrix product used only by a transpose of it computes the
+   transposed product directly (one pass instead of two).
 1. `fastpath`: elementwise steps on plain dtypes (f32/f64 and the 8- to
    64-bit integers) call numpy's ufunc directly instead of the generic
    kernel (which widens, rounds back and enters `np.errstate` per call).
@@ -58,11 +60,12 @@ def optimize_function(plan) -> None:
     _record_jit_setting(plan.body, jit_enabled())
     if not optimize_enabled():
         return
-    from . import blas, fastpath, heap
+    from . import blas, dots, fastpath, heap
 
     blas.limit_blas_threads()
     heap.keep_freed_memory()
 
+    dots.fold_transposes(plan.body)
     fastpath.specialize_region(plan.body)
     if jit_enabled():
         from . import fusion

@@ -1,0 +1,104 @@
+"""Plan-time rewrite: a matrix product whose only use is a transpose of it
+computes the transposed product directly.
+
+JAX's gradients of `x @ w` come out as `transpose(dot_general(g, x))`: the
+weight gradient is formed as (in, out)^T. Interpreted as written, the
+product is made in one layout and the transpose is a strided view that the
+next elementwise step copies (`ravel`) before it can loop over it: a second
+pass over the array. Since (A . B)^T = B^T . A^T, the pair becomes one step
+that computes `dot_general(rhs, lhs)` with the contracting dimensions
+swapped, which BLAS writes in the transposed layout at once.
+
+Each element is the same sum of the same products; BLAS may add them in
+another order when the operands swap roles, so results agree with the
+unrewritten plan up to the rounding of a dot product (as products split over
+threads do, see blas.py), not bit for bit.
+
+Applies to f32/f64 `dot_general` without batch dimensions whose result is
+2-d, used once, by `transpose` with permutation [1, 0].
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import OpInfo, Step
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def fold_transposes(region) -> None:
+    """Rewrite the pairs described above in `region` and in the bodies of
+    the control-flow ops inside it."""
+    from . import CONTROL_FLOW_OPS
+    from .fusion import count_uses
+
+    uses = count_uses(region)
+    producers = {step.results[0]: index for index, step in enumerate(region.steps)
+                 if _is_matrix_product(step)}
+    steps: list = list(region.steps)
+    folded = False
+    for index, step in enumerate(region.steps):
+        if step.op.name in CONTROL_FLOW_OPS:
+            for nested in step.regions:
+                fold_transposes(nested)
+        if not _swaps_two_dims(step):
+            continue
+        producer = producers.get(step.operands[0])
+        if producer is None or uses.get(step.operands[0]) != 1:
+            continue
+        steps[producer] = _transposed_product_step(region.steps[producer], step)
+        steps[index] = None
+        folded = True
+    if folded:
+        region.steps = [step for step in steps if step is not None]
+        region.runners = None
+
+
+def _is_matrix_product(step: Step) -> bool:
+    op = step.op
+    if op.name != "stablehlo.dot_general" or step.regions or len(step.results) != 1:
+        return False
+    numbers = op.attrs.get("dot_dimension_numbers")
+    if numbers is None or numbers.lhs_batching_dimensions:
+        return False
+    types = (*op.operand_types, op.result_type)
+    return (all(getattr(t, "quant", None) is None and getattr(t, "dtype", None) == op.result_type.dtype
+                for t in types)
+            and op.result_type.dtype in _FLOATS and len(op.result_type.shape) == 2)
+
+
+def _swaps_two_dims(step: Step) -> bool:
+    return (step.op.name == "stablehlo.transpose"
+            and tuple(step.op.attrs.get("permutation", ())) == (1, 0))
+
+
+def _transposed_product_step(product: Step, transpose: Step) -> Step:
+    """One step computing `transpose`'s result from `product`'s operands.
+    It keeps the product's name and location (errors and profiles point at
+    the dot_general)."""
+    numbers = product.op.attrs["dot_dimension_numbers"]
+    lhs_type, rhs_type = product.op.operand_types
+    swapped = dict(
+        lhs_contract=tuple(numbers.rhs_contracting_dimensions),
+        rhs_contract=tuple(numbers.lhs_contracting_dimensions),
+        lhs_free=_free_dims(rhs_type, numbers.rhs_contracting_dimensions),
+        rhs_free=_free_dims(lhs_type, numbers.lhs_contracting_dimensions),
+    )
+    info = OpInfo(product.op.name, product.op.location, {"swapped": swapped},
+                  (rhs_type, lhs_type), transpose.op.result_types, product.op.module)
+    return Step(kernel=_transposed_product, op=info,
+                operands=(product.operands[1], product.operands[0]), results=transpose.results)
+
+
+def _free_dims(ttype, contracting) -> tuple:
+    return tuple(d for d in range(len(ttype.shape)) if d not in contracting)
+
+
+def _transposed_product(op: OpInfo, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """`transpose(dot_general(rhs, lhs))`, computed as dot_general(lhs, rhs)
+    with `op`'s swapped dimension numbers (see the module docstring)."""
+    from ..ops.dot import matrix_product
+
+    dims = op.attrs["swapped"]
+    return matrix_product(lhs, rhs, dims["lhs_free"], dims["rhs_free"], dims["lhs_contract"],
+                          dims["rhs_contract"])
