@@ -62,6 +62,13 @@ def jit_cases():
     # No out_shardings: XLA's propagation chooses; element-wise ops keep x's sharding.
     yield ("jit_unspecified_out", jax.jit(lambda x: jnp.sin(x) * 2.0 + x),
            [put(m2, P("b", "a"), x)])
+    y = matrix(8, 6, 3)
+
+    def loss(w, x, y):
+        return jnp.mean((jnp.tanh(x @ w) - y) ** 2)
+    yield ("jit_train_step", jax.jit(lambda w, x, y: w - 0.1 * jax.grad(loss)(w, x, y),
+                                     out_shardings=NamedSharding(m1, P())),
+           [put(m1, P(), w), put(m1, P("x"), x), put(m1, P("x"), y)])
 
 
 def shard_map_cases():
@@ -92,6 +99,28 @@ def shard_map_cases():
            [put(m1, P("x"), x)])
 
 
+def more_shard_map_cases():
+    """Device order, all_to_all, a loop around a collective, partial manual axes."""
+    m1, m2 = mesh_1d(), mesh_2d()
+    reversed_mesh = Mesh(np.array(jax.devices()[:4])[::-1], ("x",))
+    x = matrix(8, 4, 4)
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    yield ("shard_map_reversed_mesh", jax.jit(jax.shard_map(
+        lambda v: jax.lax.ppermute(v, "x", ring) + jax.lax.axis_index("x").astype(jnp.float32),
+        mesh=reversed_mesh, in_specs=P("x"), out_specs=P("x"))), [put(reversed_mesh, P("x"), x)])
+    wide = matrix(4, 16, 5)
+    yield ("shard_map_all_to_all", jax.jit(jax.shard_map(
+        lambda v: jax.lax.all_to_all(v, "x", 0, 1, tiled=True), mesh=m1, in_specs=P(None, "x"),
+        out_specs=P("x"))), [put(m1, P(None, "x"), wide)])
+    yield ("shard_map_loop", jax.jit(jax.shard_map(
+        lambda v: jax.lax.fori_loop(0, 3, lambda i, c: jax.lax.psum(c, "x") / 4 + c, v),
+        mesh=m1, in_specs=P("x"), out_specs=P("x"), check_vma=False)), [put(m1, P("x"), x)])
+    # Manual over "a" only; "b" stays automatic inside the body.
+    yield ("shard_map_partial_manual", jax.jit(jax.shard_map(
+        lambda v: jax.lax.psum(jnp.sin(v), "a"), mesh=m2, in_specs=P("a"), out_specs=P(),
+        axis_names={"a"}, check_vma=False)), [put(m2, P("a", "b"), x)])
+
+
 def shards(array) -> list[np.ndarray]:
     """The array's shards in device-id order."""
     return [np.asarray(s.data) for s in sorted(array.addressable_shards, key=lambda s: s.device.id)]
@@ -104,13 +133,17 @@ def spec_of(array) -> str:
 
 def run_all() -> dict:
     results = {}
-    for name, fn, args in list(jit_cases()) + list(shard_map_cases()):
+    for name, fn, args in list(jit_cases()) + list(shard_map_cases()) + list(more_shard_map_cases()):
         outputs = fn(*args)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        mesh = args[0].sharding.mesh
         results[name] = {
+            # Logical device (partition) p of the compiled program is mesh position p.
+            "device_order": [d.id for d in mesh.devices.flat],
             "text": fn.lower(*args).as_text(),
             "arguments": [shards(a) for a in args],
             "outputs": [shards(o) for o in outputs],
+            "globals": [np.asarray(o) for o in outputs],
             "specs": [spec_of(o) for o in outputs],
             "shard_shapes": [o.sharding.shard_shape(o.shape) for o in outputs],
             "hlo_shardings": [str(o.sharding._to_xla_hlo_sharding(o.ndim)) for o in outputs],
