@@ -81,8 +81,13 @@ int pjrt_ref_fast_is_enabled(void) { return atomic_load(&pjrt_ref_fast_enabled);
 #define PJRT_REF_HAS(args, type, field) \
     ((args)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
+/* splitmix64's finalizer: every bit of the address moves every bit of the
+ * slot index (handles are 16-byte aligned allocations, often adjacent). */
 static size_t pjrt_ref_hash(uintptr_t key) {
-    return (size_t)((key >> 4) * 0x9E3779B97F4A7C15ull);
+    uint64_t h = (uint64_t)key;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    return (size_t)(h ^ (h >> 31));
 }
 
 /* The slot holding `key`, or NULL. Caller holds the lock. */

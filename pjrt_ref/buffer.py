@@ -32,7 +32,7 @@ class Buffer:
         array = _read_only(array)
         self._array: np.ndarray | None = array
         self.dtype = array.dtype
-        self.dims: tuple[int, ...] = tuple(int(d) for d in array.shape)
+        self.dims: tuple[int, ...] = array.shape        # (a numpy shape is a tuple of ints)
         self.buffer_type = buffer_type if buffer_type is not None else from_numpy(array.dtype)
         self.device = device
         self.memory = memory if memory is not None else device.default_memory

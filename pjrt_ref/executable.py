@@ -48,6 +48,7 @@ class Executable:
             _profile_slice(f"compile {self.name}", "compile", start, {"program_bytes": len(self.code)})
         self.output_types = tuple(self.program.output_types)
         self.input_signature = _static_signature(self.program.input_types)
+        self.uses_host_channel = _uses_host_channel(self.program)
         self.donor_indices = _donor_indices(self.program)
         self.fingerprint = hashlib.sha256(self.code + b"\0" + self.compile_options).hexdigest()
 
@@ -151,6 +152,15 @@ class LoadedExecutable:
             if index < len(arguments) and index not in non_donatable:
                 arguments[index].delete()
         return [Buffer(_output_array(i, out, t), device) for i, (out, t) in enumerate(zip(outputs, exe.output_types))]
+
+
+# Ops that talk to the host channel (interpreter/ops/side_effects.py `host_channel`).
+_HOST_CHANNEL_OPS = ("stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed")
+
+
+def _uses_host_channel(program) -> bool:
+    """Whether the module has an op that needs the host channel (a conservative text search)."""
+    return any(op in program.text for op in _HOST_CHANNEL_OPS)
 
 
 def _static_signature(input_types) -> list[tuple[np.dtype, tuple[int, ...]]] | None:

@@ -67,7 +67,10 @@ def facts_changed(obj: Any) -> None:
 
 def get(ptr, kind: type[T], what: str | None = None) -> T:
     """The live object of type `kind` behind `ptr`, or InvalidArgument."""
-    key = address(ptr)
+    return _get(int(_ffi.cast("uintptr_t", ptr)), kind, what)    # (address(ptr), inlined: a hot path)
+
+
+def _get(key: int, kind: type[T], what: str | None) -> T:
     entry = _objects.get(key)
     if entry is None or not isinstance(entry[0], kind):
         if entry is None and c_facts is not None:     # a C-only handle (a ready event)?
@@ -87,8 +90,8 @@ def get(ptr, kind: type[T], what: str | None = None) -> T:
 
 def remove(ptr, kind: type[T], what: str | None = None) -> T:
     """Unregister `ptr` (after checking it names a `kind`); returns the object."""
-    obj = get(ptr, kind, what)
     key = address(ptr)
+    obj = _get(key, kind, what)
     if c_facts is not None:
         c_facts.removed(key)
     with _lock:
@@ -98,7 +101,7 @@ def remove(ptr, kind: type[T], what: str | None = None) -> T:
     if entry is None and c_facts is not None and not c_facts.destroy_c_only(key):
         raise InvalidArgument(f"0x{key:x} is not a live {what or kind.__name__} handle")   # destroyed meanwhile
     if watch is not None and entry is not None:
-        watch.removed(address(ptr), obj, entry[1], what or kind.__name__)
+        watch.removed(key, obj, entry[1], what or kind.__name__)
     return obj
 
 

@@ -184,7 +184,9 @@ def buffer_copy_raw_to_host(args: Args) -> None:
 @entry_point("PJRT_Buffer_Destroy")
 def buffer_destroy(args: Args) -> None:
     """PJRT_Buffer_Destroy: frees the handle and the data."""
-    handles.remove(args.buffer, Buffer, "PJRT_Buffer").delete()
+    buffer = handles.remove(args.buffer, Buffer, "PJRT_Buffer")
+    buffer.handle = None
+    buffer.delete()
 
 
 @entry_point("PJRT_Buffer_ElementType")

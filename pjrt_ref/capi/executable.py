@@ -279,22 +279,35 @@ def loaded_executable_execute(args: Args) -> None:
     non_donatable = _non_donatable(args.options)
     if num_devices > 1:
         return _execute_on_devices(args, loaded, non_donatable)
-    argument_lists = require_array(args.argument_lists, num_devices, "argument_lists")
-    output_lists = require_array(args.output_lists, num_devices, "output_lists")
-    for d in range(num_devices):
-        row = require_array(argument_lists[d], num_args, f"argument_lists[{d}]")
-        out_row = require_array(output_lists[d], loaded.executable.num_outputs, f"output_lists[{d}]")
-        arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
-        with attached_host_transfers(args.options, d):    # send/recv host callbacks, if any
+    _execute_on_one_device(args, loaded, device, non_donatable)
+
+
+def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_donatable: set[int]) -> None:
+    """Execute's single-device case: `argument_lists[0]` in, `output_lists[0]` and one event out.
+
+    This is the path of every jitted call on one device, so it does only what
+    the call needs: the caller's send/recv callbacks are attached only for a
+    program with host-channel ops (`Executable.uses_host_channel`); no other
+    program can reach them.
+    """
+    num_args = args.num_args
+    row = require_array(require_array(args.argument_lists, 1, "argument_lists")[0], num_args, "argument_lists[0]")
+    out_row = require_array(require_array(args.output_lists, 1, "output_lists")[0],
+                            loaded.executable.num_outputs, "output_lists[0]")
+    arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
+    if loaded.executable.uses_host_channel:
+        with attached_host_transfers(args.options, 0):    # send/recv host callbacks
             outputs = loaded.execute(arguments, device, non_donatable)
-        for j, buffer in enumerate(outputs):
-            loaded.client.track(buffer)
-            buffer.handle = handles.add(buffer)
-            out_row[j] = buffer.handle
+    else:
+        outputs = loaded.execute(arguments, device, non_donatable)
+    track = loaded.client.track
+    for j, buffer in enumerate(outputs):
+        track(buffer)
+        buffer.handle = handles.add(buffer)
+        out_row[j] = buffer.handle
     events = args.get("device_complete_events", _boundary.NULL)
     if events != _boundary.NULL:
-        for d in range(num_devices):
-            events[d] = new_event_handle()
+        events[0] = new_event_handle()
 
 
 def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set[int]) -> None:
