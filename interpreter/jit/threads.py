@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 MAX_DEFAULT_THREADS = 8
 # Pieces smaller than this are not worth a thread hand-off (tens of µs).
 MIN_PIECE = 1 << 15
+# Pieces per thread (see run_split).
+PIECES_PER_THREAD = 8
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
@@ -77,24 +79,41 @@ def pieces(size: int, min_piece: int, count: int) -> list[tuple[int, int]]:
 
 
 def run_split(run_piece, size: int, min_piece: int = MIN_PIECE) -> None:
-    """Call `run_piece(start, stop)` over pieces of [0, size), the pieces
-    other than the first in the shared pool, the first in this thread.
-    Exceptions from any piece propagate after every piece has finished."""
-    ranges = pieces(size, min_piece, threads())
-    if len(ranges) == 1:
-        run_piece(0, size)
+    """Call `run_piece(start, stop)` over pieces of [0, size), several per
+    thread (at least `min_piece` elements each), with `run_ranges`."""
+    run_ranges(run_piece, pieces(size, min_piece, threads() * PIECES_PER_THREAD))
+
+
+def run_ranges(run_piece, ranges: list[tuple[int, int]]) -> None:
+    """Call `run_piece(start, stop)` for every range, in this thread and up
+    to `threads() - 1` pool threads, each taking the next range until none
+    is left. Ranges are several per thread, so a thread whose core is busy
+    with other work takes fewer of them instead of holding up the others.
+    After an exception no new range starts; it propagates once every thread
+    has stopped."""
+    helpers = min(threads(), len(ranges)) - 1
+    if helpers <= 0:
+        for start, stop in ranges:
+            run_piece(start, stop)
         return
-    pool = _pool(len(ranges) - 1)
-    futures = [pool.submit(run_piece, start, stop) for start, stop in ranges[1:]]
-    error = None
-    try:
-        run_piece(*ranges[0])
-    except BaseException as caught:  # noqa: B902 (re-raised below, after the others finish)
-        error = caught
+    remaining = iter(ranges)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def take_pieces() -> None:
+        while not errors:
+            with lock:
+                piece = next(remaining, None)
+            if piece is None:
+                return
+            try:
+                run_piece(*piece)
+            except BaseException as error:  # noqa: B902 (re-raised by the caller)
+                errors.append(error)
+
+    futures = [_pool(helpers).submit(take_pieces) for _ in range(helpers)]
+    take_pieces()
     for future in futures:
-        try:
-            future.result()
-        except BaseException as caught:  # noqa: B902
-            error = error or caught
-    if error is not None:
-        raise error
+        future.result()
+    if errors:
+        raise errors[0]
