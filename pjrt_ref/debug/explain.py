@@ -23,8 +23,9 @@ import subprocess
 import sys
 from collections import Counter
 
-_CALL = re.compile(r"pjrt-ref: -> (PJRT_\w+) ?(.*)$")
-_RETURN = re.compile(r"pjrt-ref: <- (PJRT_\w+) (ok|error)\s*(.*)$")
+# PJRT_* entry points, and PLUGIN_Profiler_* (the profiler extension, debug/profiler_extension.py)
+_CALL = re.compile(r"pjrt-ref: -> ((?:PJRT|PLUGIN)_\w+) ?(.*)$")
+_RETURN = re.compile(r"pjrt-ref: <- ((?:PJRT|PLUGIN)_\w+) (ok|error)\s*(.*)$")
 
 PHASES = (
     ("teardown", ("PJRT_Executable_Destroy", "PJRT_LoadedExecutable_Destroy", "PJRT_Client_Destroy")),
@@ -39,6 +40,7 @@ PHASES = (
     ("events", ("PJRT_Event_",)),
     ("buffers", ("PJRT_Buffer_",)),
     ("errors", ("PJRT_Error_",)),
+    ("profiler", ("PLUGIN_Profiler_",)),
     ("executables", ("PJRT_LoadedExecutable_",)),
 )
 

@@ -91,7 +91,10 @@ def collect_data(args) -> None:
 def _error(name: str, exc: BaseException):
     """A `PLUGIN_Profiler_Error*` for `exc` (never raises)."""
     try:
-        if isinstance(exc, PjrtRefError):
+        if isinstance(exc, KeyboardInterrupt):   # re-raised in the host's Python code (capi/_boundary.py)
+            _lib.pjrt_ref_request_interrupt()
+            code, text = int(ErrorCode.CANCELLED), f"{name}: interrupted by KeyboardInterrupt (Ctrl-C)"
+        elif isinstance(exc, PjrtRefError):
             code, text = int(exc.code), f"{name}: {exc}"
         else:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -121,16 +124,21 @@ def _callback(name: str, fn: Callable[[Any], None]) -> Callable[[Any], Any]:
 
 def _logged(name: str, fn: Callable[[Any], None], log) -> Callable[[Any], None]:
     """`fn`, with its call and outcome on the `pjrt_ref.api` log (as `PJRT_REF_LOG_API=1` does)."""
+    creates = name == "PLUGIN_Profiler_Create"      # its `profiler` is an output
+
     def logged(args) -> None:
-        log.info("-> %s profiler=0x%x", name, handles.address(args.profiler) if name != "PLUGIN_Profiler_Create" else 0)
+        log.info("-> %s%s", name, "" if creates else f" profiler=0x{handles.address(args.profiler):x}")
         try:
             fn(args)
         except BaseException as exc:
             log.info("<- %s error %s: %s", name, type(exc).__name__, exc)
             raise
-        result = f" bytes={args.buffer_size_in_bytes}" if name == "PLUGIN_Profiler_CollectData" else ""
-        created = f" profiler=0x{handles.address(args.profiler):x}" if name == "PLUGIN_Profiler_Create" else ""
-        log.info("<- %s ok%s%s", name, created, result)
+        if creates:
+            log.info("<- %s ok profiler=0x%x", name, handles.address(args.profiler))
+        elif name == "PLUGIN_Profiler_CollectData":
+            log.info("<- %s ok bytes=%d", name, args.buffer_size_in_bytes)
+        else:
+            log.info("<- %s ok", name)
     return logged
 
 
