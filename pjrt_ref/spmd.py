@@ -235,10 +235,19 @@ class PartitionedRunner:
     def _layout(self, attrs: dict, ttype, what: str) -> Layout:
         rank = len(_shape(ttype))
         if "sdy.sharding" in attrs:
-            return parse_tensor_sharding(attrs["sdy.sharding"]).layout(self.meshes)
+            return self._sdy_layout(attrs["sdy.sharding"], rank)
         if "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], rank, self.devices)
         return replicated(rank, self.devices)
+
+    def _sdy_layout(self, text: str, rank: int) -> Layout:
+        """A Shardy sharding's layout; a maximal sharding (a mesh without axes,
+        `@maximal_mesh_0 = <[], device_ids=[0]>`) puts the whole value on one
+        device, and the reference gives every device the same whole value."""
+        sharding = parse_tensor_sharding(text)
+        if not sharding.mesh(self.meshes).axes:
+            return replicated(rank, self.devices)
+        return sharding.layout(self.meshes)
 
     def _inherited_layout(self, value, depth: int = 0) -> Layout | None:
         """The layout of a result JAX left to the compiler (no sharding attribute).
@@ -265,7 +274,7 @@ class PartitionedRunner:
             return parse_sharding_per_value(attrs["out_shardings"])[result.result_number] \
                 .layout(self.meshes)
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
-            return parse_tensor_sharding(attrs["sharding"]).layout(self.meshes)
+            return self._sdy_layout(attrs["sharding"], len(_shape_of(value)))
         if _custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)

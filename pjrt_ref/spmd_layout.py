@@ -82,6 +82,9 @@ class Layout:
             if tile in filled:
                 continue
             shard = np.asarray(shards[device])
+            if shard.dtype != np.dtype(dtype):
+                raise InvalidArgument(f"{what}: device {device}'s shard has element type "
+                                      f"{shard.dtype}, the program takes {np.dtype(dtype)}")
             if shard.shape != shard_shape:
                 raise InvalidArgument(f"{what}: device {device}'s shard has shape "
                                       f"{list(shard.shape)}, the sharding needs {list(shard_shape)}")

@@ -175,3 +175,30 @@ def test_gspmd_manual_region_alone_is_an_error(gspmd_cpu_oracle):
     x = np.zeros((8, 4), np.float32)
     with pytest.raises(Unimplemented, match="SPMDFullToShardShape changes the shape"):
         program(x)
+
+
+def test_wrong_shard_dtype_is_invalid_argument(cpu_oracle):
+    case = cpu_oracle["jit_rows_matmul"]
+    runner = make_partitioned_runner(load(case["text"]), num_partitions=4, num_replicas=1)
+    arguments = [[shards[d] for shards in case["arguments"]] for d in range(4)]
+    arguments[0][0] = arguments[0][0].astype(np.float64)
+    with pytest.raises(InvalidArgument, match="element type float64, the program takes float32"):
+        runner(arguments)
+
+
+def test_maximal_result_is_whole_on_every_device():
+    """`@maximal_mesh_0 = <[], device_ids=[0]>` (what JAX gives host callbacks)
+    holds the whole value; an identity program returns the whole argument."""
+    text = """
+    module attributes {mhlo.num_partitions = 4 : i32} {
+      sdy.mesh @mesh = <["x"=4]>
+      sdy.mesh @maximal_mesh_0 = <[], device_ids=[0]>
+      func.func public @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+          -> (tensor<8xf32> {sdy.sharding = #sdy.sharding<@maximal_mesh_0, []>}) {
+        return %arg0 : tensor<8xf32>
+      }
+    }"""
+    runner = make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
+    shards = [np.arange(2 * d, 2 * d + 2, dtype=np.float32) for d in range(4)]
+    for outputs in runner([[shard] for shard in shards]):
+        np.testing.assert_array_equal(outputs[0], np.concatenate(shards))
