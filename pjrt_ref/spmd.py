@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import re
 import threading
+
 import numpy as np
 
 from .errors import InvalidArgument, Unimplemented
@@ -134,13 +135,13 @@ class PartitionedRunner:
         func = _entry_function(module, program.entry)
         arg_attrs = _attr_dicts(func, "arg_attrs", len(program.input_types))
         res_attrs = _attr_dicts(func, "res_attrs", len(program.output_types))
-        self.argument_layouts = [self._layout(attrs, t, f"argument {i}")
-                                 for i, (attrs, t) in enumerate(zip(arg_attrs, program.input_types))]
+        self.argument_layouts = [self._layout(attrs, t)
+                                 for attrs, t in zip(arg_attrs, program.input_types)]
         returned = _returned_values(func)
         self.result_layouts = [
-            self._layout(attrs, t, f"result {i}") if _annotated(attrs)
-            else self._inherited_layout(returned[i]) or replicated(len(_shape(t)), self.devices)
-            for i, (attrs, t) in enumerate(zip(res_attrs, program.output_types))]
+            self._layout(attrs, t) if _annotated(attrs)
+            else self._inherited_layout(value) or replicated(len(_shape(t)), self.devices)
+            for attrs, t, value in zip(res_attrs, program.output_types, returned)]
         for i, (layout, t) in enumerate(zip(self.argument_layouts, program.input_types)):
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
@@ -148,10 +149,13 @@ class PartitionedRunner:
 
     # -- what PJRT reports per device --------------------------------------
     def argument_shard_shapes(self, device: int) -> list[tuple[int, ...]]:
+        """The shapes of `device`'s argument shards (shardings are even, so
+        every device's are the same)."""
         return [layout.shard_shape(_shape(t), f"argument {i}")
                 for i, (layout, t) in enumerate(zip(self.argument_layouts, self.program.input_types))]
 
     def output_shard_shapes(self, device: int) -> list[tuple[int, ...]]:
+        """The shapes of `device`'s output shards: PJRT_Executable_OutputDimensions."""
         return [layout.shard_shape(_shape(t), f"result {i}")
                 for i, (layout, t) in enumerate(zip(self.result_layouts, self.program.output_types))]
 
@@ -160,6 +164,7 @@ class PartitionedRunner:
         return [hlo_sharding_text(layout, self.devices) for layout in self.result_layouts]
 
     def argument_sharding_texts(self) -> list[str]:
+        """Each argument's sharding in HloSharding text."""
         return [hlo_sharding_text(layout, self.devices) for layout in self.argument_layouts]
 
     def optimized_program_text(self) -> str:
@@ -232,7 +237,9 @@ class PartitionedRunner:
                                              f"argument {i} of @{self.program.entry}"))
         return arguments
 
-    def _layout(self, attrs: dict, ttype, what: str) -> Layout:
+    def _layout(self, attrs: dict, ttype) -> Layout:
+        """The layout a value's `sdy.sharding` / `mhlo.sharding` attribute
+        gives (replicated without one)."""
         rank = len(_shape(ttype))
         if "sdy.sharding" in attrs:
             return self._sdy_layout(attrs["sdy.sharding"], rank)
