@@ -164,6 +164,19 @@ def test_w3_chain_is_one_loop_and_matches(monkeypatch):
     np.testing.assert_allclose(ours[1], np.asarray(xla[1]), rtol=1e-5)
 
 
+def test_large_math_op_alone_compiles(monkeypatch):
+    """A lone f32 tanh on a large tensor becomes a compiled loop too; on a
+    small one it stays numpy's."""
+    for n, compiled in ((1 << 14, True), (1000, False)):
+        x = inputs()[:n]
+        text = lower_to_text(jnp.tanh, x)
+        program = load_with(text, monkeypatch)
+        assert bool(fused_steps(program)) == compiled
+        (ours,) = program(x)
+        (plain,) = load_with(text, monkeypatch, optimize=False)(x)
+        assert_same_values(ours, plain)
+
+
 def test_threads_give_the_same_bits(monkeypatch):
     """A large loop split across threads equals one call over everything."""
     x = inputs()[:400_001]

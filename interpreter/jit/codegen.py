@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -70,10 +71,19 @@ def total_order_key64(x):
     """An int64 ordered like IEEE totalOrder orders float64 x."""
     bits = float64(x).view(np.int64)
     return bits ^ np.int64(0x7FFFFFFFFFFFFFFF) if bits < 0 else bits
+'''
+# float32 exp/expm1/tanh/logistic in float64, vectorisable (vector_math.py):
+# added only to kernels that call them (defining them costs milliseconds
+# per generated module, which warm compiles would pay for every kernel).
+_MATH_PRELUDE = "\n\n" + vector_math.prelude_source()
+_MATH_CALL = re.compile(r"\b(%s)\(" % "|".join(vector_math.ENTRY_POINTS))
 
 
-# float32 exp/expm1/tanh/logistic in float64, vectorisable (vector_math.py)
-''' + vector_math.prelude_source()
+def with_prelude(code: str) -> str:
+    """The source of a generated module: the prelude (and the float32 math
+    functions, if `code` calls them), then `code`."""
+    math = _MATH_PRELUDE if _MATH_CALL.search(code) else ""
+    return PRELUDE + math + code
 
 _TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
                np.dtype(np.bool_): "bool_"}
@@ -112,7 +122,7 @@ def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
         lines.append(f"        {variable} = {_TYPE_NAMES[dtype]}({rename(expression)})")
     for k, (variable, dtype) in enumerate(outputs):
         lines.append(f"        out{k}[i] = {rename(variable)}")
-    return PRELUDE + "\n".join(lines) + "\n"
+    return with_prelude("\n".join(lines) + "\n")
 
 
 def _replace_word(text: str, old: str, new: str) -> str:

@@ -278,7 +278,7 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
     lines.append(f"        {targets}, = {', '.join(body_results)},")
     lines.append("        k += 1")
     lines.append(f"    return done, k, {targets},")
-    return codegen.PRELUDE + "\n".join(lines) + "\n"
+    return codegen.with_prelude("\n".join(lines) + "\n")
 
 
 # Iterations per call into numba: between calls Python runs, so Ctrl-C

@@ -86,7 +86,7 @@ def _build_scatter(op):
               "        t = targets[position]",
               f"        values = body({', '.join(current + new)})"]
     lines += [f"        r{i}[t] = values[{i}]" for i in range(count)]
-    source = codegen.PRELUDE + "\n".join(lines) + "\n"
+    source = codegen.with_prelude("\n".join(lines) + "\n")
     return codegen.load_generated(source).apply
 
 
@@ -139,7 +139,7 @@ def _build_sort(op):
               "        index, merged = merged, index",
               "        width *= 2",
               "    return index"]
-    source = codegen.PRELUDE + "\n".join(lines) + "\n"
+    source = codegen.with_prelude("\n".join(lines) + "\n")
     return codegen.load_generated(source).order
 
 
@@ -172,7 +172,7 @@ def _build_map(op):
               f"def apply({', '.join(inputs)}, out):",
               "    for i in range(out.size):",
               f"        out[i] = body({arguments})[0]"]
-    source = codegen.PRELUDE + "\n".join(lines) + "\n"
+    source = codegen.with_prelude("\n".join(lines) + "\n")
     return codegen.load_generated(source).apply
 
 
@@ -221,7 +221,7 @@ def _build_fold(plan, dtypes):
               f"            new = body({', '.join(arguments)})"]
     lines += [f"            {a} = {t}(new[{n}])" for n, (a, t) in enumerate(zip(accs, result_types))]
     lines += [f"        {o}[r] = {a}" for o, a in zip(outs, accs)]
-    source = codegen.PRELUDE + "\n".join(lines) + "\n"
+    source = codegen.with_prelude("\n".join(lines) + "\n")
     fold = codegen.load_generated(source).fold
 
     def run(values_list, init_values):

@@ -168,6 +168,9 @@ def logistic_f32(x):
 # In dependency order: each function is defined before its first caller.
 FUNCTIONS = (clamp_keep_nan, expm1_reduced, split_ln2, exp_f64, expm1_f64,
              exp_f32, expm1_f32, tanh_f32, logistic_f32)
+# What generated code calls (codegen adds this module's source to a kernel
+# only when it calls one of them).
+ENTRY_POINTS = ("exp_f32", "expm1_f32", "tanh_f32", "logistic_f32")
 CONSTANTS = ("LN2_HI", "LN2_LO", "INV_LN2", "ROUNDER", "ROUNDER_BITS", "EXP_CLAMP",
              "TANH_CLAMP", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "C10", "C11",
              "C12", "C13")
