@@ -39,6 +39,7 @@ from .compile_options import DeviceAssignment
 from .debug import live_profile
 from .errors import Internal, InvalidArgument
 
+
 # ------------------------------------------------------------- placement
 def device_assignment(executable, client) -> DeviceAssignment:
     """The executable's `assignment[replica][partition]`, checked against the client."""
