@@ -84,6 +84,7 @@ SPLIT_MIN_MULTIPLY_ADDS = 1 << 22
 MIN_BLOCK_ROWS = 64
 
 _POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
 _POOL_LOCK = threading.Lock()
 _LOADAVG_FD: int | None = None
 
@@ -132,11 +133,24 @@ def idle_cpus() -> int:
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    global _POOL
+    global _POOL, _POOL_SIZE
     with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers < workers:
+        if _POOL is None or _POOL_SIZE < workers:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)
             _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pjrt_ref_matmul")
+            _POOL_SIZE = workers
         return _POOL
+
+
+def _forget_pool_after_fork() -> None:
+    """A forked child has none of the pool's threads: it makes a new pool."""
+    global _POOL, _POOL_SIZE, _POOL_LOCK
+    _POOL, _POOL_SIZE = None, 0
+    _POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
