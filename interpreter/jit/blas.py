@@ -87,6 +87,7 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
 _POOL_LOCK = threading.Lock()
 _LOADAVG_FD: int | None = None
+_THREADS: tuple[str, int] | None = None   # (PJRT_REF_MATMUL_THREADS, threads)
 
 
 def matmul_threads() -> int:
@@ -95,10 +96,17 @@ def matmul_threads() -> int:
     setting: threads of ours each running a threaded BLAS would fight."""
     if _BLAS_THREADS != 1:
         return 1
-    value = os.environ.get("PJRT_REF_MATMUL_THREADS", "").strip()
-    if value:
+    global _THREADS
+    setting = os.environ.get("PJRT_REF_MATMUL_THREADS", "").strip()
+    if _THREADS is None or _THREADS[0] != setting:   # read once per setting
+        _THREADS = (setting, _threads_for(setting))
+    return _THREADS[1]
+
+
+def _threads_for(setting: str) -> int:
+    if setting:
         try:
-            return max(1, int(value))
+            return max(1, int(setting))
         except ValueError:
             pass
     try:
