@@ -107,6 +107,8 @@ PJRT_Event* pjrt_ref_ready_event_new(void);
 int pjrt_ref_is_ready_event(uintptr_t key);
 int pjrt_ref_ready_event_destroy(uintptr_t key);
 size_t pjrt_ref_ready_event_count(void);
+size_t pjrt_ref_destroyed_pending(void);
+uintptr_t pjrt_ref_take_destroyed(void);
 """
 
 # `pjrt_ref_boot` is the one `embedding_api` function: calling it is what makes

@@ -30,7 +30,10 @@
  *    `pjrt_ref_ready_event_new` and recognises them in its own handle
  *    lookups (they behave like `pjrt_ref.event.COMPLETE`); a destroyed one
  *    is quarantined like Python's handles, so a double destroy is an error
- *    rather than a hit on a recycled address.
+ *    rather than a hit on a recycled address;
+ *  - buffers destroyed in C (PJRT_Buffer_Destroy): gone from the table at
+ *    once, queued until Python's next entry drops its side (see
+ *    `pjrt_ref_fast_PJRT_Buffer_Destroy`).
  *
  * Off (every call goes to Python) when PJRT_REF_LOG_API or PJRT_REF_STRICT
  * is set, so the API log and strict mode see every call, or with
@@ -178,6 +181,30 @@ void pjrt_ref_fact_buffer_deleted(uintptr_t key) {
     pthread_mutex_unlock(&pjrt_ref_facts_lock);
 }
 
+/* PJRT_Buffer_Destroy answered in C (below): the buffer handles Python
+ * still has to drop. Python takes them at its next entry (any Python entry
+ * point, before it looks at a handle) with `pjrt_ref_take_destroyed`, so no
+ * Python code sees such a handle as live. When the list is full, Destroy
+ * goes to Python, which empties it first. */
+#define PJRT_REF_DESTROYED_MAX 256
+static uintptr_t pjrt_ref_destroyed[PJRT_REF_DESTROYED_MAX];
+static atomic_size_t pjrt_ref_destroyed_count;     /* written under the lock */
+
+size_t pjrt_ref_destroyed_pending(void) { return atomic_load(&pjrt_ref_destroyed_count); }
+
+/* One destroyed buffer handle for Python to drop, or 0 if there is none. */
+uintptr_t pjrt_ref_take_destroyed(void) {
+    uintptr_t key = 0;
+    pthread_mutex_lock(&pjrt_ref_facts_lock);
+    size_t count = atomic_load(&pjrt_ref_destroyed_count);
+    if (count > 0) {
+        key = pjrt_ref_destroyed[count - 1];
+        atomic_store(&pjrt_ref_destroyed_count, count - 1);
+    }
+    pthread_mutex_unlock(&pjrt_ref_facts_lock);
+    return key;
+}
+
 /* Python destroyed a handle it owns: forget its facts. */
 void pjrt_ref_fact_forget(uintptr_t key) {
     pthread_mutex_lock(&pjrt_ref_facts_lock);
@@ -287,6 +314,27 @@ static int pjrt_ref_fast_PJRT_Buffer_Memory(PJRT_Buffer_Memory_Args* args) {
         || !pjrt_ref_lookup(args->buffer, PJRT_REF_FACT_BUFFER, &fact)) return 0;
     args->memory = fact.buffer.memory;
     return 1;
+}
+
+/* Python twin: pjrt_ref/capi/buffer.py `buffer_destroy`. The handle leaves
+ * this table now (so every later use of it is a miss here, and goes to
+ * Python) and is queued for Python, which drops its own entry and deletes
+ * the data at its next entry (pjrt_ref/capi/fast_paths.py
+ * `finish_buffer_destroys`). */
+static int pjrt_ref_fast_PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
+    if (args == NULL || !PJRT_REF_HAS(args, PJRT_Buffer_Destroy_Args, buffer)) return 0;
+    uintptr_t key = (uintptr_t)args->buffer;
+    pthread_mutex_lock(&pjrt_ref_facts_lock);
+    pjrt_ref_fact* slot = pjrt_ref_find(key);
+    size_t count = atomic_load(&pjrt_ref_destroyed_count);
+    int answered = slot != NULL && slot->kind == PJRT_REF_FACT_BUFFER && count < PJRT_REF_DESTROYED_MAX;
+    if (answered) {
+        slot->key = PJRT_REF_SLOT_DELETED;
+        pjrt_ref_destroyed[count] = key;
+        atomic_store(&pjrt_ref_destroyed_count, count + 1);
+    }
+    pthread_mutex_unlock(&pjrt_ref_facts_lock);
+    return answered;
 }
 
 /* Python twin: pjrt_ref/capi/buffer.py `buffer_is_deleted`. */

@@ -90,7 +90,11 @@ def _get(key: int, kind: type[T], what: str | None) -> T:
 
 def remove(ptr, kind: type[T], what: str | None = None) -> T:
     """Unregister `ptr` (after checking it names a `kind`); returns the object."""
-    key = address(ptr)
+    return remove_address(address(ptr), kind, what)
+
+
+def remove_address(key: int, kind: type[T], what: str | None = None) -> T:
+    """`remove` for a handle given by its address."""
     obj = _get(key, kind, what)
     if c_facts is not None:
         c_facts.removed(key)
@@ -110,6 +114,8 @@ def live_objects() -> list:
 
     Each C-only ready event appears as the shared complete event it stands for.
     """
+    if c_facts is not None:
+        c_facts.settle()
     with _lock:
         objects = [obj for obj, _ in _objects.values()]
     if c_facts is not None:
@@ -119,6 +125,8 @@ def live_objects() -> list:
 
 def count(kind: type | None = None) -> int:
     """How many handles are live (of `kind`, if given); for tests and leak checks."""
+    if c_facts is not None:
+        c_facts.settle()
     with _lock:
         values = list(_objects.values())
     total = sum(1 for obj, _ in values if kind is None or isinstance(obj, kind))

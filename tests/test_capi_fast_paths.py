@@ -239,3 +239,23 @@ def test_api_log_still_sees_every_call_under_jax():
     for name in ("PJRT_Executable_NumOutputs", "PJRT_Event_OnReady", "PJRT_Buffer_Device", "PJRT_Event_Destroy"):
         assert f"-> {name}" in steady, name
     assert "OK" in proc.stdout
+
+
+def test_buffer_destroys_answered_in_c_are_finished_before_python_looks(api, objects):
+    """Destroy is answered in C and queued; Python drops the buffers before any handle lookup."""
+    fast_paths.set_enabled(True)
+    before = handles.count()
+    buffers = [_scalar(api, objects["client"], float(i)) for i in range(300)]   # more than the C queue holds
+    assert handles.count() == before + 300
+    for buffer in buffers:
+        api.raw("PJRT_Buffer_Destroy", api.args("PJRT_Buffer_Destroy", buffer=buffer))
+    assert lib.pjrt_ref_destroyed_pending() > 0
+    for enabled in (True, False):                      # a destroyed handle is stale on both paths
+        fast_paths.set_enabled(enabled)
+        with pytest.raises(PjrtCallError, match="not a live PJRT_Buffer handle"):
+            api.call("PJRT_Buffer_Device", buffer=buffers[0])
+        with pytest.raises(PjrtCallError, match="not a live PJRT_Buffer handle"):
+            api.call("PJRT_Buffer_Destroy", buffer=buffers[-1])
+    assert lib.pjrt_ref_destroyed_pending() == 0
+    assert handles.count() == before
+    fast_paths.set_enabled(True)

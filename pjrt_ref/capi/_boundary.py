@@ -16,6 +16,7 @@ import traceback
 from typing import Any, Callable
 
 from .. import handles, strict
+from . import fast_paths
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 
 ffi: Any = None            # the shim's FFI, set by bind()
@@ -31,7 +32,6 @@ def bind(shim_ffi, shim_lib) -> None:
     handles.bind(shim_ffi)
     if strict.ENABLED:
         strict.enable()
-    from . import fast_paths
     fast_paths.bind(shim_ffi, shim_lib)
 
 
@@ -177,9 +177,11 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
     invoke = lambda raw: fn(Args(raw, name))  # noqa: E731
     if strict.ENABLED:  # PJRT_REF_STRICT=1: API-usage checks around the call (pjrt_ref/strict.py)
         invoke = strict.checked(name, invoke, ffi, returns_void)
+    settle = fast_paths.finish_buffer_destroys    # destroys answered in C: done before any handle lookup
     if returns_void:
         def void_callback(raw):
             try:
+                settle()
                 invoke(raw)
             except KeyboardInterrupt:  # keep the Ctrl-C for the host's Python code (see _interrupted)
                 lib.pjrt_ref_request_interrupt()
@@ -190,6 +192,7 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
 
     def callback(raw):
         try:
+            settle()
             invoke(raw)
             return NULL
         except BaseException as exc:

@@ -184,7 +184,16 @@ def buffer_copy_raw_to_host(args: Args) -> None:
 @entry_point("PJRT_Buffer_Destroy")
 def buffer_destroy(args: Args) -> None:
     """PJRT_Buffer_Destroy: frees the handle and the data."""
-    buffer = handles.remove(args.buffer, Buffer, "PJRT_Buffer")
+    destroy_buffer(handles.address(args.buffer))
+
+
+def destroy_buffer(key: int) -> None:
+    """Drop the buffer handle at address `key` and the buffer's data.
+
+    PJRT_Buffer_Destroy's work; also run for the destroys the C fast path
+    answered (pjrt_ref/capi/fast_paths.py `finish_buffer_destroys`).
+    """
+    buffer = handles.remove_address(key, Buffer, "PJRT_Buffer")
     buffer.handle = None
     buffer.delete()
 

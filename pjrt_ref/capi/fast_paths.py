@@ -16,6 +16,11 @@ from a table that this module fills:
   (`handles.get`) see such a handle as the shared `pjrt_ref.event.COMPLETE`,
   so every Python entry point still works on it (with the fast paths off,
   for instance).
+- `PJRT_Buffer_Destroy` is answered in C: the handle leaves the C table at
+  once and is queued; `finish_buffer_destroys`, run at the start of every
+  Python entry point (and by `handles.count`), drops Python's entry and the
+  buffer's data. So no Python code ever sees a destroyed handle as live,
+  and a later use of it is the usual "not a live handle" error.
 
 The Python entry points remain the reference for what each call means;
 tests/test_capi_fast_paths.py checks the C answers against them.
@@ -31,6 +36,7 @@ from typing import Any
 
 from .. import handles, strict
 from ..buffer import Buffer
+from ..errors import InvalidArgument
 from ..event import COMPLETE, Event
 from ..executable import Executable
 from ..memory import Memory
@@ -38,6 +44,7 @@ from ..memory import Memory
 ffi: Any = None
 lib: Any = None
 enabled = False      # mirrors the C switch; read by `new_ready_event`
+_destroy_buffer: Any = None   # pjrt_ref/capi/buffer.py destroy_buffer (imported by bind: it imports us)
 
 
 def wanted() -> bool:
@@ -49,7 +56,8 @@ def wanted() -> bool:
 
 def bind(shim_ffi, shim_lib) -> None:
     """Called by `_boundary.bind`: mirror handle facts into C from now on; switch on if wanted."""
-    global ffi, lib
+    global ffi, lib, _destroy_buffer
+    from .buffer import destroy_buffer as _destroy_buffer
     ffi, lib = shim_ffi, shim_lib
     handles.c_facts = CFacts()
     set_enabled(wanted())
@@ -70,8 +78,26 @@ def new_ready_event():
     return None if event == ffi.NULL else event
 
 
+def finish_buffer_destroys() -> None:
+    """Complete the PJRT_Buffer_Destroy calls the C fast path answered (see the module docstring)."""
+    if lib is None or not lib.pjrt_ref_destroyed_pending():
+        return
+    while True:
+        key = lib.pjrt_ref_take_destroyed()
+        if not key:
+            return
+        try:
+            _destroy_buffer(key)
+        except InvalidArgument:    # the caller raced two destroys of one handle: already gone
+            pass
+
+
 class CFacts:
     """The hooks `pjrt_ref.handles` calls to keep the C table in step with its own."""
+
+    def settle(self) -> None:
+        """Before counting or listing handles: finish the destroys C answered."""
+        finish_buffer_destroys()
 
     def added(self, key: int, obj: Any) -> None:
         record = _RECORDERS.get(type(obj))
