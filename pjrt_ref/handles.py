@@ -109,6 +109,13 @@ def remove_address(key: int, kind: type[T], what: str | None = None) -> T:
     return obj
 
 
+def is_live(ptr) -> bool:
+    """Whether `ptr` is a live handle Python owns (after finishing destroys the C fast path answered)."""
+    if c_facts is not None:
+        c_facts.settle()
+    return address(ptr) in _objects
+
+
 def live_objects() -> list:
     """Every object that has a live handle (for strict mode's leak report).
 

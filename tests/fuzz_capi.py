@@ -276,7 +276,7 @@ class Fuzzer:
             primary = _primary_field(name, ctype)
             if primary and name.endswith("_Destroy"):
                 handle = ffi.cast("void*", getattr(args, primary))
-                if handle_table.address(handle) in handle_table._objects:
+                if handle_table.is_live(handle):
                     return              # e.g. a client's own topology: Destroy is a no-op
                 for handles in self.live.values():
                     for h in list(handles):
