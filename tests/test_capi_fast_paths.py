@@ -259,3 +259,20 @@ def test_buffer_destroys_answered_in_c_are_finished_before_python_looks(api, obj
     assert lib.pjrt_ref_destroyed_pending() == 0
     assert handles.count() == before
     fast_paths.set_enabled(True)
+
+
+def test_fast_paths_are_off_when_every_call_must_be_seen(monkeypatch):
+    """The API log and strict mode must see every call; PJRT_REF_FAST_PATHS=0 is the plain switch."""
+    from pjrt_ref import strict
+    for name in ("PJRT_REF_LOG_API", "PJRT_REF_FAST_PATHS", "PJRT_REF_STRICT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(strict, "ENABLED", False)
+    assert fast_paths.wanted()
+    monkeypatch.setenv("PJRT_REF_LOG_API", "1")
+    assert not fast_paths.wanted()
+    monkeypatch.delenv("PJRT_REF_LOG_API")
+    monkeypatch.setenv("PJRT_REF_FAST_PATHS", "0")
+    assert not fast_paths.wanted()
+    monkeypatch.delenv("PJRT_REF_FAST_PATHS")
+    monkeypatch.setattr(strict, "ENABLED", True)
+    assert not fast_paths.wanted()
