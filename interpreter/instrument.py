@@ -15,7 +15,7 @@ runs its plan untouched: nothing here costs anything. With one set, the
 program is planned without the plan-time optimisations (`interpreter/jit`:
 fused or compiled steps would hide ops) and each step's kernel is wrapped
 once, at plan time, by `Instrument.apply`. The ops inside while/if/case
-bodies are wrapped as well; the regions of reduce, sort, scatter & co. are
+bodies (and shard_map's `sdy.manual_computation`) are wrapped as well; the regions of reduce, sort, scatter & co. are
 not (their kernels may run them once per element pair).
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ import numpy as np
 from ..errors import InvalidArgument
 from .types import DTYPE_ELEMENT_NAMES, Token, is_complex, is_float
 
-CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
+# Ops whose bodies run as ordinary steps (run_block), so their ops can be wrapped too.
+CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case", "sdy.manual_computation")
 # Ops that introduce values rather than compute them: a constant -inf (the
 # init of a max reduction) is written in the program, not produced by it.
 _SOURCE_OPS = ("stablehlo.constant", "stablehlo.iota")

@@ -75,6 +75,7 @@ import threading
 
 import numpy as np
 
+from .debug import live_profile
 from .errors import InvalidArgument, Unimplemented
 from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_mesh,
                           parse_sharding_per_value, parse_tensor_sharding, replicated)
@@ -200,7 +201,7 @@ class PartitionedRunner:
         global_arguments = self.assemble_arguments(per_device_arguments)
         if self.per_device_program is None:
             run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions)
-            results = run_with(run, lambda: self.program(*global_arguments))
+            results = run_with(run, lambda: _run_program(self.program, global_arguments))
             per_device_results = [results] * len(self.devices)
         else:
             per_device_results = self.run_on_every_device(global_arguments)
@@ -215,8 +216,10 @@ class PartitionedRunner:
         arguments = program.check_arguments(global_arguments)
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
 
+        function = live_profile.traced_plan(program) if live_profile.ACTIVE else program.function
+
         def job() -> list:
-            return run_with(run, lambda: program.function.run(list(arguments)))
+            return run_with(run, lambda: function.run(list(arguments)))
         return run_on_grid(None, self.num_replicas, self.num_partitions,
                            [job for _ in self.devices])
 
@@ -293,6 +296,14 @@ class PartitionedRunner:
                 if layout is not None:
                     return layout
         return None
+
+
+def _run_program(program, arguments: list) -> list:
+    """`program` on the global arguments; under jax.profiler.trace, its instrumented plan
+    so each op leaves a slice (pjrt_ref/debug/live_profile.py)."""
+    if live_profile.ACTIVE:
+        return live_profile.run(program, arguments)
+    return program(*arguments)
 
 
 def annotate_full_to_shard(text: str) -> str:

@@ -320,7 +320,13 @@ def first():
 def second():
     jf(x).block_until_ready()
 
-results = {"first": trace(first), "empty": trace(lambda: None), "second": trace(second)}
+pf = jax.pmap(lambda x: jnp.tanh(x) * 3.0)       # two devices (PJRT_REF_NUM_DEVICES=2): shard_map body per device
+
+def on_two_devices():
+    pf(jnp.ones((2, 3))).block_until_ready()
+
+results = {"first": trace(first), "empty": trace(lambda: None), "second": trace(second),
+           "pmap": trace(on_two_devices)}
 jf(x).block_until_ready()                     # after the traces: nothing records
 assert not live_profile.ACTIVE
 line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "jnp.tanh(x)" in text)
@@ -346,7 +352,7 @@ def test_jax_profiler_trace_shows_pjrt_ref_slices(tmp_path):
     script.write_text("import jax, jax.numpy as jnp, numpy as np\n" + JAX_SCRIPT)
     path = str(script)
     proc = run_jax(f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), {{'__file__': {path!r}}})",
-                   timeout=240)
+                   timeout=240, PJRT_REF_NUM_DEVICES="2")
     import json
     lines = proc.stdout.splitlines()
     tanh_line = int(next(line for line in lines if line.startswith("TANH_LINE")).split()[1])
@@ -386,3 +392,8 @@ def test_jax_profiler_trace_shows_pjrt_ref_slices(tmp_path):
     second = [e["name"] for e in _device_events(results["second"])]
     assert second.count("execute jit_f") == 1 and second.count("stablehlo.tanh") == 1
     assert "execute jit_g" not in second
+
+    # pmap: one execute, the shard_map body's ops once per device, each device on its own thread
+    pmap = _device_events(results["pmap"])
+    assert [e["args"]["devices"] for e in pmap if "devices" in e["args"]] == ["2"]
+    assert len({e["tid"] for e in pmap if e["name"] == "stablehlo.tanh"}) == 2
