@@ -277,11 +277,36 @@ def parse_hlo_sharding(text: str, rank: int, devices) -> Layout:
     the reference computes one global array). Tuple shardings are not
     expected on a single value.
     """
+    assignment = _tile_assignment(text, rank)
+    if assignment is None:
+        return replicated(rank, devices)
+    ids, _ = assignment
+    tile_of = {int(ids[index]): tuple(int(i) for i in index[:rank]) for index in np.ndindex(*ids.shape)}
+    return Layout(tuple(ids.shape[:rank]), tile_of)
+
+
+def hlo_manual_groups(text: str, rank: int, devices) -> dict:
+    """device -> its index along the manual sub-group dimensions of the
+    sharding (`last_tile_dims={manual, ...}`): in a partially manual region,
+    devices with different indices hold different values, so only devices
+    with the same index make up one value. Without manual sub-groups every
+    device is in group ()."""
+    assignment = _tile_assignment(text, rank)
+    if assignment is None:
+        return {d: () for d in devices}
+    ids, kinds = assignment
+    manual = [rank + k for k, kind in enumerate(kinds) if kind == "manual"]
+    return {int(ids[index]): tuple(int(index[k]) for k in manual) for index in np.ndindex(*ids.shape)}
+
+
+def _tile_assignment(text: str, rank: int):
+    """(array of device ids, kinds of its trailing sub-group dimensions), or
+    None for a sharding that gives every device the whole array."""
     body = text.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1].strip()
     if body in ("", "replicated", "manual") or body.startswith("maximal") or body.startswith("unknown"):
-        return replicated(rank, devices)
+        return None
     match = re.match(r"devices=\[([\d,\s]+)\]\s*", body)
     if not match:
         raise Unimplemented(f"HloSharding {text} is not supported")
@@ -299,14 +324,16 @@ def parse_hlo_sharding(text: str, rank: int, devices) -> Layout:
             raise Unimplemented(f"HloSharding {text}: cannot read the device list")
         ids = np.array([int(i) for i in listed.group(1).split(",") if i.strip()]).reshape(dims)
         rest = rest[listed.end():]
-    subgroups = len(dims) - rank
-    if subgroups < 0 or (subgroups > 0 and "last_tile_dim_replicate" not in rest
-                         and "last_tile_dims" not in rest):
+    kinds_match = re.search(r"last_tile_dims=\{([^}]*)\}", rest)
+    if kinds_match:
+        kinds = [k.strip() for k in kinds_match.group(1).split(",")]
+    elif "last_tile_dim_replicate" in rest:
+        kinds = ["replicated"]
+    else:
+        kinds = []
+    if len(dims) - rank != len(kinds):
         raise InvalidArgument(f"HloSharding {text} does not fit a rank-{rank} array")
-    tile_of = {}
-    for index in np.ndindex(*ids.shape):
-        tile_of[int(ids[index])] = tuple(int(i) for i in index[:rank])
-    return Layout(tuple(dims[:rank]), tile_of)
+    return ids, kinds
 
 
 def hlo_sharding_text(layout: Layout, devices) -> str:

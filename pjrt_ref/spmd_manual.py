@@ -20,6 +20,11 @@ shapes, collectives across devices), in one of two spellings:
   cuts this device's shard, ShardToFull exchanges the devices' local values
   through the grid's mailbox and assembles them.
 
+A manual region met by a thread that already is one device (a shard_map
+nested in another's body, or any manual region in `per_device` mode) cuts
+this device's shard, runs in that thread, and puts results back together
+from the devices that differ from it only in the region's manual axes.
+
 Kernels in `interpreter/ops/sharding.py` call in here when
 `current_partitioned_run()` is set, i.e. inside `pjrt_ref/spmd.py`'s runner.
 """
@@ -30,7 +35,8 @@ import contextvars
 import numpy as np
 
 from .errors import PjrtRefError, Unimplemented
-from .spmd_layout import Layout, parse_hlo_sharding, parse_manual_axes, parse_sharding_per_value
+from .spmd_layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
+                          parse_sharding_per_value)
 
 # The attribute `spmd.annotate_full_to_shard` gives every SPMDFullToShardShape:
 # the HloSharding of its (global) operand, read from the @Sharding op before it.
@@ -59,12 +65,8 @@ class PartitionedRun:
         and devices that differ only in free axes compute the same values.
         """
         if self.inside_manual or self.per_device:
-            raise op.error("a shard_map inside a shard_map (or mixed with GSPMD manual "
-                           "regions) is not supported by the reference partitioner",
-                           cls=Unimplemented)
+            return self.run_manual_on_this_device(op, operands, body)
         in_layouts, out_layouts = _manual_layouts(op, self.meshes)
-        if len(in_layouts) != len(operands):
-            raise op.error(f"{len(in_layouts)} in_shardings for {len(operands)} operands")
         local_args = {d: [layout.cut(np.asarray(x), d, f"operand {i} of {op.name}")
                           for i, (layout, x) in enumerate(zip(in_layouts, operands))]
                       for d in self.devices}
@@ -75,6 +77,31 @@ class PartitionedRun:
         local_results = self.run_body_per_device(op, body, local_args)
         return [layout.assemble({d: local_results[d][i] for d in self.devices},
                                 tuple(t.shape), t.dtype, f"result {i} of {op.name}")
+                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+
+    def run_manual_on_this_device(self, op, operands, body) -> list[np.ndarray]:
+        """A manual computation met by a thread that already is one device (a
+        shard_map nested in another one's body): cut this device's local shards,
+        run the body here (its collectives meet the other devices' threads),
+        then put the result back together from the devices that share this
+        device's coordinates on every axis that is not manual here."""
+        from .interpreter.ops.collective_grid import current_process
+
+        in_layouts, out_layouts = _manual_layouts(op, self.meshes)
+        device = _this_device(self)
+        local = [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
+                 for i, (layout, x) in enumerate(zip(in_layouts, operands))]
+        results = [np.asarray(r) for r in body(*local)]
+        group = _devices_differing_only_in(op, self.meshes, device)
+        process = current_process()
+        key = ("sdy.manual_computation", id(op))
+        key = key + (process.next_run(key),)
+        mailbox = process.grid.mailbox
+        mailbox.post(key + (process.id,), results, readers=len(group))
+        shared = {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
+                  for d in group}
+        return [layout.assemble({d: values[i] for d, values in shared.items()}, tuple(t.shape),
+                                t.dtype, f"result {i} of {op.name}")
                 for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
 
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
@@ -110,15 +137,20 @@ class PartitionedRun:
         from .interpreter.ops.collective_grid import current_process
 
         process = current_process()
+        ttype = op.result_type
+        text = op.attrs.get("mhlo.sharding", "{replicated}")
+        layout = _cached_layout(op, text, len(ttype.shape), self.devices)
+        # Inside an outer manual region (partially manual sharding) only the
+        # devices of this device's manual group hold pieces of one value.
+        groups = hlo_manual_groups(text, len(ttype.shape), self.devices)
+        device = _this_device(self)
+        group = [d for d in self.devices if groups[d] == groups[device]]
         key = ("SPMDShardToFullShape", id(op))
         key = key + (process.next_run(key),)
         mailbox = process.grid.mailbox
-        mailbox.post(key + (process.id,), np.asarray(local), readers=len(self.devices))
+        mailbox.post(key + (process.id,), np.asarray(local), readers=len(group))
         shards = {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
-                  for d in self.devices}
-        ttype = op.result_type
-        layout = _cached_layout(op, op.attrs.get("mhlo.sharding", "{replicated}"),
-                                len(ttype.shape), self.devices)
+                  for d in group}
         return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
 
 
@@ -175,6 +207,21 @@ def _cached_layout(op, text: str, rank: int, devices) -> Layout:
     return layout
 
 
+def _devices_differing_only_in(op, meshes: dict, device: int) -> list[int]:
+    """The devices whose mesh coordinates equal `device`'s on every axis
+    outside the op's `manual_axes` (they hold the pieces of one value)."""
+    manual = parse_manual_axes(op.attrs.get("manual_axes", ""))
+    shardings = (parse_sharding_per_value(op.attrs["in_shardings"])
+                 + parse_sharding_per_value(op.attrs["out_shardings"]))
+    if not shardings:
+        return [device]
+    mesh = shardings[0].mesh(meshes)
+    coordinates = mesh.coordinates()
+    mine = {axis: c for axis, c in coordinates[device].items() if axis not in manual}
+    return sorted(d for d, coords in coordinates.items()
+                  if all(coords[axis] == c for axis, c in mine.items()))
+
+
 def _manual_layouts(op, meshes: dict) -> tuple[list[Layout], list[Layout]]:
     """The local layouts of a manual computation's operands and results (cached on the op)."""
     cached = op.cache.get("spmd_manual_layouts")
@@ -184,5 +231,9 @@ def _manual_layouts(op, meshes: dict) -> tuple[list[Layout], list[Layout]]:
                for s in parse_sharding_per_value(op.attrs["in_shardings"])]
         outs = [s.layout(meshes, keep_axes=manual)
                 for s in parse_sharding_per_value(op.attrs["out_shardings"])]
+        if len(ins) != len(op.operand_types) or len(outs) != len(op.result_types):
+            raise op.error(f"{len(ins)} in_shardings and {len(outs)} out_shardings for "
+                           f"{len(op.operand_types)} operand(s) and {len(op.result_types)} "
+                           "result(s)")
         cached = op.cache["spmd_manual_layouts"] = (ins, outs)
     return cached

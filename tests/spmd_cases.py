@@ -120,6 +120,15 @@ def more_shard_map_cases():
         lambda v: jax.lax.psum(jnp.sin(v), "a"), mesh=m2, in_specs=P("a"), out_specs=P(),
         axis_names={"a"}, check_vma=False)), [put(m2, P("a", "b"), x)])
 
+    def outer(v):       # manual over "a"; inside it, a shard_map manual over "b"
+        inner = jax.shard_map(lambda u: jax.lax.psum(u, "b") * 10.0,
+                              mesh=jax.sharding.get_abstract_mesh(), in_specs=P(None, "b"),
+                              out_specs=P(), axis_names={"b"}, check_vma=False)
+        return jax.lax.psum(inner(v), "a")
+    yield ("shard_map_nested", jax.jit(jax.shard_map(
+        outer, mesh=m2, in_specs=P("a", None), out_specs=P(), axis_names={"a"},
+        check_vma=False)), [put(m2, P("a", "b"), x)])
+
 
 def shards(array) -> list[np.ndarray]:
     """The array's shards in device-id order."""
