@@ -85,21 +85,12 @@ class PartitionedRun:
         run the body here (its collectives meet the other devices' threads),
         then put the result back together from the devices that share this
         device's coordinates on every axis that is not manual here."""
-        from .interpreter.ops.collective_grid import current_process
-
         in_layouts, out_layouts = _manual_layouts(op, self.meshes)
         device = _this_device(self)
         local = [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
                  for i, (layout, x) in enumerate(zip(in_layouts, operands))]
         results = [np.asarray(r) for r in body(*local)]
-        group = _devices_differing_only_in(op, self.meshes, device)
-        process = current_process()
-        key = ("sdy.manual_computation", id(op))
-        key = key + (process.next_run(key),)
-        mailbox = process.grid.mailbox
-        mailbox.post(key + (process.id,), results, readers=len(group))
-        shared = {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
-                  for d in group}
+        shared = self.exchange(op, _devices_differing_only_in(op, self.meshes, device), results)
         return [layout.assemble({d: values[i] for d, values in shared.items()}, tuple(t.shape),
                                 t.dtype, f"result {i} of {op.name}")
                 for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
@@ -134,9 +125,6 @@ class PartitionedRun:
 
     def shard_to_full(self, op, local) -> np.ndarray:
         """`@SPMDShardToFullShape`: the global value from every device's local value."""
-        from .interpreter.ops.collective_grid import current_process
-
-        process = current_process()
         ttype = op.result_type
         text = op.attrs.get("mhlo.sharding", "{replicated}")
         layout = _cached_layout(op, text, len(ttype.shape), self.devices)
@@ -145,13 +133,23 @@ class PartitionedRun:
         groups = hlo_manual_groups(text, len(ttype.shape), self.devices)
         device = _this_device(self)
         group = [d for d in self.devices if groups[d] == groups[device]]
-        key = ("SPMDShardToFullShape", id(op))
+        shards = self.exchange(op, group, np.asarray(local))
+        return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
+
+
+    def exchange(self, op, group: list[int], value) -> dict:
+        """Every device of `group` shares `value` (this thread is one of them);
+        returns {device: its value}. The n-th run of `op` meets the n-th run
+        of its peers, as collectives do (collective_grid's mailbox)."""
+        from .interpreter.ops.collective_grid import current_process
+
+        process = current_process()
+        key = ("spmd exchange", id(op))
         key = key + (process.next_run(key),)
         mailbox = process.grid.mailbox
-        mailbox.post(key + (process.id,), np.asarray(local), readers=len(group))
-        shards = {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
-                  for d in group}
-        return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
+        mailbox.post(key + (process.id,), value, readers=len(group))
+        return {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
+                for d in group}
 
 
 _PARTITIONED_RUN: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_partitioned_run",
