@@ -123,6 +123,45 @@ class HostTransfers:
         raise Unimplemented("stablehlo.outfeed: PJRT host callbacks serve send/recv only")
 
 
+class DeviceHostTransfers:
+    """The host channel of one execution over several devices.
+
+    Each device has its own send/recv callbacks (`PJRT_ExecuteOptions`
+    gives one list per device, and jaxlib keeps one callback state per
+    device that must be called by that device alone, in order). A device's
+    ops run as the grid process with its logical id (`collective_grid`:
+    one thread per device, also inside a partitioned program's manual
+    regions), so each send/recv goes to the callbacks of the process that
+    runs it. Outside any grid (the global part of a partitioned program,
+    where JAX pins callbacks to device 0) that is process (0, 0).
+    """
+
+    def __init__(self, by_process: dict[tuple[int, int], HostTransfers]) -> None:
+        self.by_process = by_process
+
+    def _current(self) -> HostTransfers:
+        from .interpreter.ops.collective_grid import current_process
+
+        process_id = tuple(current_process().id)
+        transfers = self.by_process.get(process_id)
+        if transfers is None:
+            raise FailedPrecondition(f"no host callbacks for the device with logical id {process_id}")
+        return transfers
+
+    def send(self, channel_id: int, channel_type: int, is_host_transfer: bool, values: list) -> None:
+        self._current().send(channel_id, channel_type, is_host_transfer, values)
+
+    def recv(self, channel_id: int, channel_type: int, is_host_transfer: bool,
+             result_types: tuple) -> list:
+        return self._current().recv(channel_id, channel_type, is_host_transfer, result_types)
+
+    def infeed(self, config: str, result_types: tuple) -> list:
+        return self._current().infeed(config, result_types)
+
+    def outfeed(self, config: str, values: list) -> None:
+        self._current().outfeed(config, values)
+
+
 def _require_host_transfer(op: str, channel_id: int, is_host_transfer: bool) -> None:
     if not is_host_transfer:
         raise Unimplemented(f"{op} on channel {channel_id} has is_host_transfer = false: "

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ...errors import InvalidArgument, Unavailable
+from ...errors import InvalidArgument, PjrtRefError, Unavailable
 from ..registry import register
 from ..types import TOKEN, TensorType
 from .control import as_results
@@ -135,12 +135,29 @@ def outfeed(op, *inputs_and_token):
     return TOKEN
 
 
+@contextlib.contextmanager
+def _located(op):
+    """A host channel's errors (e.g. a failing host callback) name `op` and its location."""
+    try:
+        yield
+    except PjrtRefError as error:
+        if error.op is not None:
+            raise
+        try:
+            located = type(error)(str(error), op=op.name, location=op.location)
+        except TypeError:          # a subclass with its own constructor: keep it as it is
+            raise error from None
+        located.code = error.code
+        raise located from error
+
+
 @register("stablehlo.send")
 def send(op, *inputs_and_token):
     """Spec "send": send `inputs` on the channel `channel_id`; return a token."""
     channel_id, channel_type = _channel(op)
-    host_channel(op).send(channel_id, channel_type, bool(op.attrs.get("is_host_transfer")),
-                          list(inputs_and_token[:-1]))
+    with _located(op):
+        host_channel(op).send(channel_id, channel_type, bool(op.attrs.get("is_host_transfer")),
+                              list(inputs_and_token[:-1]))
     return TOKEN
 
 
@@ -148,6 +165,7 @@ def send(op, *inputs_and_token):
 def recv(op, token):
     """Spec "recv": receive the payload from channel `channel_id`, then a token."""
     channel_id, channel_type = _channel(op)
-    values = host_channel(op).recv(channel_id, channel_type,
-                                   bool(op.attrs.get("is_host_transfer")), _payload_types(op))
+    with _located(op):
+        values = host_channel(op).recv(channel_id, channel_type,
+                                       bool(op.attrs.get("is_host_transfer")), _payload_types(op))
     return as_results(op, [*_checked_payload(op, values), TOKEN])

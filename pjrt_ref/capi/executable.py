@@ -9,7 +9,7 @@ from . import _boundary
 from ._boundary import (Args, entry_point, hand_out_blob, owned, owned_array, owned_named_values, owned_text,
                         require_array)
 from .event import new_event_handle
-from .host_callbacks import attached_host_transfers
+from .host_callbacks import attached_device_host_transfers, attached_host_transfers
 
 
 class ExecuteContext:
@@ -322,8 +322,8 @@ def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set
     for d in range(num_devices):
         row = require_array(argument_lists[d], num_args, f"argument_lists[{d}]")
         rows.append([handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)])
-    results = loaded.execute_on_devices(
-        rows, non_donatable, lambda d: attached_host_transfers(args.options, d))   # device d's callbacks
+    with attached_device_host_transfers(args.options, loaded.logical_ids()):   # each device's own callbacks
+        results = loaded.execute_on_devices(rows, non_donatable)
     for out_row, outputs in zip(out_rows, results):
         for j, buffer in enumerate(outputs):
             loaded.client.track(buffer)

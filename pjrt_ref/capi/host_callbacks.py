@@ -21,7 +21,7 @@ import contextlib
 from .. import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 from ..event import Event
-from ..host_callbacks import CopyToDeviceStream, HostTransfers, Receiver, Sender
+from ..host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
 from . import _boundary
 from ._boundary import Args, ErrorObject, entry_point, require_array
 from .event import new_event_handle
@@ -131,6 +131,20 @@ def attached_host_transfers(options, device_index: int):
         return _NO_CALLBACKS
     from ..interpreter.ops.side_effects import attach_host_channel
     return attach_host_channel(transfers)
+
+
+def attached_device_host_transfers(options, logical_ids: list[tuple[int, int]]):
+    """`attached_host_transfers` for an execution on several devices: device d
+    (logical id `logical_ids[d]`) uses its own callbacks (`DeviceHostTransfers`).
+    Enter it in the calling thread: the devices' threads inherit it."""
+    by_process = {}
+    for d, logical_id in enumerate(logical_ids):
+        transfers = host_transfers_for(options, d)
+        if transfers is None:
+            return _NO_CALLBACKS
+        by_process[tuple(logical_id)] = transfers
+    from ..interpreter.ops.side_effects import attach_host_channel
+    return attach_host_channel(DeviceHostTransfers(by_process))
 
 
 # ------------------------------------------------------ CopyToDeviceStream
