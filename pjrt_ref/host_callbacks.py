@@ -23,7 +23,8 @@ alive for as long as an execution that may call them runs. `jax_plugin.py`
 makes JAX lower its callbacks that way for platform "pjrt_ref".
 
 This module is the runtime half, free of C: `HostTransfers` is the
-interpreter's `HostChannel` for one execution on one device. Each send
+interpreter's `HostChannel` for one execution on one device
+(`DeviceHostTransfers` picks each device's own on several). Each send
 hands the operand's bytes (dense, row-major: what
 `use_major_to_minor_data_layout_for_callbacks` asks for) to the channel's
 sender; each recv gives the channel's receiver a `CopyToDeviceStream` to fill

@@ -4,7 +4,9 @@ and the PJRT_CopyToDeviceStream_* entry points (pjrt_c_api.h "PJRT_Chunk",
 
 `host_transfers_for(options, device_index)` turns the caller's callback
 tables into a `pjrt_ref.host_callbacks.HostTransfers` (see that module for
-the mechanism and why pjrt-ref uses it):
+the mechanism and why pjrt-ref uses it); Execute attaches it for one
+device (`attached_host_transfers`) or one per device
+(`attached_device_host_transfers`):
 
 * a send hands the framework a `PJRT_Chunk` whose memory comes from the
   shim's `pjrt_ref_chunk_alloc` and whose deleter is `pjrt_ref_chunk_free`
