@@ -179,6 +179,9 @@ def test_large_math_op_alone_compiles(monkeypatch):
 
 def test_threads_give_the_same_bits(monkeypatch):
     """A large loop split across threads equals one call over everything."""
+    from pjrt_ref.interpreter.jit import blas
+
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 2)  # split whatever the machine's load
     x = inputs()[:400_001]
     text = program_text("tanh", x.size)
     results = []
@@ -203,9 +206,10 @@ def test_pieces_cover_the_range_once():
 def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
     import time
 
-    from pjrt_ref.interpreter.jit import threads
+    from pjrt_ref.interpreter.jit import blas, threads
 
     monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)  # split whatever the machine's load
     finished = []
 
     def run_piece(start: int, stop: int) -> None:
@@ -219,6 +223,16 @@ def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
     count = len(finished)
     time.sleep(0.05)
     assert count == 16 and len(finished) == count  # every piece ran, none after the raise
+
+
+def test_no_idle_cpu_means_one_call(monkeypatch):
+    from pjrt_ref.interpreter.jit import blas, threads
+
+    monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)
+    calls = []
+    threads.run_split(lambda start, stop: calls.append((start, stop)), 1 << 20, 1 << 10)
+    assert calls == [(0, 1 << 20)]
 
 
 def test_in_a_compiled_while_loop(monkeypatch):
