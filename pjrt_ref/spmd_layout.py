@@ -130,8 +130,11 @@ class AxisRef:
     size: int | None = None     # None: the whole axis
 
     def coordinate(self, coordinates: dict, mesh: Mesh) -> int:
+        """This (sub-)axis's coordinate: the axis of size n reshaped to
+        [pre_size, size, n / (pre_size * size)], the middle index."""
         value = int(coordinates[self.name])
-        return (value // self.pre_size) % self.extent(mesh)
+        post_size = dict(mesh.axes)[self.name] // (self.pre_size * self.extent(mesh))
+        return (value // post_size) % self.extent(mesh)
 
     def extent(self, mesh: Mesh) -> int:
         if self.size is not None:

@@ -202,3 +202,17 @@ def test_maximal_result_is_whole_on_every_device():
     shards = [np.arange(2 * d, 2 * d + 2, dtype=np.float32) for d in range(4)]
     for outputs in runner([[shard] for shard in shards]):
         np.testing.assert_array_equal(outputs[0], np.concatenate(shards))
+
+
+def test_sub_axes_follow_the_shardy_spec():
+    """openxla/shardy docs/sharding_representation.md: `"x":(m)k` is the middle
+    axis of x reshaped to [m, k, n/(m*k)], and its example says
+    <@mesh_full, [{"devices":(1)4}, {"devices":(4)2}]> with mesh_full = <"devices"=8>
+    is the same sharding as <@mesh_xy, [{"x"}, {"y"}]> with mesh_xy = <"x"=4, "y"=2>."""
+    from pjrt_ref.spmd_layout import parse_mesh, parse_tensor_sharding
+
+    meshes = {"mesh_full": parse_mesh('<["devices"=8]>'),
+              "mesh_xy": parse_mesh('<["x"=4, "y"=2]>')}
+    split = parse_tensor_sharding('#sdy.sharding<@mesh_full, [{"devices":(1)4}, {"devices":(4)2}]>')
+    named = parse_tensor_sharding('#sdy.sharding<@mesh_xy, [{"x"}, {"y"}]>')
+    assert split.layout(meshes) == named.layout(meshes)
