@@ -61,9 +61,11 @@ class Buffer:
     @property
     def array(self) -> np.ndarray:
         """The contents (waiting until ready); FailedPrecondition once deleted or donated."""
-        error = self.ready_event.wait()
-        if error is not None:
-            raise error
+        event = self.ready_event
+        if event is not COMPLETE:        # contents that arrive later (an async transfer): wait
+            error = event.wait()
+            if error is not None:
+                raise error
         array = self._array
         if array is None:
             raise FailedPrecondition("buffer has been deleted or donated")
