@@ -40,9 +40,11 @@ What this module does with it, correct by construction rather than fast:
    collectives (psum, all_gather, ppermute, psum_scatter, ...) meet across
    devices exactly as the spec's process-grid semantics say; the local
    results are put back together by `out_shardings` (`spmd_manual`).
-   GSPMD's manual regions are not region ops, so a program with them runs
-   whole on every device instead: the global parts redundantly, the part
-   between the shard-shape markers on local shards.
+   GSPMD's manual regions are not region ops: at load time each one (the
+   call between `@SPMDFullToShardShape` and `@SPMDShardToFullShape`) is made
+   into one `@pjrt_ref.manual_call` op that runs the same way
+   (`spmd_gspmd`); a region of any other shape makes the program run whole
+   on every device instead (the global parts redundantly).
 
 Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
 
@@ -79,8 +81,8 @@ from .debug import live_profile
 from .errors import InvalidArgument, Unimplemented
 from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_mesh,
                           parse_sharding_per_value, parse_tensor_sharding, replicated)
-from .spmd_manual import (FULL_SHARDING_ATTR, PartitionedRun, current_partitioned_run,
-                          run_on_grid, run_with)
+from .spmd_gspmd import annotate_full_to_shard, custom_call_target, make_manual_calls
+from .spmd_manual import PartitionedRun, current_partitioned_run, run_on_grid, run_with
 
 __all__ = ["make_partitioned_runner", "runner_for_executable", "PartitionedRunner",
            "current_partitioned_run"]
@@ -125,12 +127,18 @@ class PartitionedRunner:
         self.num_replicas = num_replicas
         self.devices = list(range(num_partitions * num_replicas))
         self._optimized_text: str | None = None
-        # A program with GSPMD manual regions runs whole on every device; its
-        # SPMDFullToShardShape ops first learn their operand's sharding.
+        # GSPMD manual regions become @pjrt_ref.manual_call ops (spmd_gspmd); a
+        # program with one that does not fit that shape runs whole on every
+        # device, its SPMDFullToShardShape ops told their operand's sharding.
+        self.global_program = program
         self.per_device_program = None
         if "SPMDFullToShardShape" in program.text:
             from .interpreter import load
-            self.per_device_program = load(annotate_full_to_shard(program.text))
+            text, left = make_manual_calls(program.text)
+            if left:
+                self.per_device_program = load(annotate_full_to_shard(text))
+            else:
+                self.global_program = load(text)
         module = program._module
         self.meshes = _read_meshes(module)
         func = _entry_function(module, program.entry)
@@ -201,7 +209,7 @@ class PartitionedRunner:
         global_arguments = self.assemble_arguments(per_device_arguments)
         if self.per_device_program is None:
             run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions)
-            results = run_with(run, lambda: _run_program(self.program, global_arguments))
+            results = run_with(run, lambda: _run_program(self.global_program, global_arguments))
             per_device_results = [results] * len(self.devices)
         else:
             per_device_results = self.run_on_every_device(global_arguments)
@@ -285,7 +293,7 @@ class PartitionedRunner:
                 .layout(self.meshes)
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
             return self._sdy_layout(attrs["sharding"], len(_shape_of(value)))
-        if _custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
+        if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)
         if op.name not in _ELEMENTWISE:
@@ -304,42 +312,6 @@ def _run_program(program, arguments: list) -> list:
     if live_profile.ACTIVE:
         return live_profile.run(program, arguments)
     return program(*arguments)
-
-
-def annotate_full_to_shard(text: str) -> str:
-    """`text` with each `@SPMDFullToShardShape` carrying the sharding of its
-    operand (`FULL_SHARDING_ATTR`), read from the `@Sharding` op that makes
-    the operand: the kernel must know which tile of the global value is this
-    device's, and only its producer says."""
-    from jaxlib.mlir import ir
-    from .interpreter.loader import make_context
-
-    with make_context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        for op in _walk(module.operation):
-            if _custom_call_target(op) != "SPMDFullToShardShape":
-                continue
-            producer = op.operands[0].owner
-            producer = getattr(producer, "operation", producer)
-            if _custom_call_target(producer) != "Sharding" or "mhlo.sharding" not in producer.attributes:
-                raise Unimplemented("SPMDFullToShardShape whose operand is not made by a "
-                                    "@Sharding custom call")
-            op.attributes[FULL_SHARDING_ATTR] = producer.attributes["mhlo.sharding"]
-        return str(module)
-
-
-def _walk(op):
-    yield op
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                yield from _walk(child.operation)
-
-
-def _custom_call_target(op) -> str | None:
-    if getattr(op, "name", None) != "stablehlo.custom_call":
-        return None
-    return _text(op.attributes["call_target_name"])
 
 
 # --------------------------------------------------------------- reading the module

@@ -15,9 +15,12 @@ shapes, collectives across devices), in one of two spellings:
   data flow: `custom_call @SPMDFullToShardShape` turns a global value into
   the device's local shard, `custom_call @SPMDShardToFullShape` turns local
   values back into a global one, and everything in between is per device.
-  Such a program runs whole on every device (`per_device` mode): the global
-  parts are computed redundantly (identical on every device), FullToShard
-  cuts this device's shard, ShardToFull exchanges the devices' local values
+  `spmd_gspmd` makes each such region (a call between the markers) into a
+  `@pjrt_ref.manual_call` op at load time, which runs like Shardy's
+  (`PartitionedRun.run_manual_call`). A region of another shape makes the
+  program run whole on every device (`per_device` mode): the global parts
+  are computed redundantly (identical on every device), FullToShard cuts
+  this device's shard, ShardToFull exchanges the devices' local values
   through the grid's mailbox and assembles them.
 
 A manual region met by a thread that already is one device (a shard_map
@@ -35,12 +38,10 @@ import contextvars
 import numpy as np
 
 from .errors import PjrtRefError, Unimplemented
+from .spmd_gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from .spmd_layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
                           parse_sharding_per_value)
 
-# The attribute `spmd.annotate_full_to_shard` gives every SPMDFullToShardShape:
-# the HloSharding of its (global) operand, read from the @Sharding op before it.
-FULL_SHARDING_ATTR = "pjrt_ref.full_sharding"
 
 
 class PartitionedRun:
@@ -96,24 +97,58 @@ class PartitionedRun:
                 for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
 
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
-        """Run the region `body` as every process of a fresh grid, one thread each,
-        each in its own copy of the region's frame."""
+        """Run the region `body` once per device, each in its own copy of the
+        region's frame (see `run_per_device`)."""
         from .interpreter.plan import run_block
 
+        return self.run_per_device(
+            op, lambda device: run_block(body.plan, list(body.frame), local_args[device]))
+
+    def run_per_device(self, op, work) -> dict:
+        """`work(device)` as every process of a fresh grid, one thread each,
+        marked as inside a manual region; {device: its results}."""
         inner = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
                                inside_manual=True)
 
         def job(device: int):
-            def work() -> list:
+            def run() -> list:
                 _PARTITIONED_RUN.set(inner)
                 with np.errstate(all="ignore"):
-                    return run_block(body.plan, list(body.frame), local_args[device])
-            return work
+                    return work(device)
+            return run
         outcomes = run_on_grid(op, self.num_replicas, self.num_partitions,
                                [job(d) for d in self.devices])
         return dict(zip(self.devices, outcomes))
 
     # -- GSPMD ----------------------------------------------------------------
+    def run_manual_call(self, op, operands) -> list[np.ndarray]:
+        """`@pjrt_ref.manual_call` (a GSPMD shard_map, see `spmd_gspmd`): the
+        callee once per device on the local shards its `in_shardings` cut,
+        the results put back together by its `out_shardings`."""
+        callee = op.module.function(op.attrs[CALLEE_ATTR])
+        in_layouts = [_cached_layout(op, text, np.ndim(x), self.devices)
+                      for text, x in zip(op.attrs[IN_SHARDINGS_ATTR], operands)]
+        out_texts = op.attrs[OUT_SHARDINGS_ATTR]
+        out_layouts = [_cached_layout(op, text, len(t.shape), self.devices)
+                       for text, t in zip(out_texts, op.result_types)]
+
+        def local_args(device: int) -> list:
+            return [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
+                    for i, (layout, x) in enumerate(zip(in_layouts, operands))]
+        if self.inside_manual or self.per_device:
+            # Nested in another manual region: this thread is one device.
+            device = _this_device(self)
+            results = [np.asarray(r) for r in callee.run(local_args(device))]
+            groups = hlo_manual_groups(out_texts[0], len(op.result_types[0].shape), self.devices) \
+                if out_texts else {d: () for d in self.devices}
+            shared = self.exchange(op, [d for d in self.devices if groups[d] == groups[device]],
+                                   results)
+        else:
+            shared = self.run_per_device(op, lambda device: callee.run(local_args(device)))
+        return [layout.assemble({d: np.asarray(values[i]) for d, values in shared.items()},
+                                tuple(t.shape), t.dtype, f"result {i} of {op.name}")
+                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+
     def full_to_shard(self, op, operand) -> np.ndarray:
         """`@SPMDFullToShardShape`: this device's shard of the global operand."""
         text = op.attrs.get(FULL_SHARDING_ATTR)

@@ -216,3 +216,23 @@ def test_sub_axes_follow_the_shardy_spec():
     split = parse_tensor_sharding('#sdy.sharding<@mesh_full, [{"devices":(1)4}, {"devices":(4)2}]>')
     named = parse_tensor_sharding('#sdy.sharding<@mesh_xy, [{"x"}, {"y"}]>')
     assert split.layout(meshes) == named.layout(meshes)
+
+
+@pytest.mark.parametrize("name", ["shard_map_collectives", "shard_map_nested",
+                                  "shard_map_partial_manual"])
+def test_gspmd_per_device_fallback_matches_jax_cpu(gspmd_cpu_oracle, monkeypatch, name):
+    """A GSPMD manual region that spmd_gspmd cannot make into a manual call
+    runs the whole program on every device; force that path for JAX's own
+    programs and check it against JAX cpu too."""
+    import pjrt_ref.spmd as spmd
+
+    monkeypatch.setattr(spmd, "make_manual_calls", lambda text: (text, True))
+    case = gspmd_cpu_oracle[name]
+    program = load(case["text"])
+    runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
+    assert runner.per_device_program is not None
+    order = case["device_order"]
+    outputs = runner([[shards[order[p]] for shards in case["arguments"]] for p in range(4)])
+    whole = [layout.assemble({d: outputs[d][i] for d in range(4)}, tuple(t.shape), t.dtype, name)
+             for i, (layout, t) in enumerate(zip(runner.result_layouts, program.output_types))]
+    assert_same_values(whole, case["globals"], name)

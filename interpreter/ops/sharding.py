@@ -61,6 +61,17 @@ def shard_to_full_shape(op, operand):
     return _same_shape_identity(op, operand)
 
 
+@register_custom_call("pjrt_ref.manual_call")
+def manual_call(op, *operands):
+    """A GSPMD shard_map made into one op at load time (`pjrt_ref/spmd_gspmd.py`):
+    its callee per device, inside a partitioned execute only."""
+    run = _partitioned_run()
+    if run is None:
+        raise op.error("a manual region needs a partitioned execute", cls=Unimplemented)
+    results = run.run_manual_call(op, operands)
+    return results[0] if len(results) == 1 else tuple(results)
+
+
 @register("sdy.sharding_constraint", "sdy.reshard")
 def sharding_constraint(op, operand):
     """Shardy's sharding constraint / reshard: the identity on global values."""
