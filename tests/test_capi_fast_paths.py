@@ -276,3 +276,17 @@ def test_fast_paths_are_off_when_every_call_must_be_seen(monkeypatch):
     monkeypatch.delenv("PJRT_REF_FAST_PATHS")
     monkeypatch.setattr(strict, "ENABLED", True)
     assert not fast_paths.wanted()
+
+
+def test_a_fact_python_answers_with_an_error_stays_with_python(api, objects, monkeypatch):
+    """An executable whose replica count is an error: no C fact, and NumReplicas reports the error."""
+    from pjrt_ref.errors import InvalidArgument
+    from pjrt_ref.executable import Executable
+
+    def conflicting(self):
+        raise InvalidArgument("the compile options ask for 2 replicas, the program's module for 4")
+    monkeypatch.setattr(Executable, "num_replicas", property(conflicting))
+    exe = api.call("PJRT_LoadedExecutable_GetExecutable", loaded_executable=objects["loaded"]).executable
+    fast, python = _both_ways(api, "PJRT_Executable_NumReplicas", ("num_replicas",), executable=exe)
+    assert fast == python and fast[0] == "error" and "2 replicas" in fast[2]
+    api.call("PJRT_Executable_Destroy", executable=exe)

@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import handles, strict
 from ..buffer import Buffer
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, PjrtRefError
 from ..event import COMPLETE, Event
 from ..executable import Executable
 from ..memory import Memory
@@ -102,7 +102,10 @@ class CFacts:
     def added(self, key: int, obj: Any) -> None:
         record = _RECORDERS.get(type(obj))
         if record is not None:
-            record(key, obj)
+            try:
+                record(key, obj)
+            except PjrtRefError:    # a query Python answers with an error (bad replica count): leave it to Python
+                pass
 
     def removed(self, key: int) -> None:
         lib.pjrt_ref_fact_forget(key)
