@@ -37,11 +37,10 @@ import contextvars
 
 import numpy as np
 
-from .errors import PjrtRefError, Unimplemented
+from .errors import Internal, PjrtRefError, Unimplemented
 from .spmd_gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from .spmd_layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
                           parse_sharding_per_value)
-
 
 
 class PartitionedRun:
@@ -171,7 +170,6 @@ class PartitionedRun:
         shards = self.exchange(op, group, np.asarray(local))
         return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
 
-
     def exchange(self, op, group: list[int], value) -> dict:
         """Every device of `group` shares `value` (this thread is one of them);
         returns {device: its value}. The n-th run of `op` meets the n-th run
@@ -212,7 +210,7 @@ def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list) -> list:
     except Exception as error:
         message = f"a device failed: {type(error).__name__}: {error}"
         if op is None:
-            raise Unimplemented(message) from error
+            raise Internal(message) from error
         raise op.error(message) from error
 
 
