@@ -208,7 +208,7 @@ def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
     would)."""
     work = ufunc_dtype(dtype)
     with np.errstate(all="ignore"):
-        reduced = ufunc.reduce(values.astype(work), axis=-1, dtype=work)
+        reduced = ufunc.reduce(values.astype(work, copy=False), axis=-1, dtype=work)
         result = ufunc(np.asarray(init).astype(work), reduced)
     return np.asarray(result).astype(dtype).reshape(reduced.shape)
 
