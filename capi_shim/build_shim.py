@@ -417,7 +417,20 @@ def make_builder() -> cffi.FFI:
 
 ffibuilder = make_builder()
 
+def build_in_place() -> str:
+    """Development build: the .so lands next to this file.
+
+    The linker writes into a scratch file that then replaces the old library
+    with one rename: processes that have the old library mapped keep their
+    (unlinked) copy instead of crashing when its pages change under them.
+    """
+    build_dir = os.path.join(HERE, "..", "build", "shim")
+    final = os.path.join(HERE, "_pjrt_ref_shim" + sysconfig.get_config_var("EXT_SUFFIX"))
+    scratch = os.path.join(build_dir, "_pjrt_ref_shim.so.new")
+    built = ffibuilder.compile(tmpdir=build_dir, verbose=True, target=scratch)
+    os.replace(built, final)
+    return final
+
+
 if __name__ == "__main__":
-    # In-place build for development: the .so lands next to this file.
-    ffibuilder.compile(tmpdir=os.path.join(HERE, "..", "build", "shim"), verbose=True,
-                       target=os.path.join(HERE, "_pjrt_ref_shim" + sysconfig.get_config_var("EXT_SUFFIX")))
+    print(build_in_place())
