@@ -15,6 +15,7 @@ import pytest
 
 from capi_calls import Api, PjrtCallError
 from test_jax_support import run_jax, run_python
+from test_multi_device_collectives import MISMATCH
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 
 # ------------------------------------------------------------ JAX vs JAX cpu
@@ -286,30 +287,8 @@ def test_execute_runs_every_replica_on_its_device_through_the_c_api(api):
     api.call("PJRT_Client_Destroy", client=client)
 
 
-MISMATCH = """
-module attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 1 : i32} {
-  func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
-    %id = stablehlo.replica_id : tensor<ui32>
-    %zero = stablehlo.constant dense<0> : tensor<ui32>
-    %first = stablehlo.compare EQ, %id, %zero : (tensor<ui32>, tensor<ui32>) -> tensor<i1>
-    %r = "stablehlo.if"(%first) ({
-      %s = "stablehlo.all_reduce"(%x) ({
-        ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-          %t = stablehlo.add %a, %b : tensor<f32>
-          stablehlo.return %t : tensor<f32>
-      }) {replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>} : (tensor<3xf32>) -> tensor<3xf32> loc("train.py":7:2)
-      stablehlo.return %s : tensor<3xf32>
-    }, {
-      stablehlo.return %x : tensor<3xf32>
-    }) : (tensor<i1>) -> tensor<3xf32>
-    return %r : tensor<3xf32>
-  }
-}
-"""
-
-
 def test_a_device_that_never_arrives_fails_execute_with_deadline_exceeded(api, monkeypatch):
-    # Replica 1 skips the all_reduce replica 0 waits in.
+    # Replica 1 skips the all_reduce replica 0 waits in (see MISMATCH in test_multi_device_collectives).
     monkeypatch.setenv("PJRT_REF_COLLECTIVE_TIMEOUT", "0.5")
     client = _client(api, 2)
     devices = _devices(api, client)
@@ -318,7 +297,7 @@ def test_a_device_that_never_arrives_fails_execute_with_deadline_exceeded(api, m
     with pytest.raises(PjrtCallError) as caught:
         _execute(api, loaded, rows, 1)
     assert caught.value.code == 4                       # DEADLINE_EXCEEDED
-    assert "stablehlo.all_reduce" in caught.value.message and "train.py" in caught.value.message
+    assert "stablehlo.all_reduce" in caught.value.message and "model.py" in caught.value.message
     api.call("PJRT_Client_Destroy", client=client)
 
 
