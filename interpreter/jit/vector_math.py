@@ -130,39 +130,36 @@ def exp_f64(x):
 def expm1_f64(x):
     """e^x - 1 for a float64 x, |x| <= EXP_CLAMP: 2^k (e^r - 1) + (2^k - 1),
     where 2^k - 1 is exact, so no cancellation loses more than a bit.
-    expm1(-0) = -0."""
+    expm1(-0) is +0 here (callers that care fix the sign)."""
     _, r, scale = split_ln2(x)
-    result = fma(scale, expm1_reduced(r), scale - 1.0)
-    return x if x == 0.0 else result
+    return fma(scale, expm1_reduced(r), scale - 1.0)
 
 
 def exp_f32(x):
-    """float32 exp, computed in float64 (the caller rounds)."""
-    y = exp_f64(clamp_keep_nan(x, EXP_CLAMP))
-    return x if x != x else y
+    """float32 exp, computed in float64 (the caller rounds). A NaN x gives
+    a NaN r, and the final fused multiply-add returns NaN whatever 2^k is."""
+    return exp_f64(clamp_keep_nan(x, EXP_CLAMP))
 
 
 def expm1_f32(x):
-    """float32 expm1, computed in float64 (the caller rounds)."""
+    """float32 expm1, computed in float64 (the caller rounds); NaN as in
+    exp_f32, and expm1(+-0) = +-0."""
     y = expm1_f64(clamp_keep_nan(x, EXP_CLAMP))
-    return x if x != x else y
+    return x if x == 0.0 else y
 
 
 def tanh_f32(x):
     """float32 tanh, computed in float64 as e / (e + 2) with e = expm1(2|x|)
     (no cancellation near 0), sign restored afterwards (tanh(-0) = -0)."""
     e = expm1_f64(2.0 * clamp_keep_nan(abs(x), TANH_CLAMP))
-    t = e / (e + 2.0)
-    y = -t if x < 0.0 else t
-    return x if x == 0.0 or x != x else y
+    return math.copysign(e / (e + 2.0), x)
 
 
 def logistic_f32(x):
     """float32 logistic 1 / (1 + e^-x), computed in float64 (the caller
     rounds); for x < -EXP_CLAMP the exact result is below float32's
     smallest subnormal, for x > EXP_CLAMP it rounds to 1."""
-    y = 1.0 / (1.0 + exp_f64(-clamp_keep_nan(x, EXP_CLAMP)))
-    return x if x != x else y
+    return 1.0 / (1.0 + exp_f64(-clamp_keep_nan(x, EXP_CLAMP)))
 
 
 # In dependency order: each function is defined before its first caller.
