@@ -64,8 +64,10 @@ def test_matrix_fast_path_against_generic_path_and_xla(name, dtype, monkeypatch)
     ours = load(text)(*args)[0]
     generic = _reference_product(text, args, monkeypatch)[0]
     assert ours.dtype == generic.dtype == xla.dtype == np.dtype(dtype)
-    # Blocks of rows may round an element in another order than one BLAS
-    # call (see blas.row_blocks): equal up to the rounding of a dot product.
+    # The generic path multiplies 3-d stacks (numpy may hand BLAS other
+    # arguments) and XLA sums in its own order: equal up to the rounding of
+    # a dot product. (Split or not, the fast path has one BLAS call's bits:
+    # test_products_have_the_bits_of_one_blas_call.)
     tolerance = dict(rtol=1e-5, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-11)
     np.testing.assert_allclose(ours, generic, **tolerance)
     np.testing.assert_allclose(ours, xla, **tolerance)
@@ -89,16 +91,45 @@ def test_loaded_programs_split_big_products():
         assert blas.matmul_threads() == len(os.sched_getaffinity(0))
 
 
+SPLIT_SHAPES = [((256, 256), (256, 256), np.float32), ((128, 784), (784, 512), np.float32),
+                ((333, 700), (700, 300), np.float32), ((300, 300), (300, 300), np.float64),
+                ((512, 255), (255, 3), np.float64), ((256, 1000), (1000, 10), np.float32)]
+
+
 @pytest.mark.parametrize("helpers_idle", [0, 1, 3])
-def test_split_gives_the_same_bits_whoever_computes_the_blocks(helpers_idle, monkeypatch):
-    """Idle CPUs decide how many threads help, never the result."""
-    a, b = _operands((333, 700), (700, 300), np.float32)
-    bounds = blas.row_blocks(333, 700, 300, 4)
-    assert len(bounds) > 2
-    expected = np.concatenate([a[lo:hi] @ b for lo, hi in zip(bounds[:-1], bounds[1:])])
+@pytest.mark.parametrize("lhs_shape,rhs_shape,dtype", SPLIT_SHAPES)
+def test_products_have_the_bits_of_one_blas_call(lhs_shape, rhs_shape, dtype, helpers_idle,
+                                                 monkeypatch):
+    """Split or not, with or without helpers, transposed or not: always the
+    bits of one BLAS call (blocks are used only where they give them)."""
     monkeypatch.setattr(blas, "idle_cpus", lambda: helpers_idle)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=4), expected)
-    np.testing.assert_allclose(blas.matmul(a, b, threads=4), a @ b, rtol=1e-5, atol=1e-4)
+    a, b = _operands(lhs_shape, rhs_shape, dtype)
+    for lhs, rhs in ((a, b), (np.asfortranarray(a), b), (a, np.asfortranarray(b))):
+        for threads in (2, 4):
+            np.testing.assert_array_equal(blas.matmul(lhs, rhs, threads=threads), lhs @ rhs)
+
+
+def test_exact_shapes_are_split_over_helpers(monkeypatch):
+    """A shape whose blocks give one call's bits (W2's) is computed in
+    blocks, on helper threads when a CPU is idle; a shape whose blocks would
+    not is one call."""
+    calls = []
+    real = blas.run_shared
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (calls.append(len(jobs)),
+                                                                   real(jobs, helpers)))
+    a, b = _operands((256, 256), (256, 256), np.float32)
+    bounds = blas.row_blocks(256, 256, 256, 2)
+    assert blas.blocks_are_exact(a, b, bounds)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    assert calls == [2]
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)    # busy machine: one call
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    assert calls == [2]
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    monkeypatch.setattr(blas, "blocks_are_exact", lambda *args: False)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    assert calls == [2]
 
 
 def test_split_product_raises_no_warning_in_helper_threads(monkeypatch):

@@ -16,12 +16,14 @@ the host process use it too.
 Large products use every core another way (`matmul`): the rows of the
 result are cut into one block per configured thread, and the blocks are
 handed out to the calling thread and a small pool of our own threads, each
-calling single-threaded BLAS on its block. Our threads sleep (no spinning)
-when idle, helpers are woken only for CPUs that are idle at that moment
-(/proc/loadavg), and the caller computes every block no helper has claimed,
-so on a busy machine the split costs a repacking of the right operand per
-block (10-20% of the product), not a stall. Where the rows are cut depends
-only on the shape and the thread setting, so results do not depend on load.
+calling single-threaded BLAS on its block. That is done only where the
+blocks give the same bits as one BLAS call (checked once per shape and
+layout, `blocks_are_exact`: BLAS's kernels at a block's edge may sum some
+shapes in another order), and only when a CPU is idle at that moment
+(/proc/loadavg); otherwise the product is one BLAS call. So results never
+depend on the load or the thread setting. Our threads sleep (no spinning)
+when idle, and the caller takes every block no helper has claimed, so a
+helper that is slow to start costs nothing.
 
     PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
                                process may run on; 1: never split). Only
@@ -116,10 +118,9 @@ def _threads_for(setting: str) -> int:
 
 
 def row_blocks(rows: int, inner: int, columns: int, threads: int) -> list[int]:
-    """Where the result's rows are cut: a function of the shape and the
-    configured thread count only, never of the machine's load, so a program
-    gives the same bits on every run (BLAS's kernels may round the rows at
-    a block's edge differently from an unsplit product)."""
+    """Where the result's rows would be cut: one block per thread, at least
+    MIN_BLOCK_ROWS rows each, for products big enough to pay a thread's
+    wake-up; [0, rows] means one block."""
     blocks = min(threads, rows // MIN_BLOCK_ROWS)
     if blocks < 2 or rows * inner * columns < SPLIT_MIN_MULTIPLY_ADDS:
         return [0, rows]
@@ -162,15 +163,15 @@ os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
-    """`a @ b` for 2-d float arrays (any strides). A big product is computed
-    as blocks of rows (`row_blocks`); the blocks go to this thread and, when
-    CPUs are idle, to helper threads. Which thread computes a block does not
-    change its bits."""
+    """`a @ b` for 2-d float arrays (any strides), always with the bits of
+    one BLAS call. A big product whose row blocks (`row_blocks`) give those
+    same bits (`blocks_are_exact`) is computed block by block when CPUs are
+    idle: by this thread and helper threads."""
     rows, inner = a.shape
     columns = b.shape[1]
     threads = matmul_threads() if threads is None else threads
     bounds = row_blocks(rows, inner, columns, threads)
-    if len(bounds) == 2:
+    if len(bounds) == 2 or idle_cpus() == 0 or not blocks_are_exact(a, b, bounds):
         return np.matmul(a, b)
     out = np.empty((rows, columns), np.result_type(a.dtype, b.dtype))
 
@@ -181,8 +182,46 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
         return job
 
     jobs = [block(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    run_shared(jobs, min(threads, len(jobs)) - 1)
+    run_shared(jobs, len(jobs) - 1)
     return out
+
+
+_EXACT: dict = {}
+
+
+def _layout(x: np.ndarray) -> str:
+    """How BLAS reads a 2-d operand: rows contiguous, columns contiguous
+    (a transposed view), or neither (numpy copies it first)."""
+    if x.strides[1] == x.itemsize:
+        return "rows"
+    if x.strides[0] == x.itemsize:
+        return "columns"
+    return "copied"
+
+
+def blocks_are_exact(a: np.ndarray, b: np.ndarray, bounds: list[int]) -> bool:
+    """Whether computing the rows of `a @ b` in the blocks `bounds` gives
+    the same bits as one BLAS call. BLAS's sequence of floating-point
+    operations depends on the shapes, types and layouts only, never on the
+    values, so one check on random operands of that shape and layout
+    answers for all operands; the answer is kept per shape and layout
+    (edge-of-block kernels sum some shapes in another order)."""
+    key = (a.dtype, b.dtype, a.shape, b.shape, _layout(a), _layout(b), tuple(bounds))
+    exact = _EXACT.get(key)
+    if exact is None:
+        rng = np.random.default_rng(0)
+        probe_a, probe_b = (_random_like(x, rng) for x in (a, b))
+        with np.errstate(all="ignore"):
+            whole = np.matmul(probe_a, probe_b)
+            blocks = np.concatenate([np.matmul(probe_a[lo:hi], probe_b)
+                                     for lo, hi in zip(bounds[:-1], bounds[1:])])
+        exact = _EXACT[key] = bool(np.array_equal(whole, blocks))
+    return exact
+
+
+def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    values = rng.standard_normal(x.shape).astype(x.dtype)
+    return np.asfortranarray(values) if _layout(x) == "columns" else values
 
 
 class _SharedJobs:
