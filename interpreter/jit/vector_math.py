@@ -43,6 +43,7 @@ caller rounds the result to float32.
 from __future__ import annotations
 
 import inspect
+import math
 
 import numpy as np
 
