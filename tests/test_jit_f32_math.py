@@ -74,6 +74,8 @@ def program_text(op: str, n: int) -> str:
 def load_with(text: str, monkeypatch, optimize: bool = True, jit: bool = True):
     monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1" if optimize else "0")
     monkeypatch.setenv("PJRT_REF_JIT", "1" if jit else "0")
+    # Compile runs of any size: these tests check the compiled loops' bits.
+    monkeypatch.setenv("PJRT_REF_JIT_MIN_ELEMENTS", "0")
     return load(text)
 
 

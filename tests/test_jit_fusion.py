@@ -20,6 +20,8 @@ SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-39, -3.5, 88.0, -1
 def load_with(text: str, monkeypatch, optimize: bool):
     monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1" if optimize else "0")
     monkeypatch.setenv("PJRT_REF_JIT", "1")
+    # Compile runs of any size: these tests check the compiled loops' bits.
+    monkeypatch.setenv("PJRT_REF_JIT_MIN_ELEMENTS", "0")
     return load(text)
 
 

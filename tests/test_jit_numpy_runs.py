@@ -1,0 +1,140 @@
+"""Fused runs that numba would not pay for run on numpy, chunk by chunk
+(interpreter/jit/fusion.py, "When numba pays"): the same bits as the
+unfused kernels (PJRT_REF_JIT=0), close to XLA CPU, and a program made only
+of such runs never starts numba."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit_support import assert_same_values  # noqa: E402
+from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from test_jax_support import run_python  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from pjrt_ref.interpreter import load  # noqa: E402
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-39, -3.5, 1e30, -1e-45]
+
+
+def values(dtype, n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0, 1e4], n)
+    x[:len(SPECIALS)] = SPECIALS
+    x[-len(SPECIALS):] = SPECIALS
+    return x.astype(dtype)
+
+
+def load_as(text: str, monkeypatch, jit: str):
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    monkeypatch.setenv("PJRT_REF_JIT", jit)
+    monkeypatch.delenv("PJRT_REF_JIT_MIN_ELEMENTS", raising=False)
+    return load(text)
+
+
+def fused_kinds(program) -> list[str]:
+    kinds = []
+    for step in program.function.body.steps:
+        if step.op.name == "pjrt_ref.fused":
+            attrs = step.op.attrs
+            kinds.append("numpy" if attrs.get("numpy") else "chunked" if attrs.get("chunked") else "numba")
+    return kinds
+
+
+def check(fn, args, monkeypatch) -> list[str]:
+    """Results with numba allowed equal PJRT_REF_JIT=0's bit for bit (up to
+    NaN payloads) and XLA's within rounding; returns the fused steps' kinds."""
+    text = lower_to_text(fn, *args)
+    fused = load_as(text, monkeypatch, "1")
+    plain = load_as(text, monkeypatch, "0")
+    ours, reference = fused(*args), plain(*args)
+    for a, b in zip(ours, reference):
+        assert_same_values(a, b)
+    xla = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    scale = max(float(np.nanmax(np.abs(np.where(np.isfinite(x), x, 0)))) for x in args)
+    for a, b in zip(ours, xla):
+        atol = 4 * np.finfo(a.dtype).eps * max(scale, 1)
+        np.testing.assert_allclose(a, np.asarray(b), rtol=2e-6, atol=atol, equal_nan=True)
+    return fused_kinds(fused)
+
+
+# 300_001 elements: several pieces for threads, many chunks, a partial one.
+@pytest.mark.parametrize("n", [23, 300_001])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_arithmetic_runs_on_numpy(n, dtype, monkeypatch):
+    x, y = values(dtype, n), values(dtype, n, seed=1)
+    fn = lambda x, y: ((x * 2 + y) / (y - 3) - abs(-x), x - 0.01 * y)
+    assert check(fn, (x, y), monkeypatch) == ["numpy"]  # one run, two outputs
+
+
+@pytest.mark.parametrize("scalar", [0.0, -0.0, 1.5, np.nan])
+def test_max_min_with_a_scalar(scalar, monkeypatch):
+    """Signed zeros and NaNs on either side of a splat, as maximum_values."""
+    x = np.concatenate([values(np.float32, 40_000), np.array([0.0, -0.0, np.nan] * 7, np.float32)])
+    s = np.float32(scalar)
+    fn = lambda x: (jnp.maximum(x, s) * 3, jnp.minimum(s, x) - x, jnp.maximum(s, x), jnp.minimum(x, s))
+    kinds = check(fn, (x,), monkeypatch)
+    assert kinds and set(kinds) == {"numpy"}, kinds
+
+
+def test_max_min_of_two_arrays(monkeypatch):
+    x = np.array([0.0, -0.0, 0.0, -0.0, np.nan, 1.0, np.nan, -np.inf] * 5000, np.float32)
+    y = np.array([-0.0, 0.0, 0.0, -0.0, 1.0, np.nan, np.nan, np.inf] * 5000, np.float32)
+    assert check(lambda x, y: jnp.maximum(x, y) + jnp.minimum(x, y) * 2, (x, y), monkeypatch) == ["numpy"]
+
+
+def test_numba_only_for_runs_large_enough(monkeypatch):
+    """A run with a compare/select or f32 exp compiles from
+    COMPILE_MIN_ELEMENTS elements on; smaller ones stay unfused."""
+    from pjrt_ref.interpreter.jit.fusion import COMPILE_MIN_ELEMENTS
+
+    fn = lambda x: (jnp.where(x > 0, x * 2, x - 1), jnp.exp(x * 0.5) - 1)
+    small = values(np.float32, COMPILE_MIN_ELEMENTS // 2)
+    assert check(fn, (small,), monkeypatch) == []
+    large = values(np.float32, COMPILE_MIN_ELEMENTS + 3)
+    assert check(fn, (large,), monkeypatch) == ["numba", "numba"]
+
+
+MLP_STEP = """
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+from pjrt_ref.interpreter import load
+
+def loss(params, x):
+    h = x
+    for w, b in params[:-1]:
+        h = jax.nn.relu(h @ w + b)
+    w, b = params[-1]
+    return -jnp.mean(jax.nn.log_softmax(h @ w + b)[:, 0])
+
+def step(params, x):
+    value, grads = jax.value_and_grad(loss)(params, x)
+    return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+rng = np.random.default_rng(0)
+sizes = [64, 96, 96, 10]
+params = [(rng.standard_normal((a, b), dtype=np.float32) * 0.1, np.zeros(b, np.float32))
+          for a, b in zip(sizes[:-1], sizes[1:])]
+x = rng.standard_normal((32, 64), dtype=np.float32)
+program = load(jax.jit(step).lower(params, x).as_text())
+flat = [np.asarray(a) for a in jax.tree_util.tree_leaves((params, x))]
+ours = program(*flat)
+fused = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.fused"]
+assert fused, "no fused runs"
+assert "numba" not in sys.modules, "numba was imported"
+xla = jax.tree_util.tree_leaves(jax.jit(step)(params, x))
+for a, b in zip(ours, xla):
+    np.testing.assert_allclose(a, np.asarray(b), rtol=2e-5, atol=2e-6)
+print("OK")
+"""
+
+
+def test_training_step_does_not_start_numba():
+    """An MLP training step (W4's kind of program) fuses its SGD updates and
+    relus on numpy and never imports numba (a fresh process: this one may
+    have imported it already)."""
+    result = run_python(MLP_STEP, JAX_PLATFORMS="cpu", PJRT_REF_JIT="1")
+    assert "OK" in result.stdout, result.stdout + result.stderr
