@@ -7,7 +7,7 @@ computing steps) by one step. Values a run produces that are used after it
 others never exist as full arrays. Three kinds of fused step:
 
 * a run of float add, subtract, multiply, divide, negate, abs, maximum and
-  minimum (and splats) runs on numpy (`_numpy_step`): each member's unfused
+  minimum (and splats) runs on numpy (numpy_runs.py): each member's unfused
   function on cache-sized chunks, written into buffers that stay in cache
   and straight into the outputs, large runs split over threads;
 * any other run of the ops below compiles to one numba loop over the
@@ -55,9 +55,11 @@ only where it saves real work per call, decided at plan time from op kinds
 and shapes:
 
 * plain arithmetic, maximum and minimum never need it: numpy's ufuncs on
-  chunks that stay in cache move the same memory as a compiled loop (W4's
-  SGD updates and relus: 0.2-0.6 ms per call either way, measured), so a
-  program made of such runs (an MLP training step) never starts numba;
+  chunks that stay in cache move the same memory as a compiled loop, at
+  up to twice its time (W4's 784x512 SGD update: ~0.4 ms vs 0.22 ms; all
+  of W4's runs together ~0.4 ms of its ~8 ms step), and a program made of
+  such runs (an MLP training step) never starts numba: ~0.6 s less per
+  compile in a new process, paid back only after thousands of steps;
 * f32 exp/expm1/logistic/tanh (4-8x faster compiled than numpy's float64
   functions on widened copies), compare/select chains and converts pay only
   on large tensors: from COMPILE_MIN_ELEMENTS (2^17) elements a run saves
@@ -82,7 +84,7 @@ import numpy as np
 
 from ..plan import OpInfo, Step
 from ..types import TensorType
-from . import codegen, threads
+from . import codegen, numpy_runs, threads
 
 F32, F64, BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.bool_)
 FLOATS = (F32, F64)
@@ -331,8 +333,10 @@ def _fuse(run: list, uses: dict, shape: tuple):
         return None
     if any(_needs_chunks(s.op) for s in run):
         return _chunked_step(run, inputs, input_types, outputs, shape)
-    if _runs_on_numpy(run, shape):
-        return _numpy_step(run, inputs, input_types, outputs, shape)
+    splats = {id(s) for s in run if _is_splat(s.op, shape)}
+    if numpy_runs.runs_on_numpy([s.op for s in run if id(s) not in splats]):
+        return numpy_runs.numpy_step(run, inputs, input_types, outputs, shape,
+                                     is_splat=lambda step: id(step) in splats)
     if math.prod(shape) < compile_min_elements():
         return None  # too small for a compiled loop to pay for starting numba
 
@@ -470,127 +474,3 @@ def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: li
 
     fused_chunks.__doc__ = "A fused elementwise run, chunk by chunk (interpreter/jit/fusion.py)."
     return fused_chunks
-
-
-# --- runs numba would not pay for: numpy on cache-sized chunks ---------------------
-
-def _chunk_function(op, splats: tuple = (False, False)):
-    """`function(*operands, out=chunk)` computing one chunk of `op` as its
-    unfused kernel does, or None if `op` has none here. `splats` says which
-    operands are 0-d (a splat's value).
-
-    float add/subtract/multiply/divide/negate/abs: the ufunc of their direct
-    kernel (fastpath.py). float maximum/minimum: numpy's maximum/minimum
-    and the kernel's signed-zero fix-up (`maximum_values`), done only where
-    it can change something when one operand is 0-d (`_max_min_with_scalar`)."""
-    from ..ops.elementwise_binary import maximum_values, minimum_values
-    from .fastpath import EXACT_OPS, FLOATS as FAST_FLOATS
-
-    dtypes = {t.dtype for t in op.operand_types + op.result_types}
-    if len(dtypes) != 1 or not dtypes <= FAST_FLOATS:
-        return None
-    if op.name in ("stablehlo.maximum", "stablehlo.minimum"):
-        is_max = op.name == "stablehlo.maximum"
-        if any(splats) and not all(splats):
-            return _max_min_with_scalar(np.maximum if is_max else np.minimum, is_max)
-        return _into_out(maximum_values if is_max else minimum_values)
-    entry = EXACT_OPS.get(op.name)
-    if entry is None or not dtypes <= entry[1]:
-        return None
-    return entry[0]
-
-
-def _into_out(function):
-    def apply(*operands, out):
-        np.copyto(out, function(*operands))
-        return out
-    return apply
-
-
-def _max_min_with_scalar(numpy_function, is_max: bool):
-    """IEEE maximum (minimum) of an array and a 0-d value, as
-    `maximum_values` (`minimum_values`) computes it: numpy's function (NaN
-    propagates, the first NaN wins), then, only if the 0-d value is a zero,
-    the array's zeros get the zero the spec picks (max(-0, +0) = +0,
-    min(-0, +0) = -0): the 0-d one if its sign is the winning one, else the
-    array's own."""
-    def apply(lhs, rhs, out):
-        numpy_function(lhs, rhs, out=out)
-        scalar, array = (lhs, rhs) if lhs.ndim == 0 else (rhs, lhs)
-        if scalar == 0:
-            scalar_wins = bool(np.signbit(scalar)) != is_max
-            np.copyto(out, scalar if scalar_wins else array, where=array == 0)
-        return out
-    return apply
-
-
-def _runs_on_numpy(run: list, shape: tuple) -> bool:
-    return all(_is_splat(s.op, shape) or _chunk_function(s.op) is not None for s in run)
-
-
-# Elements per chunk of a numpy run: a few float32 temporaries fit in L2.
-NUMPY_CHUNK = 1 << 14
-
-
-def _numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple) -> Step:
-    """A run of float arithmetic, maximum and minimum on numpy: each
-    member computed chunk by chunk, intermediates in buffers that stay in
-    cache, results straight into the outputs, splats as 0-d operands (numpy
-    broadcasts them). Each element meets the functions the unfused kernels
-    apply to it: the same bits."""
-    out_slots = [s.results[0] for s in outputs]
-    scalars = {slot for slot, is_array in inputs if not is_array}
-    aliases = {}  # a splat's result -> its 0-d operand
-    members = []  # (function, operand slots, result slot, output index, dtype)
-    for step in run:
-        if _is_splat(step.op, shape):
-            aliases[step.results[0]] = step.operands[0]
-            continue
-        operands = tuple(aliases.get(s, s) for s in step.operands)
-        function = _chunk_function(step.op, tuple(s in scalars for s in operands))
-        result = step.results[0]
-        members.append((function, operands, result,
-                        out_slots.index(result) if result in out_slots else -1,
-                        step.op.result_type.dtype))
-    out_types = tuple(s.op.result_type for s in outputs)
-    kernel = _numpy_kernel(members, inputs, [t.dtype for t in out_types], shape)
-    info = OpInfo(
-        name="pjrt_ref.fused",
-        location=run[0].op.location,
-        attrs={"ops": tuple(s.op.name for s in run), "numpy": True},
-        operand_types=tuple(input_types),
-        result_types=out_types,
-        module=run[0].op.module,
-    )
-    return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
-                results=tuple(out_slots))
-
-
-def _numpy_kernel(members: list, inputs: list, out_dtypes: list, shape: tuple):
-    size = math.prod(shape)
-    empty = np.empty
-
-    def run_chunks(flat: list, outs: list, start: int, stop: int) -> None:
-        buffers = [empty(min(NUMPY_CHUNK, stop - start), dtype) if index < 0 else None
-                   for _, _, _, index, dtype in members]
-        for begin in range(start, stop, NUMPY_CHUNK):
-            end = min(begin + NUMPY_CHUNK, stop)
-            env = {slot: v[begin:end] if is_array else v
-                   for v, (slot, is_array) in zip(flat, inputs)}
-            for (function, operands, result, index, _), buffer in zip(members, buffers):
-                out = outs[index][begin:end] if index >= 0 else buffer[:end - begin]
-                env[result] = function(*[env[s] for s in operands], out=out)
-
-    def fused_numpy(op, *values):
-        flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
-        outs = [empty(size, dtype) for dtype in out_dtypes]
-        if size < 2 * MIN_PIECE_ARITHMETIC:
-            run_chunks(flat, outs, 0, size)
-        else:
-            threads.run_split(lambda start, stop: run_chunks(flat, outs, start, stop),
-                              size, MIN_PIECE_ARITHMETIC)
-        results = [out.reshape(shape) for out in outs]
-        return results[0] if len(results) == 1 else tuple(results)
-
-    fused_numpy.__doc__ = "A fused run on numpy, chunk by chunk (interpreter/jit/fusion.py)."
-    return fused_numpy

@@ -1,0 +1,150 @@
+"""Fused runs that numba would not pay for, on numpy chunk by chunk.
+
+A run of float add, subtract, multiply, divide, negate, abs, maximum and
+minimum (fusion.py, "When numba pays") becomes one step that applies each
+member's unfused function to cache-sized chunks of the elements: the
+intermediates live in small buffers that stay in cache, results go straight
+into the outputs, splats join as 0-d operands (numpy broadcasts them), and
+large runs are split over threads (threads.py; numpy releases the GIL in
+its loops). Each element meets exactly the functions the unfused kernels
+apply to it, so the bits are the same; and the memory moved is what one
+compiled loop would move, without starting numba.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..plan import OpInfo, Step
+from . import threads
+
+# Elements per thread below which a run is not split: memory-speed work
+# (as fusion.MIN_PIECE_ARITHMETIC).
+MIN_PIECE = 1 << 17
+
+
+def _chunk_function(op, splats: tuple = (False, False)):
+    """`function(*operands, out=chunk)` computing one chunk of `op` as its
+    unfused kernel does, or None if `op` has none here. `splats` says which
+    operands are 0-d (a splat's value).
+
+    float add/subtract/multiply/divide/negate/abs: the ufunc of their direct
+    kernel (fastpath.py). float maximum/minimum: numpy's maximum/minimum
+    and the kernel's signed-zero fix-up (`maximum_values`), done only where
+    it can change something when one operand is 0-d (`_max_min_with_scalar`)."""
+    from ..ops.elementwise_binary import maximum_values, minimum_values
+    from .fastpath import EXACT_OPS, FLOATS as FAST_FLOATS
+
+    dtypes = {t.dtype for t in op.operand_types + op.result_types}
+    if len(dtypes) != 1 or not dtypes <= FAST_FLOATS:
+        return None
+    if op.name in ("stablehlo.maximum", "stablehlo.minimum"):
+        is_max = op.name == "stablehlo.maximum"
+        if any(splats) and not all(splats):
+            return _max_min_with_scalar(np.maximum if is_max else np.minimum, is_max)
+        return _into_out(maximum_values if is_max else minimum_values)
+    entry = EXACT_OPS.get(op.name)
+    if entry is None or not dtypes <= entry[1]:
+        return None
+    return entry[0]
+
+
+def _into_out(function):
+    def apply(*operands, out):
+        np.copyto(out, function(*operands))
+        return out
+    return apply
+
+
+def _max_min_with_scalar(numpy_function, is_max: bool):
+    """IEEE maximum (minimum) of an array and a 0-d value, as
+    `maximum_values` (`minimum_values`) computes it: numpy's function (NaN
+    propagates, the first NaN wins), then, only if the 0-d value is a zero,
+    the array's zeros get the zero the spec picks (max(-0, +0) = +0,
+    min(-0, +0) = -0): the 0-d one if its sign is the winning one, else the
+    array's own."""
+    def apply(lhs, rhs, out):
+        numpy_function(lhs, rhs, out=out)
+        scalar, array = (lhs, rhs) if lhs.ndim == 0 else (rhs, lhs)
+        if scalar == 0:
+            scalar_wins = bool(np.signbit(scalar)) != is_max
+            np.copyto(out, scalar if scalar_wins else array, where=array == 0)
+        return out
+    return apply
+
+
+def runs_on_numpy(ops: list) -> bool:
+    """Whether every computing op of a run (splats left out) has a chunk function."""
+    return all(_chunk_function(op) is not None for op in ops)
+
+
+# Elements per chunk of a numpy run: a chunk's buffers (256 KB each in float32)
+# stay in a 1 MB L2, and a ufunc call (~1-2 µs) is small next to its work.
+# (W4's updates: 0.64 ms at 2^14, 0.39-0.49 at 2^16 and above; numba 0.22.)
+NUMPY_CHUNK = 1 << 16
+
+
+def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple,
+               is_splat) -> Step:
+    """A run of float arithmetic, maximum and minimum on numpy: each
+    member computed chunk by chunk, intermediates in buffers that stay in
+    cache, results straight into the outputs, splats as 0-d operands (numpy
+    broadcasts them). Each element meets the functions the unfused kernels
+    apply to it: the same bits."""
+    out_slots = [s.results[0] for s in outputs]
+    scalars = {slot for slot, is_array in inputs if not is_array}
+    aliases = {}  # a splat's result -> its 0-d operand
+    members = []  # (function, operand slots, result slot, output index, dtype)
+    for step in run:
+        if is_splat(step):
+            aliases[step.results[0]] = step.operands[0]
+            continue
+        operands = tuple(aliases.get(s, s) for s in step.operands)
+        function = _chunk_function(step.op, tuple(s in scalars for s in operands))
+        result = step.results[0]
+        members.append((function, operands, result,
+                        out_slots.index(result) if result in out_slots else -1,
+                        step.op.result_type.dtype))
+    out_types = tuple(s.op.result_type for s in outputs)
+    kernel = _numpy_kernel(members, inputs, [t.dtype for t in out_types], shape)
+    info = OpInfo(
+        name="pjrt_ref.fused",
+        location=run[0].op.location,
+        attrs={"ops": tuple(s.op.name for s in run), "numpy": True},
+        operand_types=tuple(input_types),
+        result_types=out_types,
+        module=run[0].op.module,
+    )
+    return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
+                results=tuple(out_slots))
+
+
+def _numpy_kernel(members: list, inputs: list, out_dtypes: list, shape: tuple):
+    size = math.prod(shape)
+    empty = np.empty
+
+    def run_chunks(flat: list, outs: list, start: int, stop: int) -> None:
+        buffers = [empty(min(NUMPY_CHUNK, stop - start), dtype) if index < 0 else None
+                   for _, _, _, index, dtype in members]
+        for begin in range(start, stop, NUMPY_CHUNK):
+            end = min(begin + NUMPY_CHUNK, stop)
+            env = {slot: v[begin:end] if is_array else v
+                   for v, (slot, is_array) in zip(flat, inputs)}
+            for (function, operands, result, index, _), buffer in zip(members, buffers):
+                out = outs[index][begin:end] if index >= 0 else buffer[:end - begin]
+                env[result] = function(*[env[s] for s in operands], out=out)
+
+    def fused_numpy(op, *values):
+        flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
+        outs = [empty(size, dtype) for dtype in out_dtypes]
+        if size < 2 * MIN_PIECE:
+            run_chunks(flat, outs, 0, size)
+        else:
+            threads.run_split(lambda start, stop: run_chunks(flat, outs, start, stop),
+                              size, MIN_PIECE)
+        results = [out.reshape(shape) for out in outs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    fused_numpy.__doc__ = "A fused run on numpy, chunk by chunk (interpreter/jit/fusion.py)."
+    return fused_numpy
