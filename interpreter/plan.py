@@ -175,8 +175,28 @@ class FunctionPlan:
         frame: list = [None] * self.num_slots
         # Integer wrap-around and IEEE special values are the spec's
         # semantics, not accidents: numpy must not warn about them.
-        with np.errstate(all="ignore"):
+        if _ERROR_STATE is None:
+            with np.errstate(all="ignore"):
+                return run_block(self.body, frame, args)
+        token = _ERROR_STATE.set(_IGNORE_ALL_ERRORS)
+        try:
             return run_block(self.body, frame, args)
+        finally:
+            _ERROR_STATE.reset(token)
+
+
+# numpy (>= 2.0) keeps its floating-point error state in a context variable;
+# `np.errstate(all="ignore")` builds a new state object on every entry
+# (~1 us, as long as a one-op program's whole run). `FunctionPlan.run` sets
+# one state object built here instead: the same "ignore" for every error,
+# restored on the way out exactly as np.errstate restores it. Without that
+# variable (another numpy), np.errstate.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERROR_STATE
+    from numpy._core._ufunc_config import _make_extobj
+    _IGNORE_ALL_ERRORS = _make_extobj(all="ignore")
+except (ImportError, AttributeError, TypeError):
+    _ERROR_STATE = None
 
 
 class ModulePlan:

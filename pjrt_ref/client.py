@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import os
-import threading
-import weakref
-
 import numpy as np
 
+from . import handles
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from .errors import InvalidArgument, NotFound
@@ -44,6 +42,16 @@ def device_count(options: dict | None = None) -> int:
     return count
 
 
+def _limit_blas_threads_before_any_fork() -> None:
+    """Apply the interpreter's OpenBLAS thread setting now, before the first
+    compile forks (interpreter/jit/blas.py says why: set after a fork, it
+    restarts an OpenBLAS worker that busy-waits a core for ~0.1 s)."""
+    from .interpreter.jit import blas, optimize_enabled
+
+    if optimize_enabled():
+        blas.limit_blas_threads()
+
+
 class Client:
     """A pjrt-ref client: `device_count(options)` virtual devices in one process.
 
@@ -64,9 +72,8 @@ class Client:
         self.memories: list[Memory] = [d.default_memory for d in self.devices]
         self.topology = Topology(PLATFORM_NAME, self.platform_version,
                                  [d.description for d in self.devices], owned_by_client=True)
-        self._buffers: "weakref.WeakSet[Buffer]" = weakref.WeakSet()
-        self._lock = threading.Lock()
         self.handle = None
+        _limit_blas_threads_before_any_fork()
 
     def _new_device(self, index: int) -> Device:
         memory = Memory(id=index)
@@ -125,19 +132,19 @@ class Client:
             device = self.addressable_devices[0]
         return device, device.default_memory
 
-    def track(self, buffer: Buffer) -> Buffer:
-        with self._lock:                 # WeakSet is not safe against concurrent iteration
-            self._buffers.add(buffer)
-        return buffer
-
     def buffer_from_array(self, array: np.ndarray, device: Device | None = None,
                           memory: Memory | None = None) -> Buffer:
         device, memory = self.memory_for(device, memory)
-        return self.track(Buffer(array, device, memory))
+        return Buffer(array, device, memory)
 
     def bytes_in_use(self, device: Device | None = None) -> int:
-        """Bytes held by live buffers: all of them, or those on `device`."""
-        with self._lock:
-            buffers = list(self._buffers)
-        return sum(b.nbytes for b in buffers
-                   if not b.is_deleted and (device is None or b.device is device))
+        """Bytes held by this client's live buffers (not deleted, handle not
+        destroyed): all of them, or those on `device`.
+
+        Counted when asked (PJRT_Device_MemoryStats) from the handle table,
+        which holds every buffer the caller can still reach, rather than kept
+        up to date on every buffer's creation and destruction (the Execute
+        path would pay for it on each output)."""
+        return sum(obj.nbytes for obj in handles.live_objects()
+                   if isinstance(obj, Buffer) and not obj.is_deleted
+                   and (obj.device is device if device is not None else obj.device.client is self))

@@ -19,7 +19,7 @@ class TransferManager:
         self.client = client
         self.device = device
         self.memory = memory
-        self.buffers = [client.track(Buffer.pending(dtype, dims, device, memory)) for dtype, dims in specs]
+        self.buffers = [Buffer.pending(dtype, dims, device, memory) for dtype, dims in specs]
         self._staging = [bytearray(b.nbytes) for b in self.buffers]
         self._retrieved: set[int] = set()
         self.metadata: dict = {}

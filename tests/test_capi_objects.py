@@ -47,14 +47,18 @@ def test_event_callbacks_run_once_when_set():
     assert seen == [None, None]
 
 
-def test_buffer_is_read_only_and_deletable():
+def test_buffer_is_read_only_and_deletable(ffi):
     client = Client()
     buffer = client.buffer_from_array(np.arange(6, dtype=np.float32).reshape(2, 3))
     with pytest.raises(ValueError):
         buffer.array[0, 0] = 1           # buffers are immutable: executions may share them
-    assert client.bytes_in_use() == 24
+    assert client.bytes_in_use() == 0    # counted: buffers the caller holds a handle to
+    buffer.handle = handles.add(buffer)
+    assert client.bytes_in_use() == client.bytes_in_use(client.devices[0]) == 24
+    assert Client().bytes_in_use() == 0  # another client's buffers are not counted
     buffer.delete()
     assert buffer.is_deleted and client.bytes_in_use() == 0
+    handles.remove(buffer.handle, Buffer)
     with pytest.raises(FailedPrecondition):
         buffer.array
 

@@ -144,6 +144,48 @@ def test_split_product_raises_no_warning_in_helper_threads(monkeypatch):
     assert np.isnan(result).all()
 
 
+def test_concurrent_products_share_the_helpers(monkeypatch):
+    """Several host threads (as JAX's, or one per device) splitting products
+    at once: each helper serves one caller at a time, a caller that finds
+    none idle does its blocks itself, and every result has the bits of one
+    BLAS call."""
+    import threading
+
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+    pairs = [_operands((256, 256), (256, 256), np.float32) for _ in range(6)]
+    expected = [a @ b for a, b in pairs]
+    results: dict = {}
+
+    def caller(index: int) -> None:
+        a, b = pairs[index]
+        results[index] = [blas.matmul(a, b, threads=4) for _ in range(20)]
+
+    callers = [threading.Thread(target=caller, args=(i,)) for i in range(len(pairs))]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(60)
+    for index, want in enumerate(expected):
+        for got in results[index]:
+            np.testing.assert_array_equal(got, want)
+    assert len(blas._HELPERS) <= blas.MAX_HELPERS
+
+
+def test_a_client_sets_blas_threads_before_the_first_compile_forks():
+    """The OpenBLAS setting is applied when a Client is created: applied
+    after a fork, it restarts a busy-waiting OpenBLAS worker (blas.py)."""
+    code = ("from pjrt_ref.client import Client\n"
+            "from pjrt_ref.interpreter.jit import blas\n"
+            "assert blas._BLAS_THREADS is None\n"
+            "Client()\n"
+            "print(blas._BLAS_THREADS)\n")
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    assert out == ["1"]
+
+
 def test_a_failing_block_raises_in_the_caller():
     def fail():
         raise ValueError("block failed")

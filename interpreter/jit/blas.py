@@ -19,15 +19,34 @@ handed out to the calling thread and a small pool of our own threads, each
 calling single-threaded BLAS on its block. That is done only where the
 blocks give the same bits as one BLAS call (checked once per shape and
 layout, `blocks_are_exact`: BLAS's kernels at a block's edge may sum some
-shapes in another order), and only when a CPU is idle at that moment
-(/proc/loadavg); otherwise the product is one BLAS call. So results never
-depend on the load or the thread setting. Our threads sleep (no spinning)
-when idle, and the caller takes every block no helper has claimed, so a
-helper that is slow to start costs nothing.
+shapes in another order), so results never depend on the thread setting
+or the load; otherwise the product is one BLAS call.
+
+Helpers are woken only for CPUs that are idle at that moment (`idle_cpus`,
+from /proc/loadavg). Measured on the 2-core benchmark machine (W2, 256x256
+f32 through JAX): with the other core idle a split product takes 0.24 ms
+instead of 0.33 ms; with another process running there, 0.40 ms instead of
+0.33 ms, because the helper then shares a core with that process and the
+caller waits for the helper's block. Splitting whatever the load, as XLA's
+thread pool does, would make the busy case the slow one. Our threads sleep
+(no spinning) when idle, and the caller takes every block no helper has
+claimed, so a helper that is slow to start costs nothing.
 
     PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
                                process may run on; 1: never split). Only
                                when OpenBLAS runs on 1 thread by our setting.
+
+Why the OpenBLAS setting is applied as early as possible (`Client` calls
+`limit_blas_threads` when it is created): OpenBLAS stops its worker
+threads before every fork (a pthread_atfork handler; the loader forks to
+check a program's bytecode) and starts them again the next time it is
+asked for threads, `openblas_set_num_threads` included. A freshly started
+OpenBLAS worker busy-waits for work for about 0.1 s, a whole core, before
+it sleeps. Set once before the first fork, OpenBLAS never restarts its
+workers (one-thread products do not need them). (That spinning worker,
+restarted by the setting during every first compile, was the runnable
+thread that made `idle_cpus` say "none idle" for the first ~0.1 s of calls,
+which is all of a short benchmark.)
 """
 from __future__ import annotations
 
@@ -35,7 +54,6 @@ import ctypes
 import glob
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -85,9 +103,6 @@ SPLIT_MIN_MULTIPLY_ADDS = 1 << 22
 # Blocks have at least this many rows: narrower ones make BLAS's kernels slow.
 MIN_BLOCK_ROWS = 64
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_SIZE = 0
-_POOL_LOCK = threading.Lock()
 _LOADAVG_FD: int | None = None
 _THREADS: tuple[str, int] | None = None   # (PJRT_REF_MATMUL_THREADS, threads)
 
@@ -130,7 +145,8 @@ def row_blocks(rows: int, inner: int, columns: int, threads: int) -> list[int]:
 def idle_cpus() -> int:
     """CPUs with nothing to run right now: configured CPUs minus the tasks
     the kernel has runnable (the 4th field of /proc/loadavg, this thread
-    included). 0 when unknown."""
+    included). 0 when unknown. Products and fused loops (threads.py) wake
+    no more helpers than this."""
     global _LOADAVG_FD
     try:
         if _LOADAVG_FD is None:
@@ -139,27 +155,6 @@ def idle_cpus() -> int:
     except (OSError, ValueError, IndexError):
         return 0
     return max(0, (os.cpu_count() or 1) - running)
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    global _POOL, _POOL_SIZE
-    with _POOL_LOCK:
-        if _POOL is None or _POOL_SIZE < workers:
-            if _POOL is not None:
-                _POOL.shutdown(wait=False)
-            _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pjrt_ref_matmul")
-            _POOL_SIZE = workers
-        return _POOL
-
-
-def _forget_pool_after_fork() -> None:
-    """A forked child has none of the pool's threads: it makes a new pool."""
-    global _POOL, _POOL_SIZE, _POOL_LOCK
-    _POOL, _POOL_SIZE = None, 0
-    _POOL_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
@@ -171,7 +166,8 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
     columns = b.shape[1]
     threads = matmul_threads() if threads is None else threads
     bounds = row_blocks(rows, inner, columns, threads)
-    if len(bounds) == 2 or idle_cpus() == 0 or not blocks_are_exact(a, b, bounds):
+    helpers = min(len(bounds) - 2, idle_cpus()) if len(bounds) > 2 else 0
+    if helpers == 0 or not blocks_are_exact(a, b, bounds):
         return np.matmul(a, b)
     out = np.empty((rows, columns), np.result_type(a.dtype, b.dtype))
 
@@ -182,7 +178,7 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
         return job
 
     jobs = [block(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    run_shared(jobs, len(jobs) - 1)
+    run_shared(jobs, helpers)
     return out
 
 
@@ -225,16 +221,18 @@ def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 class _SharedJobs:
-    """Jobs claimed one at a time by whichever thread asks first."""
+    """Jobs claimed one at a time by whichever thread asks first. `done`
+    is held until the last job has finished (a plain lock: cheaper to make
+    and to wait on than an Event, which matters at ~0.2 ms per product)."""
 
     def __init__(self, jobs: list):
         self.jobs = jobs
         self.lock = threading.Lock()
         self.claimed = 0
         self.unfinished = len(jobs)
-        self.finished = threading.Event()
-        if not jobs:
-            self.finished.set()
+        self.done = threading.Lock()
+        if jobs:
+            self.done.acquire()
         self.error: BaseException | None = None
 
     def work(self) -> None:
@@ -250,23 +248,81 @@ class _SharedJobs:
                 self.error = error
             with self.lock:
                 self.unfinished -= 1
-                if self.unfinished == 0:
-                    self.finished.set()
+                last = self.unfinished == 0
+            if last:
+                self.done.release()
+
+    def wait(self) -> None:
+        self.done.acquire()
+
+
+class _Helper:
+    """One pool thread: sleeps on its own lock until handed jobs, helps with
+    them, then offers itself again (`_IDLE`)."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.shared: _SharedJobs | None = None
+        thread = threading.Thread(target=self._serve, name=f"pjrt_ref_helper_{len(_HELPERS)}",
+                                  daemon=True)
+        _HELPERS.append(self)
+        thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            self.wake.acquire()
+            shared, self.shared = self.shared, None
+            shared.work()
+            with _IDLE_LOCK:
+                _IDLE.append(self)
+
+    def help(self, shared: _SharedJobs) -> None:
+        self.shared = shared
+        self.wake.release()
+
+
+_HELPERS: list[_Helper] = []   # every pool thread (at most MAX_HELPERS)
+_IDLE: list[_Helper] = []      # those waiting for work
+_IDLE_LOCK = threading.Lock()
+MAX_HELPERS = 64
+
+
+def _idle_helpers(count: int) -> list[_Helper]:
+    """Up to `count` sleeping helpers, taken out of `_IDLE` (new threads are
+    started while there are fewer than MAX_HELPERS). Helpers busy for
+    another caller are not waited for: the caller does their share."""
+    with _IDLE_LOCK:
+        while len(_IDLE) < count and len(_HELPERS) < MAX_HELPERS:
+            _IDLE.append(_Helper())
+        taken = _IDLE[len(_IDLE) - min(count, len(_IDLE)):]
+        del _IDLE[len(_IDLE) - len(taken):]
+    return taken
+
+
+def _forget_helpers_after_fork() -> None:
+    """A forked child has none of the pool's threads: it starts new ones."""
+    global _IDLE_LOCK
+    _HELPERS.clear()
+    _IDLE.clear()
+    _IDLE_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_helpers_after_fork)
 
 
 def run_shared(jobs: list, helpers: int) -> None:
-    """Run `jobs` on the calling thread and up to `helpers` pool threads (no
-    more than there are idle CPUs: a helper woken on a busy CPU may wait
-    milliseconds for its turn); return when all are done. A helper that
-    wakes up late finds nothing left to do: the caller never waits for a
-    thread that has not started."""
+    """Run `jobs` on the calling thread and up to `helpers` pool threads;
+    return when all are done. A helper that wakes up late finds nothing
+    left to do: the caller never waits for a thread that has not started.
+    The caller chooses `helpers` (no more than `idle_cpus()`: a helper
+    woken on a busy CPU may keep the caller waiting for its block)."""
     shared = _SharedJobs(jobs)
-    helpers = min(helpers, len(jobs) - 1, idle_cpus())
+    helpers = min(helpers, len(jobs) - 1)
     if helpers > 0:
-        pool = _pool(helpers)
-        for _ in range(helpers):
-            pool.submit(shared.work)
+        for helper in _idle_helpers(helpers):
+            helper.help(shared)
     shared.work()
-    shared.finished.wait()
+    shared.wait()
     if shared.error is not None:
         raise shared.error

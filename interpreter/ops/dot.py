@@ -12,6 +12,8 @@ bf16, f8...) are computed in f32 and rounded once; i1 is `or` of `and`s.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import Unimplemented
@@ -82,15 +84,17 @@ def dot_general_arrays(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contrac
     then lhs free dims, then rhs free dims."""
     lhs_free = [d for d in range(lhs.ndim) if d not in lhs_batch and d not in lhs_contract]
     rhs_free = [d for d in range(rhs.ndim) if d not in rhs_batch and d not in rhs_contract]
-    work = work_dtype(lhs.dtype, rhs.dtype, result_dtype)
-    if not lhs_batch and work in _BLAS_FLOATS and lhs.dtype == rhs.dtype == result_dtype == work:
+    if not lhs_batch and lhs.dtype == rhs.dtype == result_dtype and lhs.dtype in _BLAS_FLOATS:
         return matrix_product(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract)
+    work = work_dtype(lhs.dtype, rhs.dtype, result_dtype)
     return batched_product(lhs, rhs, lhs_batch, rhs_batch, lhs_free, rhs_free, lhs_contract,
                            rhs_contract, work, result_dtype)
 
 
 def _size(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    """Elements in `shape` (Python ints: math.prod is ~20x quicker than np.prod
+    on a short list, which mattered at a few us per product)."""
+    return math.prod(shape)
 
 
 def matrix_product(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract) -> np.ndarray:

@@ -276,7 +276,8 @@ def loaded_executable_execute(args: Args) -> None:
     device = loaded.devices[0]
     if execute_device != _boundary.NULL:
         device = handles.get(execute_device, type(device), "PJRT_Device")
-    non_donatable = _non_donatable(args.options)
+    # Which inputs the caller keeps matters only to a program that donates some.
+    non_donatable = _non_donatable(args.options) if loaded.executable.donor_indices else set()
     if num_devices > 1:
         return _execute_on_devices(args, loaded, non_donatable)
     _execute_on_one_device(args, loaded, device, non_donatable)
@@ -300,9 +301,7 @@ def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_don
             outputs = loaded.execute(arguments, device, non_donatable)
     else:
         outputs = loaded.execute(arguments, device, non_donatable)
-    track = loaded.client.track
     for j, buffer in enumerate(outputs):
-        track(buffer)
         buffer.handle = handles.add(buffer)
         out_row[j] = buffer.handle
     events = args.get("device_complete_events", _boundary.NULL)
@@ -326,7 +325,6 @@ def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set
         results = loaded.execute_on_devices(rows, non_donatable)
     for out_row, outputs in zip(out_rows, results):
         for j, buffer in enumerate(outputs):
-            loaded.client.track(buffer)
             buffer.handle = handles.add(buffer)
             out_row[j] = buffer.handle
     events = args.get("device_complete_events", _boundary.NULL)
