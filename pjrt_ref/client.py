@@ -42,16 +42,6 @@ def device_count(options: dict | None = None) -> int:
     return count
 
 
-def _limit_blas_threads_before_any_fork() -> None:
-    """Apply the interpreter's OpenBLAS thread setting now, before the first
-    compile forks (interpreter/jit/blas.py says why: set after a fork, it
-    restarts an OpenBLAS worker that busy-waits a core for ~0.1 s)."""
-    from .interpreter.jit import blas, optimize_enabled
-
-    if optimize_enabled():
-        blas.limit_blas_threads()
-
-
 class Client:
     """A pjrt-ref client: `device_count(options)` virtual devices in one process.
 
@@ -73,7 +63,6 @@ class Client:
         self.topology = Topology(PLATFORM_NAME, self.platform_version,
                                  [d.description for d in self.devices], owned_by_client=True)
         self.handle = None
-        _limit_blas_threads_before_any_fork()
 
     def _new_device(self, index: int) -> Device:
         memory = Memory(id=index)

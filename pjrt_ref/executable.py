@@ -42,6 +42,7 @@ class Executable:
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
         self.build_options = parse_compile_options(self.compile_options)
+        _limit_blas_threads_before_the_loader_forks()
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
         if _PROFILING or live_profile.ACTIVE:
@@ -152,6 +153,16 @@ class LoadedExecutable:
             if index < len(arguments) and index not in non_donatable:
                 arguments[index].delete()
         return [Buffer(_output_array(i, out, t), device) for i, (out, t) in enumerate(zip(outputs, exe.output_types))]
+
+
+def _limit_blas_threads_before_the_loader_forks() -> None:
+    """Apply the interpreter's OpenBLAS thread setting before `load` forks
+    (interpreter/jit/blas.py says why: set after a fork, it restarts an
+    OpenBLAS worker that busy-waits a core for ~0.1 s). Once per process."""
+    from .interpreter.jit import blas, optimize_enabled
+
+    if optimize_enabled():
+        blas.limit_blas_threads()
 
 
 # Ops that talk to the host channel (interpreter/ops/side_effects.py `host_channel`).

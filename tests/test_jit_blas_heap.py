@@ -171,19 +171,27 @@ def test_concurrent_products_share_the_helpers(monkeypatch):
     assert len(blas._HELPERS) <= blas.MAX_HELPERS
 
 
-def test_a_client_sets_blas_threads_before_the_first_compile_forks():
-    """The OpenBLAS setting is applied when a Client is created: applied
-    after a fork, it restarts a busy-waiting OpenBLAS worker (blas.py)."""
-    code = ("from pjrt_ref.client import Client\n"
-            "from pjrt_ref.interpreter.jit import blas\n"
-            "assert blas._BLAS_THREADS is None\n"
-            "Client()\n"
-            "print(blas._BLAS_THREADS)\n")
+def test_compile_sets_blas_threads_before_the_loader_forks():
+    """Through JAX, the OpenBLAS setting is in place before the loader forks
+    to check the program's bytecode: applied after a fork, it restarts a
+    busy-waiting OpenBLAS worker (blas.py)."""
+    code = textwrap.dedent("""
+        import jax
+        from pjrt_ref.interpreter import loader
+        from pjrt_ref.interpreter.jit import blas
+        seen = []
+        fork = loader.os.fork
+        loader.os.fork = lambda: (seen.append(blas._BLAS_THREADS), fork())[1]
+        assert float(jax.jit(lambda x: x + 1)(1.0)) == 2.0
+        print(seen)
+    """)
     environment = {k: v for k, v in os.environ.items()
-                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS")}
+                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
+                                "PJRT_REF_BYTECODE_CHECK", "PJRT_REF_OPTIMIZE")}
+    environment["JAX_PLATFORMS"] = "pjrt_ref"
     out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True,
                          text=True, check=True, timeout=120).stdout.split()
-    assert out == ["1"]
+    assert out == ["[1]"]
 
 
 def test_a_failing_block_raises_in_the_caller():

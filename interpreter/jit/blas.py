@@ -36,8 +36,8 @@ claimed, so a helper that is slow to start costs nothing.
                                process may run on; 1: never split). Only
                                when OpenBLAS runs on 1 thread by our setting.
 
-Why the OpenBLAS setting is applied as early as possible (`Client` calls
-`limit_blas_threads` when it is created): OpenBLAS stops its worker
+Why the OpenBLAS setting is applied before a program is loaded (the
+plugin's `Executable` calls `limit_blas_threads` first): OpenBLAS stops its worker
 threads before every fork (a pthread_atfork handler; the loader forks to
 check a program's bytecode) and starts them again the next time it is
 asked for threads, `openblas_set_num_threads` included. A freshly started
