@@ -55,6 +55,9 @@ def check(fn, args, monkeypatch) -> list[str]:
     xla = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
     scale = max(float(np.nanmax(np.abs(np.where(np.isfinite(x), x, 0)))) for x in args)
     for a, b in zip(ours, xla):
+        if a.dtype == np.bool_:
+            np.testing.assert_array_equal(a, np.asarray(b))
+            continue
         atol = 4 * np.finfo(a.dtype).eps * max(scale, 1)
         np.testing.assert_allclose(a, np.asarray(b), rtol=2e-6, atol=atol, equal_nan=True)
     return fused_kinds(fused)
@@ -67,6 +70,15 @@ def test_arithmetic_runs_on_numpy(n, dtype, monkeypatch):
     x, y = values(dtype, n), values(dtype, n, seed=1)
     fn = lambda x, y: ((x * 2 + y) / (y - 3) - abs(-x), x - 0.01 * y)
     assert check(fn, (x, y), monkeypatch) == ["numpy"]  # one run, two outputs
+
+
+def test_compare_and_select(monkeypatch):
+    """A relu's gradient: compare and select with splats, f32 and f64."""
+    for dtype in (np.float32, np.float64):
+        x, g = values(dtype, 70_001), values(dtype, 70_001, seed=3)
+        fn = lambda x, g: (jnp.where(x > 0, g, 0.0), jnp.where(x <= -0.0, -0.0, g * x), x != g)
+        kinds = check(fn, (x, g), monkeypatch)
+        assert kinds and set(kinds) == {"numpy"}, kinds
 
 
 @pytest.mark.parametrize("scalar", [0.0, -0.0, 1.5, np.nan])
@@ -86,15 +98,15 @@ def test_max_min_of_two_arrays(monkeypatch):
 
 
 def test_numba_only_for_runs_large_enough(monkeypatch):
-    """A run with a compare/select or f32 exp compiles from
-    COMPILE_MIN_ELEMENTS elements on; smaller ones stay unfused."""
+    """A run with a sqrt or an f32 exp compiles from COMPILE_MIN_ELEMENTS
+    elements on; smaller ones stay unfused."""
     from pjrt_ref.interpreter.jit.fusion import COMPILE_MIN_ELEMENTS
 
-    fn = lambda x: (jnp.where(x > 0, x * 2, x - 1), jnp.exp(x * 0.5) - 1)
+    fn = lambda x: (jnp.sqrt(jnp.abs(x)) * 2, jnp.exp(x * 0.5) - 1)
     small = values(np.float32, COMPILE_MIN_ELEMENTS // 2)
     assert check(fn, (small,), monkeypatch) == []
     large = values(np.float32, COMPILE_MIN_ELEMENTS + 3)
-    assert check(fn, (large,), monkeypatch) == ["numba", "numba"]
+    assert check(fn, (large,), monkeypatch) == ["numba"]  # one run, two outputs
 
 
 MLP_STEP = """

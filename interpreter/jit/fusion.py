@@ -6,8 +6,8 @@ computing steps) by one step. Values a run produces that are used after it
 (by later steps, nested regions or the block's results) are written out; the
 others never exist as full arrays. Three kinds of fused step:
 
-* a run of float add, subtract, multiply, divide, negate, abs, maximum and
-  minimum (and splats) runs on numpy (numpy_runs.py): each member's unfused
+* a run of float add, subtract, multiply, divide, negate, abs, maximum,
+  minimum, compare and select (and splats) runs on numpy (numpy_runs.py): each member's unfused
   function on cache-sized chunks, written into buffers that stay in cache
   and straight into the outputs, large runs split over threads;
 * any other run of the ops below compiles to one numba loop over the
@@ -54,14 +54,14 @@ milliseconds to load (seconds to compile the first time). So numba is used
 only where it saves real work per call, decided at plan time from op kinds
 and shapes:
 
-* plain arithmetic, maximum and minimum never need it: numpy's ufuncs on
+* plain arithmetic, maximum, minimum, compare and select never need it: numpy's ufuncs on
   chunks that stay in cache move the same memory as a compiled loop, at
   up to twice its time (W4's 784x512 SGD update: ~0.4 ms vs 0.22 ms; all
   of W4's runs together ~0.4 ms of its ~8 ms step), and a program made of
   such runs (an MLP training step) never starts numba: ~0.6 s less per
   compile in a new process, paid back only after thousands of steps;
 * f32 exp/expm1/logistic/tanh (4-8x faster compiled than numpy's float64
-  functions on widened copies), compare/select chains and converts pay only
+  functions on widened copies), sqrt, TOTALORDER compares and converts pay only
   on large tensors: from COMPILE_MIN_ELEMENTS (2^17) elements a run saves
   roughly 0.1 ms or more per call; below it, thousands of calls would not
   pay back the start-up (W4's log_softmax exp on 128x10 stays unfused);
@@ -313,8 +313,11 @@ class _IdOrder:
 
 def _fuse(run: list, uses: dict, shape: tuple):
     computing = [s for s in run if not _is_splat(s.op, shape)]
-    if len(computing) < MIN_COMPUTING_STEPS and not (
-            computing and _worth_fusing_alone(computing[0].op, shape)):
+    on_numpy = numpy_runs.runs_on_numpy([s.op for s in computing])
+    # One step with a splat is worth a numpy run: the splat is never
+    # materialised (numpy broadcasts the 0-d value).
+    if len(computing) < MIN_COMPUTING_STEPS and not (computing and (
+            _worth_fusing_alone(computing[0].op, shape) or (on_numpy and len(computing) < len(run)))):
         return None
     produced = {s.results[0]: s for s in run}
     inner_uses: dict = {}
@@ -334,7 +337,7 @@ def _fuse(run: list, uses: dict, shape: tuple):
     if any(_needs_chunks(s.op) for s in run):
         return _chunked_step(run, inputs, input_types, outputs, shape)
     splats = {id(s) for s in run if _is_splat(s.op, shape)}
-    if numpy_runs.runs_on_numpy([s.op for s in run if id(s) not in splats]):
+    if on_numpy:
         return numpy_runs.numpy_step(run, inputs, input_types, outputs, shape,
                                      is_splat=lambda step: id(step) in splats)
     if math.prod(shape) < compile_min_elements():
