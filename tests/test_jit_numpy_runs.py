@@ -72,6 +72,15 @@ def test_arithmetic_runs_on_numpy(n, dtype, monkeypatch):
     assert check(fn, (x, y), monkeypatch) == ["numpy"]  # one run, two outputs
 
 
+def test_splat_used_after_the_run(monkeypatch):
+    """A splat that a later step (or the result) reads is written out in full."""
+    x, s = values(np.float32, 1000), np.asarray(np.float32(-2.5))
+    def fn(x, s):
+        b = jnp.broadcast_to(s, x.shape)
+        return x * b - x, b
+    assert check(fn, (x, s), monkeypatch) == ["numpy"]
+
+
 def test_compare_and_select(monkeypatch):
     """A relu's gradient: compare and select with splats, f32 and f64."""
     for dtype in (np.float32, np.float64):

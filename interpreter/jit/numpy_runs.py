@@ -62,6 +62,11 @@ def _chunk_function(op, splats: tuple = (False, False)):
     return entry[0]
 
 
+def _fill(value, out):
+    np.copyto(out, value)
+    return out
+
+
 _BITS = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 
 
@@ -130,11 +135,14 @@ def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape:
     aliases = {}  # a splat's result -> its 0-d operand
     members = []  # (function, operand slots, result slot, output index, dtype)
     for step in run:
-        if is_splat(step):
-            aliases[step.results[0]] = step.operands[0]
-            continue
         operands = tuple(aliases.get(s, s) for s in step.operands)
-        function = _chunk_function(step.op, tuple(s in scalars for s in operands))
+        if is_splat(step):
+            if step.results[0] not in out_slots:
+                aliases[step.results[0]] = operands[0]
+                continue
+            function = _fill  # a splat used after the run: written out in full
+        else:
+            function = _chunk_function(step.op, tuple(s in scalars for s in operands))
         result = step.results[0]
         members.append((function, operands, result,
                         out_slots.index(result) if result in out_slots else -1,
