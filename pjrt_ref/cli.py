@@ -101,7 +101,36 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:14} {help_text}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command, _ = COMMANDS[argv[0]]
-    return command(argv[1:])
+    try:
+        return command(argv[1:])
+    except _USER_INPUT_ERRORS as error:
+        print(f"pjrt-ref {argv[0]}: error: {_describe(error)}", file=sys.stderr)
+        return 1
+
+
+def _user_input_errors() -> tuple[type[BaseException], ...]:
+    """What a wrong path or a malformed input file raises: reported in one line, no traceback.
+
+    Anything else is a bug in pjrt-ref and keeps its traceback.
+    """
+    import json
+
+    from .errors import PjrtRefError
+
+    return (OSError, json.JSONDecodeError, UnicodeDecodeError, PjrtRefError)
+
+
+_USER_INPUT_ERRORS = _user_input_errors()
+
+
+def _describe(error: BaseException) -> str:
+    import json
+
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.strerror or error}: {error.filename}"
+    if isinstance(error, json.JSONDecodeError):
+        return f"not a JSON file ({error})"
+    return str(error)
 
 
 if __name__ == "__main__":
