@@ -82,9 +82,10 @@ import os
 
 import numpy as np
 
-from ..plan import OpInfo, Step
+from ..plan import Step
 from ..types import TensorType
 from . import codegen, numpy_runs, threads
+from .fused_step import fused_step
 
 F32, F64, BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.bool_)
 FLOATS = (F32, F64)
@@ -368,18 +369,10 @@ def _fuse(run: list, uses: dict, shape: tuple):
     if function is None:
         return None  # the steps stay as they are
     out_types = tuple(s.op.result_type for s in outputs)
-    info = OpInfo(
-        name="pjrt_ref.fused",
-        location=run[0].op.location,
-        attrs={"ops": tuple(s.op.name for s in run), "source": source},
-        operand_types=tuple(input_types),
-        result_types=out_types,
-        module=run[0].op.module,
-    )
     kernel = _fused_kernel(function, [is_array for _, is_array in inputs],
                            [t.dtype for t in out_types], shape, _min_piece(run))
-    return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
-                results=tuple(s.results[0] for s in outputs))
+    return fused_step(run, kernel, inputs, input_types, [s.results[0] for s in outputs], out_types,
+                      source=source)
 
 
 # Elements per thread below which a fused loop is not split (threads.py):
@@ -439,16 +432,8 @@ def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, sha
     out_types = tuple(s.op.result_type for s in outputs)
     kernel = _chunked_kernel(members, inputs, [s.results[0] for s in outputs],
                              [t.dtype for t in out_types], shape)
-    info = OpInfo(
-        name="pjrt_ref.fused",
-        location=run[0].op.location,
-        attrs={"ops": tuple(s.op.name for s in run), "chunked": True},
-        operand_types=tuple(input_types),
-        result_types=out_types,
-        module=run[0].op.module,
-    )
-    return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
-                results=tuple(s.results[0] for s in outputs))
+    return fused_step(run, kernel, inputs, input_types, [s.results[0] for s in outputs], out_types,
+                      chunked=True)
 
 
 def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape):

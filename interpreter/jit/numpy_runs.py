@@ -16,8 +16,9 @@ import math
 
 import numpy as np
 
-from ..plan import OpInfo, Step
+from ..plan import Step
 from . import threads
+from .fused_step import fused_step
 
 # Elements per thread below which a run is not split: memory-speed work
 # (as fusion.MIN_PIECE_ARITHMETIC).
@@ -161,16 +162,7 @@ def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape:
                         step.op.result_type.dtype))
     out_types = tuple(s.op.result_type for s in outputs)
     kernel = _numpy_kernel(members, inputs, [t.dtype for t in out_types], shape)
-    info = OpInfo(
-        name="pjrt_ref.fused",
-        location=run[0].op.location,
-        attrs={"ops": tuple(s.op.name for s in run), "numpy": True},
-        operand_types=tuple(input_types),
-        result_types=out_types,
-        module=run[0].op.module,
-    )
-    return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
-                results=tuple(out_slots))
+    return fused_step(run, kernel, inputs, input_types, out_slots, out_types, numpy=True)
 
 
 def _numpy_kernel(members: list, inputs: list, out_dtypes: list, shape: tuple):
