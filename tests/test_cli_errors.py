@@ -7,7 +7,9 @@ from pjrt_ref.cli import main
 
 
 @pytest.mark.parametrize("command", ["run", "cost", "profile", "trace"])
-def test_a_missing_file_is_one_line_naming_it(command, tmp_path, capsys):
+def test_a_missing_file_is_one_line_naming_it(command, tmp_path, capsys, monkeypatch):
+    # `trace` turns PJRT_REF_TRACE on for the rest of its (CLI) process: undo that here.
+    monkeypatch.setenv("PJRT_REF_TRACE", "")
     missing = tmp_path / "missing.mlir"
     assert main([command, str(missing)]) == 1
     err = capsys.readouterr().err
