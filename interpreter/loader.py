@@ -91,7 +91,7 @@ def _sandbox_timeout() -> float:
         return 60.0
 
 
-def check_bytecode_in_child(data: bytes, work) -> None:
+def check_bytecode_in_child(data: bytes, work, fresh_command: list[str] | None = None) -> None:
     """Run `work()` (parse + plan of MLIR bytecode) in a forked child first.
 
     MLIR's bytecode reader trusts its input: fuzzing found bytecode that makes
@@ -110,11 +110,15 @@ def check_bytecode_in_child(data: bytes, work) -> None:
     if os.environ.get("PJRT_REF_BYTECODE_CHECK", "1").strip() == "0" or not hasattr(os, "fork"):
         return
     # A child that times out is given one more try: forking a process whose
-    # other threads hold a lock can, rarely, deadlock a child on good input;
-    # input that really makes the reader hang hangs again.
+    # other threads hold a lock can, rarely, deadlock a child on good input
+    # (a lock held at the fork stays held in the child), so the second try is
+    # `fresh_command` (a new interpreter that inherits no lock; the same work,
+    # `data` on its stdin) when the caller gives one, else a second fork.
+    # Input that really makes the reader hang hangs again.
     status = _status_of_child(work)
     if status is None:
-        status = _status_of_child(work)
+        status = (_status_of_fresh_process(fresh_command, data) if fresh_command
+                  else _status_of_child(work))
     if status is None:
         raise InvalidArgument(
             "MLIR bytecode rejected: parsing it did not finish within "
@@ -162,6 +166,21 @@ def _status_of_child(work) -> int | None:
             return None
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def _status_of_fresh_process(command: list[str], data: bytes) -> int | None:
+    """Run `command` with `data` on stdin; a wait status like `_status_of_child`'s, or None on timeout."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        done = subprocess.run(command, input=data, capture_output=True, timeout=_sandbox_timeout(), env=env)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode < 0:                       # killed by a signal
+        return -done.returncode                   # a wait status whose WIFSIGNALED is true
+    return (done.returncode & 0xFF) << 8          # a wait status with that exit code
 
 
 def parse_module(source: bytes | str, context):

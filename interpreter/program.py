@@ -26,7 +26,8 @@ class Program:
             # the forked child then inherits them instead of importing them
             # again (~0.1 s of the first compile in a process).
             lookup("stablehlo.constant")
-            check_bytecode_in_child(data, lambda: _parse_and_plan_unoptimized(data, entry))
+            check_bytecode_in_child(data, lambda: _parse_and_plan_unoptimized(data, entry),
+                                    fresh_command=_fresh_check_command(entry))
         try:
             self._init(source, entry)
         except UnicodeDecodeError as error:
@@ -113,6 +114,17 @@ def _parse_and_plan_unoptimized(data: bytes, entry: str) -> None:
 
     os.environ["PJRT_REF_OPTIMIZE"] = "0"  # the child's own environment
     Program(data, entry, _checked=True)
+
+
+def _fresh_check_command(entry: str) -> list[str]:
+    """The bytecode check's work in a new interpreter, reading the bytes from stdin."""
+    import sys
+
+    return [sys.executable, "-c",
+            "import sys; from pjrt_ref.interpreter.program import _parse_and_plan_unoptimized as check\n"
+            "try: check(sys.stdin.buffer.read(), sys.argv[1])\n"
+            "except Exception: pass  # Python errors are the in-process parse's to report",
+            entry]
 
 
 def _shape_text(shape) -> str:
