@@ -45,8 +45,11 @@ def test_tutorial_transcripts_are_true(tmp_path):
         (tmp_path / name).write_text(body)
     runs = sessions(text)
     assert len(runs) >= 10
+    # A reader's shell: Python's stdout is block-buffered when piped (this
+    # machine's shell sets PYTHONUNBUFFERED; a reader's and CI's do not).
+    env = {k: v for k, v in clean_env().items() if k != "PYTHONUNBUFFERED"}
     for command, expected in runs:
-        proc = subprocess.run(command, shell=True, cwd=tmp_path, env=clean_env(), capture_output=True,
+        proc = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=120)
         output = (proc.stdout + proc.stderr).replace(str(tmp_path), "/tmp/tutorial")
         for line in filter(checked, expected):
