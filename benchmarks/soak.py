@@ -93,14 +93,19 @@ def concurrent_compile(threads: int, per_thread: int, timeout: float) -> dict:
         except Exception as exc:                  # noqa: BLE001 - reported, not hidden
             errors.append(f"thread {t}: {type(exc).__name__}: {str(exc)[:300]}")
 
+    elapsed, hung = _run_threads(worker, threads, timeout)
+    return {"compiles": sum(done), "seconds": elapsed, "errors": errors, "hung": hung}
+
+
+def _run_threads(worker, threads: int, timeout: float) -> tuple[float, list[int]]:
+    """Run `worker(t)` for t in range(threads) at once; (seconds, threads still running at `timeout`)."""
     start = time.monotonic()
     pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
     for th in pool:
         th.start()
     for th in pool:
         th.join(max(0.0, start + timeout - time.monotonic()))
-    return {"compiles": sum(done), "seconds": time.monotonic() - start, "errors": errors,
-            "hung": [i for i, th in enumerate(pool) if th.is_alive()]}
+    return time.monotonic() - start, [i for i, th in enumerate(pool) if th.is_alive()]
 
 
 def load(threads: int, per_thread: int, timeout: float) -> dict:
@@ -138,15 +143,7 @@ def load(threads: int, per_thread: int, timeout: float) -> dict:
         except Exception as exc:                  # noqa: BLE001 - reported, not hidden
             errors.append(f"thread {t}: {type(exc).__name__}: {exc}")
 
-    start = time.monotonic()
-    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
-    for th in pool:
-        th.start()
-    deadline = start + timeout
-    for th in pool:
-        th.join(max(0.0, deadline - time.monotonic()))
-    elapsed = time.monotonic() - start
-    hung = [i for i, th in enumerate(pool) if th.is_alive()]
+    elapsed, hung = _run_threads(worker, threads, timeout)
     gc.collect()
     handles_after = None if hung else handles.count()
     return {"handles_before": handles_before, "handles_after": handles_after,

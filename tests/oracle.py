@@ -11,7 +11,6 @@ process on ops it does not know).
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -94,11 +93,12 @@ def run_reference_interpreter(text: str, args, timeout: float = 120.0) -> list[n
         return [data[f"out{i}"] for i in range(len(data.files))]
 
 
-def assert_same_as_reference(text: str, *args):
+def assert_same_as_reference(text: str, *args, reference=None):
     """Run StableHLO `text` on pjrt-ref and on the reference interpreter and
-    assert bit-identical results (same dtypes and shapes)."""
+    assert bit-identical results (same dtypes and shapes). `reference(text, args)`
+    replaces `run_reference_interpreter` (e.g. a multi-process run)."""
     ours = load(text)(*args)
-    theirs = run_reference_interpreter(text, args)
+    theirs = (reference or run_reference_interpreter)(text, args)
     assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
         assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)

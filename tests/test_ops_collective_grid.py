@@ -15,6 +15,8 @@ import pytest
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.interpreter import load
 
+import oracle
+
 _REFERENCE_SCRIPT = r"""
 import sys
 import numpy as np
@@ -46,12 +48,8 @@ def run_reference_with_run_parallel(text: str, args) -> list[np.ndarray]:
 
 
 def assert_same_as_reference(text: str, *args):
-    ours = load(text)(*args)
-    theirs = run_reference_with_run_parallel(text, args)
-    assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
-        assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, a.shape, b.dtype, b.shape)
-        np.testing.assert_array_equal(a, b)
+    """oracle.assert_same_as_reference against the reference interpreter's run_parallel."""
+    return oracle.assert_same_as_reference(text, *args, reference=run_reference_with_run_parallel)
 
 
 TWO_REPLICAS = """
