@@ -269,7 +269,7 @@ def loaded_executable_execute(args: Args) -> None:
     are deleted. Completion events, if asked for, are born ready.
     """
     loaded = _loaded(args)
-    num_devices, num_args = args.num_devices, args.num_args
+    num_devices = args.num_devices
     if num_devices != len(loaded.devices):
         raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), got {num_devices} argument lists")
     execute_device = args.get("execute_device", _boundary.NULL)
@@ -301,12 +301,8 @@ def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_don
             outputs = loaded.execute(arguments, device, non_donatable)
     else:
         outputs = loaded.execute(arguments, device, non_donatable)
-    for j, buffer in enumerate(outputs):
-        buffer.handle = handles.add(buffer)
-        out_row[j] = buffer.handle
-    events = args.get("device_complete_events", _boundary.NULL)
-    if events != _boundary.NULL:
-        events[0] = new_event_handle()
+    _hand_out(outputs, out_row)
+    _hand_out_events(args, 1)
 
 
 def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set[int]) -> None:
@@ -324,9 +320,19 @@ def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set
     with attached_device_host_transfers(args.options, loaded.logical_ids()):   # each device's own callbacks
         results = loaded.execute_on_devices(rows, non_donatable)
     for out_row, outputs in zip(out_rows, results):
-        for j, buffer in enumerate(outputs):
-            buffer.handle = handles.add(buffer)
-            out_row[j] = buffer.handle
+        _hand_out(outputs, out_row)
+    _hand_out_events(args, num_devices)
+
+
+def _hand_out(outputs: list[Buffer], out_row) -> None:
+    """Give each output buffer a handle and write it into the caller's output list."""
+    for j, buffer in enumerate(outputs):
+        buffer.handle = handles.add(buffer)
+        out_row[j] = buffer.handle
+
+
+def _hand_out_events(args: Args, num_devices: int) -> None:
+    """One completion event per device, if the caller asked for them (execution is already done)."""
     events = args.get("device_complete_events", _boundary.NULL)
     if events != _boundary.NULL:
         for d in range(num_devices):
