@@ -50,6 +50,14 @@ class OpInfo:
     def result_type(self) -> TensorType:
         return self.result_types[0]
 
+    @property
+    def has_static_types(self) -> bool:
+        """Every operand and result is a tensor whose shape is fixed (no `?`
+        dims, no bounds): run-time shapes are the planned ones, so a kernel
+        specialised at plan time (registry `specialize`) may rely on them."""
+        return all(isinstance(t, TensorType) and t.is_static and t.bounds is None
+                   for t in self.operand_types + self.result_types)
+
 
 @dataclass
 class RegionPlan:

@@ -9,6 +9,15 @@ argument `regions`.
 `validate(op)`, if given, runs once when the program is planned: it raises
 (via `op.error(...)`) for element types or attribute values the kernel does
 not support, so such programs fail at load time, not half way through.
+
+`specialize(op)`, if given, is asked by the plan-time optimiser
+(interpreter/jit/fastpath.py) for a leaner kernel for this one op: one whose
+decisions that depend only on the op's types and attributes (axes, dtypes,
+the ufunc of a body, target shapes) were made once, when the program was
+planned, so each call does only the numpy work. It returns such a kernel
+(same signature, same results bit for bit) or None where the generic kernel
+must run. With PJRT_REF_OPTIMIZE=0 it is never asked: the generic kernels
+are the reference the fast ones are tested against.
 """
 from __future__ import annotations
 
@@ -22,20 +31,22 @@ class Kernel:
     name: str
     fn: Callable
     validate: Callable | None = None
+    specialize: Callable | None = None
 
 
 KERNELS: dict[str, Kernel] = {}
 CUSTOM_CALL_TARGETS: dict[str, Kernel] = {}
 
 
-def register(*names: str, validate: Callable | None = None):
+def register(*names: str, validate: Callable | None = None,
+             specialize: Callable | None = None):
     """Register the decorated function as the kernel of the op(s) `names`."""
 
     def decorate(fn: Callable) -> Callable:
         for name in names:
             if name in KERNELS:
                 raise RuntimeError(f"op {name} registered twice")
-            KERNELS[name] = Kernel(name, fn, validate)
+            KERNELS[name] = Kernel(name, fn, validate, specialize)
         return fn
 
     return decorate

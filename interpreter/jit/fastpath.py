@@ -7,12 +7,18 @@ already the compute dtype (float32, float64, 8- to 64-bit integers) widening
 and rounding are no-ops, and `FunctionPlan.run` already silences numpy, so
 the step can call the same numpy function directly. Only ops whose generic
 kernel applies exactly that function on such dtypes are listed here.
+
+Other ops get their lean kernels from their own modules: a kernel
+registered with `specialize=` (registry.py) is asked once per step, here,
+for a version with its type- and attribute-dependent decisions already
+made (reduce, broadcast_in_dim, reshape, gather, scatter).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ops.elementwise_compare import DIRECTIONS
+from ..registry import lookup
 
 FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
@@ -119,10 +125,25 @@ def fast_kernel(op):
     return None
 
 
+def specialized_kernel(step):
+    """The op's own plan-time specialisation (registry `specialize`), or None.
+
+    Asked only while the step still runs its registered generic kernel (an
+    earlier rewrite, e.g. dots.py, may have given it another one) and for
+    unquantized types (quantized steps run a dequantizing wrapper)."""
+    entry = lookup(step.op.name)
+    if entry is None or entry.specialize is None or step.kernel is not entry.fn:
+        return None
+    types = step.op.operand_types + step.op.result_types
+    if any(getattr(t, "quant", None) is not None for t in types):
+        return None
+    return entry.specialize(step.op)
+
+
 def specialize_region(region) -> None:
     """Give every step with a direct kernel that kernel, in nested regions too."""
     for step in region.steps:
-        kernel = fast_kernel(step.op)
+        kernel = fast_kernel(step.op) or specialized_kernel(step)
         if kernel is not None:
             step.kernel = kernel
         for nested in step.regions:

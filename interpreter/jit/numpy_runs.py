@@ -2,13 +2,21 @@
 
 A run of float add, subtract, multiply, divide, negate, abs, maximum,
 minimum, compare and select (fusion.py, "When numba pays") becomes one step that applies each
-member's unfused function to cache-sized chunks of the elements: the
-intermediates live in small buffers that stay in cache, results go straight
-into the outputs, splats join as 0-d operands (numpy broadcasts them), and
-large runs are split over threads (threads.py; numpy releases the GIL in
-its loops). Each element meets exactly the functions the unfused kernels
-apply to it, so the bits are the same; and the memory moved is what one
-compiled loop would move, without starting numba.
+member's unfused function to the elements, results straight into the
+outputs, splats as 0-d operands (numpy broadcasts them); large runs are
+split over threads (threads.py; numpy releases the GIL in its loops). Each
+element meets exactly the functions the unfused kernels apply to it, so the
+bits are the same, without starting numba.
+
+Where intermediates live (`place_members`): an intermediate whose lifetime
+ends before an output of its dtype is written is computed in that output's
+memory, as one would by hand (`np.multiply(g, c, out=o); np.subtract(p, o,
+out=o)` for an SGD update). A run whose intermediates all fit that way runs
+each member once over its whole range: measured on W4's 784x512 update,
+whole-range calls beat cache-sized chunks both with warm caches (74 vs 107
+µs) and cold (~270 vs ~350 µs), chunks costing a ufunc call each and
+restarting the hardware prefetcher. Only a run needing other buffers goes
+chunk by chunk, so those stay small and in cache.
 """
 from __future__ import annotations
 
@@ -75,17 +83,35 @@ def _select(pred, on_true, on_false, out):
     """pred ? on_true : on_false by the bits: (true & mask) | (false & ~mask)
     with mask all ones where pred holds. Every element is a copy of the bits
     np.where would pick, without its per-element branch (6x faster on a
-    random mask, like a relu's)."""
+    random mask, like a relu's). The mask is built in `out`; a 0-d operand
+    whose bits are all zero (a +0.0 splat, as in a relu's gradient) needs no
+    pass of its own."""
     if pred.ndim == 0:
         np.copyto(out, on_true if pred else on_false)
         return out
     bits = _BITS[out.dtype.itemsize]
-    mask = np.negative(pred.view(np.int8), dtype=bits)  # 0 or all ones
     result = out.view(bits)
-    np.bitwise_and(np.asarray(on_true).view(bits), mask, out=result)
-    np.invert(mask, out=mask)
-    np.bitwise_and(np.asarray(on_false).view(bits), mask, out=mask)
-    np.bitwise_or(result, mask, out=result)
+    np.negative(pred.view(np.int8), dtype=bits, out=result)  # 0 or all ones
+    if _all_zero_bits(on_false):
+        return _and_bits(result, on_true, bits, out)
+    if _all_zero_bits(on_true):
+        np.invert(result, out=result)
+        return _and_bits(result, on_false, bits, out)
+    inverse = np.invert(result)
+    np.bitwise_and(np.asarray(on_true).view(bits), result, out=result)
+    np.bitwise_and(np.asarray(on_false).view(bits), inverse, out=inverse)
+    np.bitwise_or(result, inverse, out=result)
+    return out
+
+
+def _all_zero_bits(value) -> bool:
+    """A 0-d operand whose every bit is zero (+0.0, or integer/bool 0)."""
+    return np.ndim(value) == 0 and not np.asarray(value).tobytes().strip(b"\0")
+
+
+def _and_bits(mask, value, bits, out):
+    """out = value & mask on the bits (mask in `out` already, as `bits`)."""
+    np.bitwise_and(np.asarray(value).view(bits), mask, out=mask)
     return out
 
 
@@ -130,23 +156,24 @@ def runs_on_numpy(ops: list) -> bool:
     return all(_chunk_function(op) is not None for op in ops)
 
 
-# Elements per chunk of a numpy run: a chunk's buffers (256 KB each in float32)
-# stay in a 1 MB L2, and a ufunc call (~1-2 µs) is small next to its work.
-# (W4's updates: 0.64 ms at 2^14, 0.39-0.49 at 2^16 and above; numba 0.22.)
+# Elements per chunk of a run that needs buffers of its own: a chunk's
+# buffers (256 KB each in float32) stay in a 1 MB L2, and a ufunc call
+# (~1-2 µs) is small next to its work.
 NUMPY_CHUNK = 1 << 16
 
 
 def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple,
                is_splat) -> Step:
     """A run of float arithmetic, maximum and minimum on numpy: each
-    member computed chunk by chunk, intermediates in buffers that stay in
-    cache, results straight into the outputs, splats as 0-d operands (numpy
-    broadcasts them). Each element meets the functions the unfused kernels
-    apply to it: the same bits."""
+    member's unfused function, results straight into the outputs,
+    intermediates in outputs' memory or in small chunk buffers
+    (`place_members`), splats as 0-d operands (numpy broadcasts them). Each
+    element meets the functions the unfused kernels apply to it: the same
+    bits."""
     out_slots = [s.results[0] for s in outputs]
     scalars = {slot for slot, is_array in inputs if not is_array}
     aliases = {}  # a splat's result -> its 0-d operand
-    members = []  # (function, operand slots, result slot, output index, dtype)
+    members = []  # (function, operand slots, result slot, dtype)
     for step in run:
         operands = tuple(aliases.get(s, s) for s in step.operands)
         if is_splat(step):
@@ -156,42 +183,82 @@ def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape:
             function = _fill  # a splat used after the run: written out in full
         else:
             function = _chunk_function(step.op, tuple(s in scalars for s in operands))
-        result = step.results[0]
-        members.append((function, operands, result,
-                        out_slots.index(result) if result in out_slots else -1,
-                        step.op.result_type.dtype))
+        members.append((function, operands, step.results[0], step.op.result_type.dtype))
+    targets = place_members(members, out_slots)
     out_types = tuple(s.op.result_type for s in outputs)
-    kernel = _numpy_kernel(members, inputs, [t.dtype for t in out_types], shape)
+    kernel = _numpy_kernel(members, targets, inputs, [t.dtype for t in out_types], shape)
     return fused_step(run, kernel, inputs, input_types, out_slots, out_types, numpy=True)
 
 
-def _numpy_kernel(members: list, inputs: list, out_dtypes: list, shape: tuple):
+def place_members(members: list, out_slots: list) -> list[int]:
+    """Where each member writes: the index of an output array, or -1 for a
+    buffer of its own.
+
+    A member producing an output writes that output. An intermediate may
+    use the memory of an output of its dtype that is not written yet and
+    not lent to another intermediate alive at the same time: it is written
+    at member i, last read at member `last`, and the output's own member k
+    comes after `last`, or is `last` itself when k's function is a plain
+    ufunc (numpy computes `out = f(x, out)` element by element in place;
+    the select and max/min helpers read their operands after writing `out`,
+    so they may not)."""
+    writer = {result: i for i, (_, _, result, _) in enumerate(members)}
+    last_read = {}
+    for i, (_, operands, _, _) in enumerate(members):
+        for slot in operands:
+            last_read[slot] = i
+    lent = {index: [] for index in range(len(out_slots))}  # output -> busy (from, to)
+    targets = []
+    for i, (_, _, result, dtype) in enumerate(members):
+        if result in out_slots:
+            targets.append(out_slots.index(result))
+            continue
+        last = last_read.get(result, i)
+        targets.append(-1)
+        for index, slot in enumerate(out_slots):
+            k = writer[slot]
+            function, _, _, out_dtype = members[k]
+            in_place_ok = isinstance(function, np.ufunc)
+            if out_dtype != dtype or k < last or (k == last and not in_place_ok) or k <= i:
+                continue
+            if all(last < begin or end < i for begin, end in lent[index]):
+                lent[index].append((i, last))
+                targets[-1] = index
+                break
+    return targets
+
+
+def _numpy_kernel(members: list, targets: list, inputs: list, out_dtypes: list, shape: tuple):
     size = math.prod(shape)
     empty = np.empty
+    needs_buffers = -1 in targets
+    plan = [(function, operands, result, target, dtype)
+            for (function, operands, result, dtype), target in zip(members, targets)]
 
-    def run_chunks(flat: list, outs: list, start: int, stop: int) -> None:
-        buffers = [empty(min(NUMPY_CHUNK, stop - start), dtype) if index < 0 else None
-                   for _, _, _, index, dtype in members]
-        for begin in range(start, stop, NUMPY_CHUNK):
-            end = min(begin + NUMPY_CHUNK, stop)
+    def run_range(flat: list, outs: list, start: int, stop: int) -> None:
+        chunk = NUMPY_CHUNK if needs_buffers else stop - start
+        buffers = [empty(min(chunk, stop - start), dtype) if target < 0 else None
+                   for _, _, _, target, dtype in plan]
+        for begin in range(start, stop, chunk):
+            end = min(begin + chunk, stop)
             env = {slot: v[begin:end] if is_array else v
                    for v, (slot, is_array) in zip(flat, inputs)}
-            for (function, operands, result, index, _), buffer in zip(members, buffers):
-                out = outs[index][begin:end] if index >= 0 else buffer[:end - begin]
+            for (function, operands, result, target, _), buffer in zip(plan, buffers):
+                out = outs[target][begin:end] if target >= 0 else buffer[:end - begin]
                 env[result] = function(*[env[s] for s in operands], out=out)
 
     def fused_numpy(op, *values):
         flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
         outs = [empty(size, dtype) for dtype in out_dtypes]
         if size < 2 * MIN_PIECE:
-            run_chunks(flat, outs, 0, size)
+            run_range(flat, outs, 0, size)
         else:
-            threads.run_split(lambda start, stop: _quietly(run_chunks, flat, outs, start, stop),
+            threads.run_split(lambda start, stop: _quietly(run_range, flat, outs, start, stop),
                               size, MIN_PIECE)
         results = [out.reshape(shape) for out in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
-    fused_numpy.__doc__ = "A fused run on numpy, chunk by chunk (interpreter/jit/fusion.py)."
+    fused_numpy.__doc__ = "A fused run on numpy (interpreter/jit/numpy_runs.py)."
     return fused_numpy
 
 

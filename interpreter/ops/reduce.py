@@ -4,14 +4,21 @@ The body is inspected once (see `reduce_regions`): a plain add/max/... body
 becomes numpy's `ufunc.reduce`, an element-wise body (argmax's
 compare/select chain) runs vectorised in log2(n) steps, anything else runs
 element by element.
+
+With the plan-time optimiser on, a single-input reduce with such a plain
+body gets a lean kernel (`specialize_reduce`): the same numpy calls, with
+the axis order, shapes and ufunc worked out once when the program is
+planned instead of on every call.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ...errors import Unimplemented
 from ..registry import register
-from .reduce_regions import analyse_regions, body_analysis, reduce_last_axis
+from .reduce_regions import analyse_regions, body_analysis, reduce_last_axis, ufunc_dtype
 
 
 def _validate_reduce(op) -> None:
@@ -20,16 +27,48 @@ def _validate_reduce(op) -> None:
     analyse_regions(op)
 
 
+def moved_layout(shape, axes) -> tuple[tuple, tuple]:
+    """(order, moved shape) taking an array of `shape` to one with `axes`
+    moved to the end (`np.transpose(array, order)`) and flattened into one
+    last axis (`.reshape(moved shape)`)."""
+    axes = tuple(axes)
+    kept = [d for d in range(len(shape)) if d not in axes]
+    count = math.prod(shape[d] for d in axes)
+    return tuple(kept) + axes, tuple(shape[d] for d in kept) + (count,)
+
+
 def move_axes_last(array: np.ndarray, axes) -> np.ndarray:
     """`array` with `axes` moved to the end and flattened into one axis."""
-    axes = tuple(axes)
-    kept = [d for d in range(array.ndim) if d not in axes]
-    kept_shape = tuple(array.shape[d] for d in kept)
-    count = int(np.prod([array.shape[d] for d in axes], dtype=np.int64))
-    return np.transpose(array, kept + list(axes)).reshape(kept_shape + (count,))
+    order, moved_shape = moved_layout(array.shape, axes)
+    return np.transpose(array, order).reshape(moved_shape)
 
 
-@register("stablehlo.reduce", validate=_validate_reduce)
+def specialize_reduce(op):
+    """Plan-time kernel for `reduce` of one input whose body is one plain
+    ufunc (add, max, min, and, or, ...) on a dtype numpy's ufuncs handle
+    directly, over at least two elements per result: the numpy calls of the
+    generic path (`reduce_regions._ufunc_reduce`: the same transpose and
+    reshape, so the same summation order; then `body(init, folded)`), with
+    the layout, shapes and ufunc decided here. Other reduces: None."""
+    if len(op.operand_types) != 2 or not op.has_static_types:
+        return None
+    ufuncs = body_analysis(op, 0).ufuncs
+    dtype = op.result_type.dtype
+    if ufuncs is None or ufunc_dtype(dtype) != dtype or op.operand_types[0].dtype != dtype:
+        return None
+    order, moved_shape = moved_layout(op.operand_types[0].shape, op.attrs["dimensions"])
+    if moved_shape[-1] < 2:
+        return None  # empty or single-element folds: the generic kernel's special cases
+    (ufunc,) = ufuncs
+    fold, out_shape, asarray = ufunc.reduce, moved_shape[:-1], np.asarray
+
+    def reduce_with_ufunc(op, operand, init, regions=None):
+        folded = fold(operand.transpose(order).reshape(moved_shape), axis=-1, dtype=dtype)
+        return asarray(ufunc(init, folded)).reshape(out_shape)
+    return reduce_with_ufunc
+
+
+@register("stablehlo.reduce", validate=_validate_reduce, specialize=specialize_reduce)
 def reduce(op, *operands, regions):
     """Spec "reduce": fold `inputs` along `dimensions` with `body`, from `init_values`.
 

@@ -19,24 +19,53 @@ from ..registry import register
 from ..types import is_complex
 
 
+def broadcast_layout(operand_shape, broadcast_dimensions, rank: int) -> tuple[tuple, tuple]:
+    """(order, expanded shape): `np.transpose(operand, order).reshape(expanded
+    shape)` puts operand dim `d` at result dim `broadcast_dimensions[d]`, with
+    size-1 dims everywhere else, ready to be broadcast to the result."""
+    order = tuple(sorted(range(len(operand_shape)), key=lambda d: broadcast_dimensions[d]))
+    expanded_shape = [1] * rank
+    for d in order:
+        expanded_shape[broadcast_dimensions[d]] = operand_shape[d]
+    return order, tuple(expanded_shape)
+
+
 def broadcast_to_shape(operand: np.ndarray, shape, broadcast_dimensions) -> np.ndarray:
     """Spec "broadcast_in_dim" for a given result shape.
 
     Operand dim `d` becomes result dim `broadcast_dimensions[d]` (the
     dimensions need not be increasing, so the operand is transposed first);
-    operand dims of size 1 are repeated along the result dim.
+    operand dims of size 1 are repeated along the result dim. The result is
+    a fresh row-major array (copying a broadcast view in numpy's default
+    "K" order would lay a (1, n) -> (m, n) result out column-major, and
+    every later elementwise op on it would walk memory with a stride).
     """
     shape = tuple(int(d) for d in shape)
-    order = sorted(range(operand.ndim), key=lambda d: broadcast_dimensions[d])
-    placed = np.transpose(operand, order)
-    expanded_shape = [1] * len(shape)
-    for d in order:
-        expanded_shape[broadcast_dimensions[d]] = operand.shape[d]
-    expanded = placed.reshape(expanded_shape)
-    return np.array(np.broadcast_to(expanded, shape))
+    order, expanded_shape = broadcast_layout(operand.shape, broadcast_dimensions, len(shape))
+    expanded = np.transpose(operand, order).reshape(expanded_shape)
+    return np.array(np.broadcast_to(expanded, shape), order="C")
 
 
-@register("stablehlo.broadcast_in_dim")
+def specialize_broadcast_in_dim(op):
+    """Plan-time kernel for a static broadcast_in_dim: the transpose, the
+    expanded shape and the result shape are fixed, so a call is one reshape
+    and one broadcasting copy into a fresh row-major array (the values of
+    `broadcast_to_shape`)."""
+    if not op.has_static_types:
+        return None
+    shape, dtype = op.result_type.shape, op.result_type.dtype
+    order, expanded_shape = broadcast_layout(op.operand_types[0].shape,
+                                             op.attrs["broadcast_dimensions"], len(shape))
+    empty, copyto = np.empty, np.copyto
+
+    def broadcast_in_place(op, operand):
+        result = empty(shape, dtype)
+        copyto(result, operand.transpose(order).reshape(expanded_shape))
+        return result
+    return broadcast_in_place
+
+
+@register("stablehlo.broadcast_in_dim", specialize=specialize_broadcast_in_dim)
 def broadcast_in_dim(op, operand):
     """Spec "broadcast_in_dim" (docs/spec.md#broadcast_in_dim): unsorted
     `broadcast_dimensions` and size-1 expansion are honoured; a `?` result
@@ -75,13 +104,34 @@ def reshape_to(operand: np.ndarray, shape) -> np.ndarray:
     return np.reshape(operand, shape)
 
 
-@register("stablehlo.reshape")
+def specialize_reshape(op):
+    """Plan-time kernel for a static reshape: numpy's reshape to the fixed
+    result shape (a view where the layout allows, as `reshape_to`)."""
+    if not op.has_static_types:
+        return None
+    shape = op.result_type.shape
+
+    def reshape_static(op, operand):
+        return operand.reshape(shape)
+    return reshape_static
+
+
+@register("stablehlo.reshape", specialize=specialize_reshape)
 def reshape(op, operand):
     """Spec "reshape" (docs/spec.md#reshape): row-major order is kept."""
     return reshape_to(operand, op.result_type.shape)
 
 
-@register("stablehlo.transpose")
+def specialize_transpose(op):
+    """Plan-time kernel for transpose: the permutation as a tuple, once."""
+    permutation = tuple(op.attrs["permutation"])
+
+    def transpose_fixed(op, operand):
+        return operand.transpose(permutation)
+    return transpose_fixed
+
+
+@register("stablehlo.transpose", specialize=specialize_transpose)
 def transpose(op, operand):
     """Spec "transpose" (docs/spec.md#transpose): result dim `d` is operand
     dim `permutation[d]`."""
