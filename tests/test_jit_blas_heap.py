@@ -1,7 +1,8 @@
 """The matrix-product fast path (interpreter/ops/dot.py `matrix_product`),
-products split over threads (interpreter/jit/blas.py) and the malloc
-thresholds (interpreter/jit/heap.py), each against the unoptimised path and
-against XLA."""
+products split over threads (interpreter/jit/blas.py; its C pool in
+detail: test_jit_gemm_pool.py) and the malloc thresholds
+(interpreter/jit/heap.py), each against the unoptimised path and against
+XLA."""
 from __future__ import annotations
 
 import os
@@ -109,15 +110,32 @@ def test_products_have_the_bits_of_one_blas_call(lhs_shape, rhs_shape, dtype, he
             np.testing.assert_array_equal(blas.matmul(lhs, rhs, threads=threads), lhs @ rhs)
 
 
-def test_exact_shapes_are_split_over_helpers(monkeypatch):
+def _count_splits(path: str, monkeypatch) -> list:
+    """Block counts of the split products run from now on (recorded at the
+    C pool's entry, or at the Python threads' one when `path` is
+    "python": then the C pool is out of the picture)."""
+    calls = []
+    if path == "python":
+        monkeypatch.setattr(blas, "_POOL", None)
+        real = blas.run_shared
+        monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (calls.append(len(jobs)),
+                                                                       real(jobs, helpers)))
+    else:
+        assert blas._POOL is not None, "the C pool (interpreter/jit/gemm_pool.c) was not built"
+        real = blas._pool_multiply
+        monkeypatch.setattr(blas, "_pool_multiply",
+                            lambda call, out, blocks, helpers: (calls.append(blocks),
+                                                                real(call, out, blocks, helpers))[1])
+    return calls
+
+
+@pytest.mark.parametrize("path", ["c_pool", "python"])
+def test_exact_shapes_are_split_over_helpers(path, monkeypatch):
     """A shape whose blocks give one call's bits (W2's) is computed in
     blocks, on helper threads when a CPU is idle; a shape whose blocks would
     not is one call."""
-    calls = []
-    real = blas.run_shared
+    calls = _count_splits(path, monkeypatch)
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (calls.append(len(jobs)),
-                                                                   real(jobs, helpers)))
     a, b = _operands((256, 256), (256, 256), np.float32)
     bounds = blas.row_blocks(256, 256, 256, 2)
     assert blas.blocks_are_exact(a, b, bounds)
@@ -127,14 +145,16 @@ def test_exact_shapes_are_split_over_helpers(monkeypatch):
     np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
     assert calls == [2]
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    monkeypatch.setattr(blas, "blocks_are_exact", lambda *args: False)
+    monkeypatch.setattr(blas, "_blocks_exact", lambda *args: False)
     np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
     assert calls == [2]
 
 
-def test_split_product_raises_no_warning_in_helper_threads(monkeypatch):
+@pytest.mark.parametrize("path", ["c_pool", "python"])
+def test_split_product_raises_no_warning_in_helper_threads(path, monkeypatch):
     """inf * 0 inside BLAS: numpy's error state is per thread, and the plan
     runs with all errors ignored; the helpers must ignore them too."""
+    calls = _count_splits(path, monkeypatch)
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
     a, b = _operands((256, 256), (256, 256), np.float32)
     a[:, 0] = np.inf
@@ -142,6 +162,7 @@ def test_split_product_raises_no_warning_in_helper_threads(monkeypatch):
     with np.errstate(all="raise"):
         result = blas.matmul(a, b, threads=2)
     assert np.isnan(result).all()
+    assert calls == [2]
 
 
 def test_concurrent_products_share_the_helpers(monkeypatch):

@@ -15,26 +15,45 @@ the host process use it too.
 
 Large products use every core another way (`matmul`): the rows of the
 result are cut into one block per configured thread, and the blocks are
-handed out to the calling thread and a small pool of our own threads, each
-calling single-threaded BLAS on its block. That is done only where the
+shared out between the calling thread and a small pool of our own threads,
+each calling single-threaded BLAS on its block. That is done only where the
 blocks give the same bits as one BLAS call (checked once per shape and
 layout, `blocks_are_exact`: BLAS's kernels at a block's edge may sum some
 shapes in another order), so results never depend on the thread setting
 or the load; otherwise the product is one BLAS call.
 
-Helpers are woken only for CPUs that are idle at that moment (`idle_cpus`,
-from /proc/loadavg). Measured on the 2-core benchmark machine (W2, 256x256
-f32 through JAX): with the other core idle a split product takes 0.24 ms
-instead of 0.33 ms; with another process running there, 0.40 ms instead of
-0.33 ms, because the helper then shares a core with that process and the
-caller waits for the helper's block. Splitting whatever the load, as XLA's
-thread pool does, would make the busy case the slow one. Our threads sleep
-(no spinning) when idle, and the caller takes every block no helper has
-claimed, so a helper that is slow to start costs nothing.
+The pool is written in C (gemm_pool.c, built by cffi at install time): the
+caller hands it OpenBLAS's gemm function and the operands' addresses, and
+the whole split product runs without the GIL. Its threads spin for a short
+while after a product before they sleep, so the next product finds them
+awake: on this virtual machine a sleeping thread's CPU is halted, and
+waking it took 100+ us, as long as half a 256x256 product. (Our Python
+threads, below, did just that, then needed the GIL to start and again to
+report; a split W2 product took ~300 us instead of the ~175 us two
+concurrent half products take.) If the C module is missing (a build
+without a compiler) or numpy's OpenBLAS has no ILP64 gemm we can find, the
+blocks run on Python threads instead (`run_shared`, which fused
+elementwise loops use too: threads.py).
+
+Helpers are used only for CPUs that are idle at that moment (`idle_cpus`,
+from /proc/loadavg, not counting our own spinning threads, which would
+yield to real work). Measured on the 2-core benchmark machine (W2, 256x256
+f32 through JAX, Python threads): with the other core idle a split product
+took 0.24 ms instead of 0.33 ms; with another process running there, 0.40
+ms instead of 0.33 ms, because the helper then shares a core with that
+process and the caller waits for the helper's block. Splitting whatever the
+load, as XLA's thread pool does, would make the busy case the slow one.
+The caller takes every block no helper has claimed, so a helper that is
+slow to start costs nothing.
 
     PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
                                process may run on; 1: never split). Only
                                when OpenBLAS runs on 1 thread by our setting.
+    PJRT_REF_POOL_SPIN_US=n    how long the C pool's threads spin for the
+                               next product before sleeping (default
+                               DEFAULT_SPIN_US; 0: sleep at once)
+    PJRT_REF_GEMM_POOL=0       split products over the Python threads
+                               instead of the C pool (for comparison)
 
 Why the OpenBLAS setting is applied before a program is loaded (the
 plugin's `Executable` calls `limit_blas_threads` first): OpenBLAS stops its worker
@@ -142,11 +161,17 @@ def row_blocks(rows: int, inner: int, columns: int, threads: int) -> list[int]:
     return [rows * k // blocks for k in range(blocks + 1)]
 
 
+# CPUs of the machine (what /proc/loadavg's runnable count is out of): read
+# once, os.cpu_count() took 14 us per call here.
+_CPUS = os.cpu_count() or 1
+
+
 def idle_cpus() -> int:
     """CPUs with nothing to run right now: configured CPUs minus the tasks
     the kernel has runnable (the 4th field of /proc/loadavg, this thread
-    included). 0 when unknown. Products and fused loops (threads.py) wake
-    no more helpers than this."""
+    included), not counting the C pool's threads that are only spinning
+    for the next product. 0 when unknown. Products and fused loops
+    (threads.py) wake no more helpers than this."""
     global _LOADAVG_FD
     try:
         if _LOADAVG_FD is None:
@@ -154,22 +179,40 @@ def idle_cpus() -> int:
         running = int(os.pread(_LOADAVG_FD, 128, 0).split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
         return 0
-    return max(0, (os.cpu_count() or 1) - running)
+    if _POOL is not None:
+        running -= _POOL.lib.gemm_pool_spinning()
+    return max(0, _CPUS - running)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
     """`a @ b` for 2-d float arrays (any strides), always with the bits of
     one BLAS call. A big product whose row blocks (`row_blocks`) give those
     same bits (`blocks_are_exact`) is computed block by block when CPUs are
-    idle: by this thread and helper threads."""
+    idle: by this thread and the C pool's threads (or Python helper
+    threads, see the module docstring)."""
     rows, inner = a.shape
     columns = b.shape[1]
     threads = matmul_threads() if threads is None else threads
     bounds = row_blocks(rows, inner, columns, threads)
     helpers = min(len(bounds) - 2, idle_cpus()) if len(bounds) > 2 else 0
-    if helpers == 0 or not blocks_are_exact(a, b, bounds):
+    if helpers == 0:
         return np.matmul(a, b)
-    out = np.empty((rows, columns), np.result_type(a.dtype, b.dtype))
+    call = _gemm_call(a, b)
+    if not _blocks_exact(a, b, bounds, call):
+        return np.matmul(a, b)
+    if call is None:
+        return _matmul_on_python_threads(a, b, bounds, helpers)
+    out = np.empty((rows, columns), a.dtype)
+    if _pool_multiply(call, out, len(bounds) - 1, helpers):
+        return out
+    return np.matmul(a, b)   # another thread's product has the pool
+
+
+def _matmul_on_python_threads(a: np.ndarray, b: np.ndarray, bounds: list[int],
+                              helpers: int) -> np.ndarray:
+    """The row blocks as np.matmul calls shared by this thread and up to
+    `helpers` Python pool threads (`run_shared`)."""
+    out = np.empty((a.shape[0], b.shape[1]), np.result_type(a.dtype, b.dtype))
 
     def block(lo: int, hi: int) -> Callable[[], None]:
         def job() -> None:
@@ -177,9 +220,118 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
                 np.matmul(a[lo:hi], b, out=out[lo:hi])
         return job
 
-    jobs = [block(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    run_shared(jobs, helpers)
+    run_shared([block(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])], helpers)
     return out
+
+
+# --- The C pool (gemm_pool.c) -------------------------------------------
+
+# How long the C pool's threads spin for the next product before sleeping.
+# Long enough to bridge the gap between the products of a training step
+# (W4: elementwise work of ~0.1-1 ms between them), short enough that an
+# idle plugin gives its CPUs back at once for a human. Measured: see the
+# module docstring.
+DEFAULT_SPIN_US = 300
+# CBLAS's transpose flags (cblas.h).
+_NO_TRANS, _TRANS = 111, 112
+
+
+class _Pool:
+    """The loaded C module and OpenBLAS's ILP64 gemm functions (addresses),
+    by dtype."""
+
+    def __init__(self, lib, gemms: dict):
+        self.lib = lib
+        self.gemms = gemms
+
+
+def _load_pool() -> "_Pool | None":
+    """The C pool, or None: module not built, or no ILP64 cblas gemm in
+    numpy's OpenBLAS. Only the `64_`-suffixed symbols are taken: their
+    integer arguments are 64-bit, as gemm_pool.h declares them."""
+    try:
+        from . import _gemm_pool
+    except ImportError:
+        return None
+    for path in _openblas_libraries():
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        gemms = {}
+        for dtype, names in ((np.dtype(np.float32), ("scipy_cblas_sgemm64_", "cblas_sgemm64_")),
+                             (np.dtype(np.float64), ("scipy_cblas_dgemm64_", "cblas_dgemm64_"))):
+            for name in names:
+                function = getattr(library, name, None)
+                if function is not None:
+                    gemms[dtype] = ctypes.cast(function, ctypes.c_void_p).value
+                    break
+        if len(gemms) == 2:
+            return _Pool(_gemm_pool.lib, gemms)
+    return None
+
+
+_POOL = _load_pool()
+
+
+def _pool_enabled() -> bool:
+    return _POOL is not None and os.environ.get("PJRT_REF_GEMM_POOL", "1").strip() != "0"
+
+
+def _spin_ns() -> int:
+    setting = os.environ.get("PJRT_REF_POOL_SPIN_US", "").strip()
+    try:
+        return max(0, int(setting)) * 1000 if setting else DEFAULT_SPIN_US * 1000
+    except ValueError:
+        return DEFAULT_SPIN_US * 1000
+
+
+def _operand(x: np.ndarray, rows: int, columns: int) -> tuple[int, int, int] | None:
+    """(address, CBLAS transpose flag, leading dimension) describing the
+    row-major `rows` x `columns` matrix `x` the way a row-major CBLAS call
+    takes it, as numpy's own matmul passes it: rows contiguous (NoTrans) or
+    columns contiguous (a transposed view: Trans). None when BLAS cannot
+    read it in place (numpy would copy it first) or the address is not
+    aligned to the element size."""
+    size = x.itemsize
+    address = x.__array_interface__["data"][0]
+    row_stride, column_stride = x.strides
+    if address % size:
+        return None
+    if column_stride == size and row_stride % size == 0 and row_stride // size >= max(1, columns):
+        return address, _NO_TRANS, row_stride // size
+    if row_stride == size and column_stride % size == 0 and column_stride // size >= max(1, rows):
+        return address, _TRANS, column_stride // size
+    return None
+
+
+def _gemm_call(a: np.ndarray, b: np.ndarray) -> tuple | None:
+    """gemm_pool_multiply's arguments up to ldb for `a @ b`, or None when
+    the C pool cannot compute it: pool off or missing, other dtypes, byte
+    order or layouts, or `a` and `b` the same memory (numpy then may use
+    syrk, whose bits gemm blocks need not match)."""
+    if not _pool_enabled() or a.dtype != b.dtype or a.dtype not in _POOL.gemms:
+        return None
+    if not a.dtype.isnative:
+        return None
+    rows, inner = a.shape
+    columns = b.shape[1]
+    lhs = _operand(a, rows, inner)
+    rhs = _operand(b, inner, columns)
+    if lhs is None or rhs is None or lhs[0] == rhs[0]:
+        return None
+    return (_POOL.gemms[a.dtype], int(a.dtype == np.float64), lhs[1], rhs[1], rows, columns,
+            inner, lhs[0], lhs[2], rhs[0], rhs[2])
+
+
+def _pool_multiply(call: tuple, out: np.ndarray, blocks: int, helpers: int) -> bool:
+    """Run `call` (`_gemm_call`) into the C-contiguous `out` in `blocks` row
+    blocks with up to `helpers` pool threads (0: all on this thread).
+    False if another thread's product has the pool (nothing done)."""
+    gemm, is_double, trans_a, trans_b, rows, columns, inner, a, lda, b, ldb = call
+    return bool(_POOL.lib.gemm_pool_multiply(
+        gemm, is_double, trans_a, trans_b, rows, columns, inner, a, lda, b, ldb,
+        out.__array_interface__["data"][0], columns, blocks, helpers, _spin_ns()))
 
 
 _EXACT: dict = {}
@@ -201,18 +353,40 @@ def blocks_are_exact(a: np.ndarray, b: np.ndarray, bounds: list[int]) -> bool:
     operations depends on the shapes, types and layouts only, never on the
     values, so one check on random operands of that shape and layout
     answers for all operands; the answer is kept per shape and layout
-    (edge-of-block kernels sum some shapes in another order)."""
-    key = (a.dtype, b.dtype, a.shape, b.shape, _layout(a), _layout(b), tuple(bounds))
+    (edge-of-block kernels sum some shapes in another order). The blocks
+    are computed by the path that will compute the real ones: the C pool's
+    code (all on this thread) or np.matmul per block."""
+    return _blocks_exact(a, b, bounds, _gemm_call(a, b))
+
+
+def _blocks_exact(a: np.ndarray, b: np.ndarray, bounds: list[int], call: tuple | None) -> bool:
+    """blocks_are_exact, given `_gemm_call(a, b)` (None: the Python path)."""
+    if call is not None:   # dtype, transpose flags and sizes say it all
+        key = (call[1:7], tuple(bounds))
+    else:
+        key = (a.dtype, b.dtype, a.shape, b.shape, _layout(a), _layout(b), tuple(bounds))
     exact = _EXACT.get(key)
     if exact is None:
         rng = np.random.default_rng(0)
         probe_a, probe_b = (_random_like(x, rng) for x in (a, b))
         with np.errstate(all="ignore"):
             whole = np.matmul(probe_a, probe_b)
-            blocks = np.concatenate([np.matmul(probe_a[lo:hi], probe_b)
-                                     for lo, hi in zip(bounds[:-1], bounds[1:])])
-        exact = _EXACT[key] = bool(np.array_equal(whole, blocks))
+            blocks = _probe_blocks(probe_a, probe_b, bounds, call is not None)
+        exact = _EXACT[key] = blocks is not None and bool(np.array_equal(whole, blocks))
     return exact
+
+
+def _probe_blocks(a: np.ndarray, b: np.ndarray, bounds: list[int], in_c: bool):
+    """`a @ b` computed in the row blocks `bounds` on this thread, by the C
+    pool's code (in_c) or np.matmul per block."""
+    if not in_c:
+        return np.concatenate([np.matmul(a[lo:hi], b) for lo, hi in zip(bounds[:-1], bounds[1:])])
+    call = _gemm_call(a, b)
+    if call is None:   # cannot happen: the probe has the real operands' layouts
+        return None
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    _pool_multiply(call, out, len(bounds) - 1, helpers=0)
+    return out
 
 
 def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:

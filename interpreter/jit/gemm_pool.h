@@ -1,0 +1,30 @@
+/* The C side of blas.py's product pool (gemm_pool.c explains it). These
+ * declarations are also given to cffi (build_gemm_pool.py): Python calls
+ * them with the GIL released. */
+#include <stdint.h>
+
+/* Most worker threads the pool starts (one per helper CPU). */
+#define GEMM_POOL_MAX_WORKERS 63
+
+/* C = A @ B (row-major, C rows x columns with leading dimension ldc) by
+ * `blocks` row blocks, block k being rows [rows*k/blocks, rows*(k+1)/blocks).
+ * `gemm` is the address of OpenBLAS's ILP64 cblas_sgemm (is_double 0) or
+ * cblas_dgemm (1); trans_a/trans_b are CblasNoTrans (111) or CblasTrans
+ * (112) with the leading dimensions CBLAS expects for a row-major call.
+ * helpers == 0: this thread computes every block (the path blas.py's
+ * exactness probe uses). Otherwise up to `helpers` pool workers help;
+ * workers spin `spin_ns` ns for the next job before sleeping.
+ * Returns 1 when C is computed, 0 when another thread's product holds the
+ * pool (nothing was done: compute C another way). The caller has checked
+ * every argument (blas.py); nothing here can fail. */
+int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, int64_t rows,
+                       int64_t columns, int64_t inner, intptr_t a, int64_t lda, intptr_t b,
+                       int64_t ldb, intptr_t c, int64_t ldc, int blocks, int helpers,
+                       int64_t spin_ns);
+
+/* Workers spinning right now, waiting for a job (they are "runnable" in
+ * /proc/loadavg but would yield to any real work). */
+int gemm_pool_spinning(void);
+
+/* Workers started so far in this process. */
+int gemm_pool_workers(void);

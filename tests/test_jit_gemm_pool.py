@@ -1,0 +1,281 @@
+"""The C thread pool for split matrix products (interpreter/jit/gemm_pool.c,
+driven by interpreter/jit/blas.py): bits equal to one np.matmul call for
+every layout it accepts, many host threads at once, fork, the fallback to
+Python threads, and the environment settings."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from pjrt_ref.interpreter.jit import blas
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def one_thread_blas():
+    """The pool's threads call single-threaded OpenBLAS (blas.py)."""
+    blas.limit_blas_threads()
+
+
+def _pool():
+    assert blas._POOL is not None, "the C pool (interpreter/jit/gemm_pool.c) was not built"
+    return blas._POOL
+
+
+def _matrix(shape, dtype, layout="rows"):
+    """A random matrix of `shape` laid out as blas._layout names it, or as a
+    view with a leading dimension larger than its row ("padded")."""
+    values = RNG.standard_normal(shape).astype(dtype)
+    if layout == "columns":
+        return np.asfortranarray(values)
+    if layout == "padded":
+        wide = np.zeros((shape[0], shape[1] + 7), dtype)
+        wide[:, 3:3 + shape[1]] = values
+        return wide[:, 3:3 + shape[1]]
+    return values
+
+
+SHAPES = [(256, 256, 256), (128, 784, 512), (333, 129, 257), (512, 255, 3), (200, 1000, 33)]
+LAYOUTS = [("rows", "rows"), ("columns", "rows"), ("rows", "columns"), ("columns", "columns"),
+           ("padded", "padded")]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
+@pytest.mark.parametrize("rows,inner,columns", SHAPES)
+def test_pool_blocks_are_numpys_block_products(rows, inner, columns, layouts, dtype):
+    """Each block the pool computes has the bits of np.matmul on that block
+    (so the pool hands BLAS what numpy hands it), whichever thread computes
+    it, whatever the number of blocks: no exactness check involved."""
+    a = _matrix((rows, inner), dtype, layouts[0])
+    b = _matrix((inner, columns), dtype, layouts[1])
+    call = blas._gemm_call(a, b)
+    assert call is not None
+    for blocks in (1, 2, 3):
+        bounds = [rows * k // blocks for k in range(blocks + 1)]
+        expected = np.concatenate([a[lo:hi] @ b for lo, hi in zip(bounds[:-1], bounds[1:])])
+        for helpers in (0, 1, 2):
+            out = np.full((rows, columns), np.nan, dtype)
+            assert blas._pool_multiply(call, out, blocks, helpers)
+            np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
+@pytest.mark.parametrize("rows,inner,columns", SHAPES)
+def test_split_products_have_the_bits_of_one_matmul(rows, inner, columns, layouts, dtype,
+                                                    monkeypatch):
+    """blas.matmul through the pool (a CPU said idle) gives np.matmul's bits:
+    split where the blocks are exact, one call where they are not."""
+    _pool()
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+    a = _matrix((rows, inner), dtype, layouts[0])
+    b = _matrix((inner, columns), dtype, layouts[1])
+    for threads in (2, 4):
+        np.testing.assert_array_equal(blas.matmul(a, b, threads=threads), np.matmul(a, b))
+
+
+def test_inexact_blocks_run_as_one_call(monkeypatch):
+    """A shape whose blocks BLAS sums in another order than one call (found
+    by the probe, which computes them with the pool's own code) is not
+    split: the pool is never entered, and the bits are np.matmul's."""
+    _pool()
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    a = _matrix((128, 129), np.float64)
+    b = _matrix((129, 257), np.float64)
+    bounds = blas.row_blocks(128, 129, 257, 2)
+    call = blas._gemm_call(a, b)
+    blocks = np.empty((128, 257))
+    blas._pool_multiply(call, blocks, 2, helpers=0)
+    assert not np.array_equal(blocks, a @ b)     # this shape's blocks differ ...
+    assert not blas.blocks_are_exact(a, b, bounds)
+    entered = []
+    monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)   # ... so: one call
+    assert entered == []
+
+
+@pytest.mark.parametrize("case", ["same_memory", "strided", "mixed_dtypes", "byte_swapped"])
+def test_operands_the_pool_does_not_take(case):
+    """What the pool does not compute (np.matmul then does, unsplit or on
+    Python threads): operands numpy would copy first, mixed or non-native
+    types, and a @ a.T (one buffer: numpy may use syrk, not gemm)."""
+    x = _matrix((256, 256), np.float32)
+    a, b = {"same_memory": (x, x.T),
+            "strided": (x[:, ::2], _matrix((128, 256), np.float32)),
+            "mixed_dtypes": (x, _matrix((256, 256), np.float64)),
+            "byte_swapped": (x.astype(">f4"), x.astype(">f4"))}[case]
+    assert blas._gemm_call(a, b) is None
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), np.matmul(a, b))
+
+
+def test_many_host_threads_at_once(monkeypatch):
+    """Host threads (JAX's, one per device) splitting products at the same
+    time for a while: the pool serves one at a time, the others compute
+    theirs unsplit; every result has np.matmul's bits and nobody hangs."""
+    _pool()
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+    cases = [(_matrix((256, 256), np.float32), _matrix((256, 256), np.float32)),
+             (_matrix((128, 784), np.float32), _matrix((784, 512), np.float32, "columns")),
+             (_matrix((300, 300), np.float64, "columns"), _matrix((300, 300), np.float64)),
+             (_matrix((333, 129), np.float32), _matrix((129, 257), np.float32))]
+    expected = [np.matmul(a, b) for a, b in cases]
+    wrong: list = []
+    done: list = []
+
+    def caller(index: int) -> None:
+        a, b = cases[index % len(cases)]
+        for _ in range(60):
+            if not np.array_equal(blas.matmul(a, b, threads=(2, 3, 4)[index % 3]),
+                                  expected[index % len(cases)]):
+                wrong.append(index)
+        done.append(index)
+
+    callers = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(6)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(120)
+    assert sorted(done) == list(range(6)), "a caller did not finish (hang?)"
+    assert wrong == []
+
+
+_FORK_CHILD = textwrap.dedent("""
+    import os, numpy as np
+    from pjrt_ref.interpreter.jit import blas
+    blas.limit_blas_threads()
+    blas.idle_cpus = lambda: 1
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
+    assert np.array_equal(blas.matmul(a, b, threads=2), a @ b)
+    lib = blas._POOL.lib
+    assert lib.gemm_pool_workers() >= 1                # the parent's pool runs
+    pid = os.fork()
+    if pid == 0:
+        status = 0 if lib.gemm_pool_workers() == 0 else 3  # the child has no thread of it
+        for _ in range(20):
+            if not np.array_equal(blas.matmul(a, b, threads=2), a @ b):
+                status = 4
+        if lib.gemm_pool_workers() < 1:                 # it started its own
+            status = 5
+        os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert np.array_equal(blas.matmul(a, b, threads=2), a @ b)   # the parent's still works
+    print(os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_forked_child_starts_its_own_pool():
+    """The loader forks (bytecode check): a child inherits none of the
+    pool's threads, and must neither wait for them nor think it has them."""
+    _pool()
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
+                                "PJRT_REF_GEMM_POOL")}
+    out = subprocess.run([sys.executable, "-c", _FORK_CHILD], env=environment,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0"]
+
+
+def test_without_the_c_module_python_threads_split(monkeypatch):
+    """No C pool (module not built): products are split over Python threads,
+    with the same bits."""
+    monkeypatch.setattr(blas, "_POOL", None)
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    jobs = []
+    real = blas.run_shared
+    monkeypatch.setattr(blas, "run_shared", lambda j, helpers: (jobs.append(len(j)),
+                                                                real(j, helpers)))
+    a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32, "columns")
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    assert jobs == [2]
+
+
+def test_module_that_does_not_import_leaves_python_threads():
+    """In a process where the C module cannot be imported, blas loads
+    without it and still splits products."""
+    code = textwrap.dedent("""
+        import sys, numpy as np
+        sys.modules["pjrt_ref.interpreter.jit._gemm_pool"] = None   # import fails
+        from pjrt_ref.interpreter.jit import blas
+        blas.limit_blas_threads()
+        blas.idle_cpus = lambda: 1
+        a, b = np.random.default_rng(0).standard_normal((2, 256, 256))
+        assert np.array_equal(blas.matmul(a, b, threads=2), a @ b)
+        print(blas._POOL, len(blas._HELPERS))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.split() == ["None", "1"]
+
+
+def test_pool_switch_and_spin_settings(monkeypatch):
+    """PJRT_REF_GEMM_POOL=0 selects the Python threads; PJRT_REF_POOL_SPIN_US
+    sets the spin (0: never; unreadable: the default)."""
+    _pool()
+    a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
+    monkeypatch.setenv("PJRT_REF_GEMM_POOL", "0")
+    assert blas._gemm_call(a, b) is None
+    monkeypatch.setenv("PJRT_REF_GEMM_POOL", "1")
+    assert blas._gemm_call(a, b) is not None
+    for setting, nanoseconds in (("0", 0), ("50", 50_000), ("", blas.DEFAULT_SPIN_US * 1000),
+                                 ("fast", blas.DEFAULT_SPIN_US * 1000), ("-3", 0)):
+        monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", setting)
+        assert blas._spin_ns() == nanoseconds
+
+
+def test_matmul_threads_one_never_enters_the_pool(monkeypatch):
+    _pool()
+    monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+    entered = []
+    monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
+    a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
+    np.testing.assert_array_equal(blas.matmul(a, b), a @ b)
+    assert entered == []
+
+
+@pytest.mark.parametrize("spin_us", [0, 20_000])
+def test_workers_sleep_after_their_spin(spin_us, monkeypatch):
+    """With no spin, or after it, no worker of the pool is left spinning
+    (an idle plugin gives its CPUs back)."""
+    import time
+
+    _pool()
+    monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", str(spin_us))
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    deadline = time.monotonic() + 10
+    while blas._POOL.lib.gemm_pool_spinning() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert blas._POOL.lib.gemm_pool_spinning() == 0
+
+
+def test_idle_cpus_does_not_count_our_spinning_workers(monkeypatch, tmp_path):
+    """A worker spinning for the next product is a runnable task in
+    /proc/loadavg; idle_cpus must not call its CPU busy because of it."""
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.50 0.40 0.30 2/120 4567\n")   # this thread + one spinner
+
+    class SpinningPool:
+        class lib:
+            @staticmethod
+            def gemm_pool_spinning():
+                return 1
+
+    monkeypatch.setattr(blas, "_CPUS", 2)
+    monkeypatch.setattr(blas, "_LOADAVG_FD", os.open(loadavg, os.O_RDONLY))
+    monkeypatch.setattr(blas, "_POOL", None)
+    assert blas.idle_cpus() == 0
+    monkeypatch.setattr(blas, "_POOL", SpinningPool)
+    assert blas.idle_cpus() == 1
+    os.close(blas._LOADAVG_FD)
