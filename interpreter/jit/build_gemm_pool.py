@@ -37,7 +37,8 @@ def make_builder() -> cffi.FFI:
     with open(SOURCE) as f:
         source = f.read()
     builder.set_source(MODULE_NAME, source, include_dirs=[HERE], libraries=["pthread"],
-                       extra_compile_args=["-O2", "-std=gnu11"], depends=[HEADER, SOURCE])
+                       extra_compile_args=["-O2", "-std=gnu11"], depends=[HEADER, SOURCE],
+                       py_limited_api=False)   # one file name for both builds (EXT_SUFFIX)
     return builder
 
 
