@@ -106,6 +106,36 @@ def test_max_min_of_two_arrays(monkeypatch):
     assert check(lambda x, y: jnp.maximum(x, y) + jnp.minimum(x, y) * 2, (x, y), monkeypatch) == ["numpy"]
 
 
+@pytest.mark.parametrize("n", [1000, 300_001])
+def test_intermediates_in_output_memory(n, monkeypatch):
+    """An SGD update's product lives in its output (whole-range calls); a
+    longer run whose intermediates cannot all go there keeps chunk buffers;
+    a select must not compute in the memory of its own operand."""
+    from pjrt_ref.interpreter.jit import numpy_runs
+
+    p, g = values(np.float32, n), values(np.float32, n, seed=2)
+    def fn(p, g):
+        update = p - 0.01 * g
+        mixed = jnp.where(g > 0, g * p, p - g)   # select reads intermediates
+        return update, mixed, (p * g + 1) * (p - g)
+    placements = []
+    place = numpy_runs.place_members
+    monkeypatch.setattr(numpy_runs, "place_members",
+                        lambda members, outs: placements.append(place(members, outs)) or placements[-1])
+    assert set(check(fn, (p, g), monkeypatch)) == {"numpy"}
+    assert any(-1 not in targets for targets in placements)  # some run needs no buffers
+
+
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_select_with_zero_splats(zero, monkeypatch):
+    """select(pred, x, +0) and select(pred, +0, x) take the short way (the
+    zero's bits are all 0); -0.0 has its sign bit, so it takes the long one."""
+    x, g = values(np.float32, 70_001), values(np.float32, 70_001, seed=4)
+    fn = lambda x, g: (jnp.where(x > 0, g, zero), jnp.where(x > 0, zero, g),
+                       jnp.where(x < g, x * 2, zero))
+    assert set(check(fn, (x, g), monkeypatch)) == {"numpy"}
+
+
 def test_numba_only_for_runs_large_enough(monkeypatch):
     """A run with a sqrt or an f32 exp compiles from COMPILE_MIN_ELEMENTS
     elements on; smaller ones stay unfused."""

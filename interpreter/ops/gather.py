@@ -7,8 +7,15 @@ dimension, shaped (batch, window...), then the result axes are permuted
 into place (`offset_dims` get the window axes, the other axes the batch).
 
 `index_vectors` and `batching_positions` are shared with scatter.py.
+
+Point gathers (every slice size 1: each result element is one operand
+element, as in `take_along_axis`) get a lean kernel at plan time
+(`specialize_gather`), with the batching part of every flat position
+computed once.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -40,6 +47,66 @@ def index_vectors(indices: np.ndarray, index_vector_dim: int) -> tuple[tuple, np
     moved = np.moveaxis(indices, index_vector_dim, -1)
     batch_shape = moved.shape[:-1]
     return batch_shape, moved.reshape(int(np.prod(batch_shape, dtype=np.int64)), moved.shape[-1])
+
+
+def index_layout(indices_shape, index_vector_dim: int) -> tuple[tuple, tuple, tuple]:
+    """(order, (batch size, vector length), batch shape): `indices.transpose(
+    order).reshape(...)` is what `index_vectors` returns, for a static shape."""
+    rank = len(indices_shape)
+    if index_vector_dim == rank:
+        return tuple(range(rank)), (math.prod(indices_shape), 1), tuple(indices_shape)
+    order = tuple(d for d in range(rank) if d != index_vector_dim) + (index_vector_dim,)
+    batch_shape = tuple(indices_shape[d] for d in order[:-1])
+    return order, (math.prod(batch_shape), indices_shape[index_vector_dim]), batch_shape
+
+
+def row_major_strides(shape) -> np.ndarray:
+    """Elements between neighbours along each dim of a row-major array."""
+    strides = np.ones(len(shape), dtype=np.int64)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return strides
+
+
+class PointIndexing:
+    """Flat positions of single elements addressed by index vectors, for a
+    static operand and indices shape (a point gather or scatter): the
+    batching dims' part of every position is computed once, at plan time;
+    a call adds each index vector's component times its dim's stride."""
+
+    def __init__(self, operand_shape, indices_shape, index_vector_dim: int, index_map,
+                 operand_batching_dims, indices_batching_dims):
+        self.order, self.vectors_shape, batch_shape = index_layout(indices_shape, index_vector_dim)
+        strides = row_major_strides(operand_shape)
+        full = batching_positions(batch_shape, operand_batching_dims, indices_batching_dims,
+                                  index_vector_dim, len(operand_shape))
+        self.base = full @ strides
+        self.strides = [int(strides[d]) for d in index_map]
+        self.limits = [operand_shape[d] - 1 for d in index_map]
+
+    def vectors(self, indices: np.ndarray) -> np.ndarray:
+        """The (batch size, vector length) int64 index vectors, as `index_vectors`."""
+        return as_int64(indices).transpose(self.order).reshape(self.vectors_shape)
+
+    def clamped(self, indices: np.ndarray) -> np.ndarray:
+        """Flat positions with every component clamped into its dim (gather)."""
+        starts = self.vectors(indices)
+        flat = self.base.copy()
+        for j, (stride, limit) in enumerate(zip(self.strides, self.limits)):
+            flat += np.clip(starts[:, j], 0, limit) * stride
+        return flat
+
+    def checked(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(flat positions, in bounds): positions as given, and which of them
+        have every component inside its dim (scatter skips the others)."""
+        starts = self.vectors(indices)
+        flat = self.base.copy()
+        in_bounds = np.ones(len(flat), dtype=bool)
+        for j, (stride, limit) in enumerate(zip(self.strides, self.limits)):
+            component = starts[:, j]
+            in_bounds &= (component >= 0) & (component <= limit)
+            flat += component * stride
+        return flat, in_bounds
 
 
 def batching_positions(batch_shape: tuple, operand_batching_dims, indices_batching_dims,
@@ -102,7 +169,29 @@ def _result_axes(batch_rank: int, offset_dims) -> list[int]:
     return axes
 
 
-@register("stablehlo.gather")
+def specialize_gather(op):
+    """Plan-time kernel for a static point gather (every slice size 1): one
+    flat position per result element, each index clamped into its dim as
+    `gather_array` clamps it (the window is one element, so the clamp range
+    is [0, dim - 1]), and one `take`. The elements are the ones the generic
+    kernel picks, in the same row-major batch order (the size-1 window dims
+    of the result do not change that order)."""
+    operand_type, indices_type = op.operand_types
+    dims = op.attrs["dimension_numbers"]
+    if (not op.has_static_types or any(int(s) != 1 for s in op.attrs["slice_sizes"])
+            or 0 in operand_type.shape or indices_type.dtype.kind not in "iu"):
+        return None
+    points = PointIndexing(operand_type.shape, indices_type.shape, dims.index_vector_dim,
+                           dims.start_index_map, dims.operand_batching_dims,
+                           dims.start_indices_batching_dims)
+    shape = op.result_type.shape
+
+    def gather_points(op, operand, start_indices):
+        return operand.reshape(-1).take(points.clamped(start_indices)).reshape(shape)
+    return gather_points
+
+
+@register("stablehlo.gather", specialize=specialize_gather)
 def gather(op, operand, start_indices):
     """Spec "gather" (docs/spec.md#gather), batching dims included."""
     return gather_array(operand, start_indices, op.attrs["dimension_numbers"],

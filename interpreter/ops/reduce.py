@@ -18,7 +18,8 @@ import numpy as np
 
 from ...errors import Unimplemented
 from ..registry import register
-from .reduce_regions import analyse_regions, body_analysis, reduce_last_axis, ufunc_dtype
+from .reduce_regions import (analyse_regions, body_analysis, reduce_last_axis, ufunc_dtype,
+                             ufunc_folder)
 
 
 def _validate_reduce(op) -> None:
@@ -48,8 +49,8 @@ def specialize_reduce(op):
     ufunc (add, max, min, and, or, ...) on a dtype numpy's ufuncs handle
     directly, over at least two elements per result: the numpy calls of the
     generic path (`reduce_regions._ufunc_reduce`: the same transpose and
-    reshape, so the same summation order; then `body(init, folded)`), with
-    the layout, shapes and ufunc decided here. Other reduces: None."""
+    reshape, so the same summation order; the same `ufunc_folder`), with
+    the layout, shapes and functions decided here. Other reduces: None."""
     if len(op.operand_types) != 2 or not op.has_static_types:
         return None
     ufuncs = body_analysis(op, 0).ufuncs
@@ -59,12 +60,12 @@ def specialize_reduce(op):
     order, moved_shape = moved_layout(op.operand_types[0].shape, op.attrs["dimensions"])
     if moved_shape[-1] < 2:
         return None  # empty or single-element folds: the generic kernel's special cases
-    (ufunc,) = ufuncs
-    fold, out_shape, asarray = ufunc.reduce, moved_shape[:-1], np.asarray
+    fold, combine = ufunc_folder(ufuncs[0], dtype)
+    out_shape, asarray = moved_shape[:-1], np.asarray
 
     def reduce_with_ufunc(op, operand, init, regions=None):
-        folded = fold(operand.transpose(order).reshape(moved_shape), axis=-1, dtype=dtype)
-        return asarray(ufunc(init, folded)).reshape(out_shape)
+        folded = fold(operand.transpose(order).reshape(moved_shape))
+        return asarray(combine(init, folded)).reshape(out_shape)
     return reduce_with_ufunc
 
 

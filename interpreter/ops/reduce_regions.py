@@ -208,14 +208,44 @@ def ufunc_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
-    """`ufunc(init, ufunc.reduce(values, axis=-1))`, computed in `dtype`
+    """`body(init, ufunc.reduce(values, axis=-1))`, computed in `dtype`
     (integers wrap around; narrow floats round at every step, as the body
     would)."""
     work = ufunc_dtype(dtype)
+    fold, combine = ufunc_folder(ufunc, work)
     with np.errstate(all="ignore"):
-        reduced = ufunc.reduce(values.astype(work, copy=False), axis=-1, dtype=work)
-        result = ufunc(np.asarray(init).astype(work), reduced)
-    return np.asarray(result).astype(dtype).reshape(reduced.shape)
+        reduced = fold(values.astype(work, copy=False))
+        result = combine(np.asarray(init).astype(work), reduced)
+    return np.asarray(result).astype(dtype).reshape(np.shape(reduced))
+
+
+def ufunc_folder(ufunc, dtype: np.dtype):
+    """(fold, combine) for a body that is `ufunc` on `dtype`: `fold(values)`
+    reduces the last axis, `combine(init, folded)` applies the body once.
+
+    numpy's maximum/minimum return whichever of two equal zeros comes first;
+    the spec's (and the body kernel's) max(-0, +0) is +0 and min(-0, +0) is
+    -0 whatever the order, so on floats a zero result gets the winning
+    zero if its row holds one, and `combine` is the body's own kernel."""
+    if not (ufunc in (np.maximum, np.minimum) and is_float(dtype)):
+        def fold(values):
+            return ufunc.reduce(values, axis=-1, dtype=dtype)
+        return fold, ufunc
+    from .elementwise_binary import maximum_values, minimum_values
+
+    negative_wins = ufunc is np.minimum
+
+    def fold_with_signed_zeros(values):
+        folded = ufunc.reduce(values, axis=-1, dtype=dtype)
+        zero = folded == 0
+        if not np.any(zero):
+            return folded
+        winners = np.logical_or.reduce((values == 0) & (np.signbit(values) == negative_wins),
+                                       axis=-1)
+        folded = np.array(folded)
+        np.copyto(folded, np.asarray(-0.0 if negative_wins else 0.0, dtype), where=zero & winners)
+        return folded
+    return fold_with_signed_zeros, (minimum_values if negative_wins else maximum_values)
 
 
 def fold_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],

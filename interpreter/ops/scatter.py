@@ -20,6 +20,11 @@ The update computation is recognised when the program is planned:
 * anything else (several inputs, type promotion, longer bodies) calls the
   region once per update element, in order (slow but exact), in a numba
   loop when interpreter/jit can compile the body.
+
+Point scatters (one input, every update window a single element, as in the
+gradient of `take_along_axis`) with a recognised body get a lean kernel at
+plan time (`specialize_scatter`): the same targets, bounds check and
+update application, with the batching part of every target computed once.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ import numpy as np
 
 from ..jit.regions import scatter_applier
 from ..registry import register
-from .gather import batching_positions, index_vectors
+from .gather import PointIndexing, batching_positions, index_vectors
 from .reduce_regions import BODY_UFUNCS
 
 REPLACE = "replace"
@@ -109,7 +114,47 @@ def scatter_positions(operand_shape, scatter_indices, updates_shape, dims):
     return flat_targets, in_bounds, scatter_axes + window_axes
 
 
-@register("stablehlo.scatter", validate=validate_scatter)
+def _apply_recognised(body, flat_result, targets, flat_updates) -> None:
+    """Apply updates in order with a recognised body: REPLACE (the last
+    update to a target wins) or a ufunc (`ufunc.at`: unbuffered, in order,
+    so duplicate targets accumulate)."""
+    if body is REPLACE:
+        last = _last_occurrences(targets)
+        flat_result[targets[last]] = flat_updates[last]
+    else:
+        body.at(flat_result, targets, flat_updates)
+
+
+def specialize_scatter(op):
+    """Plan-time kernel for a static point scatter: one input, a recognised
+    body (`recognise_body`), every update window a single element. Each
+    update goes to one flat target; a target outside the operand is
+    skipped, as `scatter` skips a window that does not fit. Updates are
+    taken in row-major order, which is the generic kernel's (scatter axes,
+    then window axes: moving size-1 window axes does not reorder
+    elements)."""
+    if len(op.operand_types) != 3 or not op.has_static_types:
+        return None
+    body = op.cache.get("body")
+    operand_type, indices_type, updates_type = op.operand_types
+    dims = op.attrs["scatter_dimension_numbers"]
+    if (body is None or indices_type.dtype.kind not in "iu"
+            or any(updates_type.shape[axis] != 1 for axis in dims.update_window_dims)):
+        return None
+    points = PointIndexing(operand_type.shape, indices_type.shape, dims.index_vector_dim,
+                           dims.scattered_dims_to_operand_dims, dims.input_batching_dims,
+                           dims.scatter_indices_batching_dims)
+
+    def scatter_points(op, operand, scatter_indices, updates, regions=None):
+        targets, in_bounds = points.checked(scatter_indices)
+        result = np.array(operand, copy=True)
+        _apply_recognised(body, result.reshape(-1), targets[in_bounds],
+                          updates.reshape(-1)[in_bounds])
+        return result
+    return scatter_points
+
+
+@register("stablehlo.scatter", validate=validate_scatter, specialize=specialize_scatter)
 def scatter(op, *args, regions):
     """Spec "scatter" (docs/spec.md#scatter): several inputs/updates,
     batching dims, `index_vector_dim`; `indices_are_sorted` and
@@ -126,11 +171,8 @@ def scatter(op, *args, regions):
     flat_updates = [np.transpose(u, update_axes).reshape(flat_targets.shape)[in_bounds].reshape(-1)
                     for u in updates]
     body = op.cache.get("body")
-    if body is REPLACE:
-        last = _last_occurrences(targets)
-        flat_results[0][targets[last]] = flat_updates[0][last]
-    elif body is not None:
-        body.at(flat_results[0], targets, flat_updates[0])
+    if body is not None:
+        _apply_recognised(body, flat_results[0], targets, flat_updates[0])
     elif (applier := scatter_applier(op)) is not None:
         # The same per-element loop, compiled by numba (interpreter/jit).
         applier(np.ascontiguousarray(targets), *flat_results,

@@ -1,0 +1,190 @@
+"""Plan-time specialised kernels (registry `specialize`, asked by
+interpreter/jit/fastpath.py): reduce, broadcast_in_dim, reshape, transpose,
+point gathers and scatters. Each must give the generic kernel's bits
+(PJRT_REF_OPTIMIZE=0) and XLA CPU's values, and must actually be the kernel
+that ran (checked by name, so a test cannot pass on the generic path)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit_support import assert_same_values  # noqa: E402
+from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from pjrt_ref.interpreter import load  # noqa: E402
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-39, -3.5, 1e30, -1e-45]
+
+
+def floats(shape, dtype=np.float32, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(int(np.prod(shape))) * 10).astype(dtype)
+    x[:len(SPECIALS)] = np.asarray(SPECIALS[:x.size], dtype=dtype)[:min(x.size, len(SPECIALS))]
+    return rng.permutation(x).reshape(shape)
+
+
+def kernel_names(program) -> set[str]:
+    names = set()
+
+    def visit(region):
+        for step in region.steps:
+            names.add(getattr(step.kernel, "__name__", "?"))
+            for nested in step.regions:
+                visit(nested)
+    for plan in program.module_plan.functions.values():
+        visit(plan.body)
+    return names
+
+
+def check(fn, args, monkeypatch, expect: set[str], exact_xla: bool = False):
+    """Optimised results == PJRT_REF_OPTIMIZE=0's bit for bit (NaN payloads
+    aside), close to (or equal to) XLA's; the kernels named `expect` ran."""
+    text = lower_to_text(fn, *args)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    fast = load(text)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
+    plain = load(text)
+    assert expect <= kernel_names(fast), kernel_names(fast)
+    assert not expect & kernel_names(plain)
+    ours, reference = fast(*args), plain(*args)
+    for a, b in zip(ours, reference):
+        assert_same_values(np.asarray(a), np.asarray(b))
+    xla = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    assert len(xla) == len(ours)
+    for a, b in zip(ours, xla):
+        b = np.asarray(b)
+        if exact_xla or a.dtype.kind in "biu":
+            assert_same_values(np.asarray(a), b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, equal_nan=True)
+    return ours
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reduce_float_bodies(dtype, monkeypatch):
+    """add/max/min over leading, trailing, several and all axes, with NaN,
+    -0.0 and infinities in the data; one operand reduced from a transposed
+    (non-contiguous) view."""
+    x = floats((6, 7, 5), dtype)
+    def fn(x):
+        t = jnp.transpose(x, (1, 0, 2))
+        return (jnp.sum(x, axis=0), jnp.sum(x, axis=2), jnp.max(x, axis=(0, 2)),
+                jnp.min(x), jnp.sum(t, axis=(0, 2)), jnp.max(t, axis=1))
+    check(fn, (x,), monkeypatch, {"reduce_with_ufunc"})
+
+
+def test_reduce_max_min_signed_zeros_and_nan(monkeypatch):
+    """max over {-0, +0} is +0, min is -0; a NaN anywhere wins."""
+    x = np.array([[-0.0, 0.0, -0.0], [0.0, -0.0, -0.0], [-0.0, -0.0, -0.0],
+                  [1.0, np.nan, 2.0]], np.float32)
+    fn = lambda x: (jnp.max(x, axis=1), jnp.min(x, axis=1), jnp.max(x, axis=0))
+    check(fn, (x,), monkeypatch, {"reduce_with_ufunc"}, exact_xla=True)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint16, np.int64])
+def test_reduce_integers_wrap(dtype, monkeypatch):
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(1).integers(info.min, info.max, (9, 13), dtype=dtype, endpoint=True)
+    fn = lambda x: (jnp.sum(x, axis=1, dtype=dtype), jnp.max(x, axis=0), jnp.min(x))
+    check(fn, (x,), monkeypatch, {"reduce_with_ufunc"})
+
+
+def test_reduce_bool(monkeypatch):
+    x = np.random.default_rng(2).random((8, 6)) > 0.7
+    x[0] = True
+    x[1] = False
+    fn = lambda x: (jnp.all(x, axis=1), jnp.any(x, axis=1), jnp.any(x, axis=0))
+    check(fn, (x,), monkeypatch, {"reduce_with_ufunc"})
+
+
+def test_reduce_empty_and_single_element_stay_generic(monkeypatch):
+    """Empty folds give the init; single-element folds the element: the
+    generic kernel's cases (no specialised kernel is made for them)."""
+    x, y = np.zeros((3, 0), np.float32), floats((4, 1))
+    fn = lambda x, y: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-2.0), jnp.sum(y, axis=1),
+                      jnp.sum(x))
+    check(fn, (x, y), monkeypatch, set())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_broadcast_reshape_transpose(dtype, monkeypatch):
+    """Unsorted broadcast dims, size-1 expansion, reshapes and transposes;
+    results used by an add (the W4 bias add: row-major operands)."""
+    x = floats((3, 1, 4)).astype(dtype)
+    b = floats((4,), seed=1).astype(dtype)
+    def fn(x, b):
+        wide = jax.lax.broadcast_in_dim(x, (4, 5, 3, 2), (2, 3, 0))  # dims not increasing
+        bias = jnp.broadcast_to(b.reshape(1, 4), (6, 4))
+        flat = jnp.reshape(jnp.transpose(wide, (3, 1, 0, 2)), (10, 12))
+        total = bias + bias if dtype != np.bool_ else bias | bias
+        return wide, total, flat, jnp.transpose(x, (2, 0, 1))
+    check(fn, (x, b), monkeypatch,
+          {"broadcast_in_place", "reshape_static", "transpose_fixed"}, exact_xla=True)
+
+
+def test_broadcast_result_is_row_major(monkeypatch):
+    """(1, n) -> (m, n) broadcasts are laid out row-major, optimised or not
+    (a column-major copy made every later elementwise op strided)."""
+    b = floats((512,))
+    text = lower_to_text(lambda b: jnp.broadcast_to(b.reshape(1, 512), (128, 512)), b)
+    for optimize in ("1", "0"):
+        monkeypatch.setenv("PJRT_REF_OPTIMIZE", optimize)
+        program = load(text)
+        step = [s for s in program.function.body.steps
+                if s.op.name == "stablehlo.broadcast_in_dim" and s.op.result_type.shape == (128, 512)]
+        frame_value = step[0].kernel(step[0].op, b.reshape(1, 512))
+        assert frame_value.flags.c_contiguous
+
+
+def test_take_along_axis_gather_clamps(monkeypatch):
+    """W4's gather (batching dims, take_along_axis) with indices out of
+    range both ways: clamped into the dim, as XLA does."""
+    x = floats((128, 10))
+    idx = np.random.default_rng(3).integers(-20, 30, (128, 1)).astype(np.int32)
+    idx[:4, 0] = [0, 9, 10, -1]
+    fn = lambda x, i: jnp.take_along_axis(x, i, axis=1, mode="clip")
+    check(fn, (x, idx), monkeypatch, {"gather_points"}, exact_xla=True)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.uint8, np.int64])
+def test_point_gather_index_types(index_dtype, monkeypatch):
+    """x[i, j] pairs (index vectors along the last dim) of several index types."""
+    x = floats((7, 9), np.float64)
+    rng = np.random.default_rng(4)
+    idx = rng.integers(0, 12, (5, 3, 2)).astype(index_dtype)
+    fn = lambda x, i: x.at[i[..., 0], i[..., 1]].get(mode="clip")
+    check(fn, (x, idx), monkeypatch, {"gather_points"}, exact_xla=True)
+
+
+def test_take_along_axis_gradient_scatter_add(monkeypatch):
+    """The gradient of W4's gather: a scatter-add with batching dims,
+    duplicate targets accumulating in order. (Normal values: XLA flushes
+    the subnormal gradients of SPECIALS to zero, which is not the point here.)"""
+    x = np.random.default_rng(7).standard_normal((128, 10)).astype(np.float32)
+    idx = np.random.default_rng(5).integers(0, 10, (128, 1)).astype(np.int32)
+    fn = jax.grad(lambda x, i: jnp.sum(jnp.take_along_axis(x, i, axis=1) ** 2))
+    check(lambda x, i: (fn(x, i), i + 1), (x, idx), monkeypatch, {"scatter_points"},
+          exact_xla=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_point_scatter_skips_out_of_bounds(dtype, monkeypatch):
+    """Out-of-range targets (negative or past the end) are skipped; add
+    accumulates duplicates, set keeps the last update (XLA's order)."""
+    x = floats((16,)).astype(dtype)
+    idx = np.array([3, 3, -1, 16, 200, 0, 15, 3, -7], np.int32)
+    v = floats((9,), seed=6).astype(dtype)
+    fn = lambda x, i, v: (x.at[i].add(v, mode="drop"), x.at[i].set(v, mode="drop"),
+                          x.at[i].max(v, mode="drop"))
+    check(fn, (x, idx, v), monkeypatch, {"scatter_points"}, exact_xla=dtype != np.float32)
+
+
+def test_empty_indices(monkeypatch):
+    x = floats((6, 4))
+    idx = np.zeros((0, 1), np.int32)
+    fn = lambda x, i: (jnp.take_along_axis(x[:0], i, axis=1, mode="clip"),
+                       x.at[i[:, 0], 0].add(1.0, mode="drop"))
+    check(fn, (x, idx), monkeypatch, set(), exact_xla=True)
