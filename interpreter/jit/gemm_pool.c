@@ -49,6 +49,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -227,10 +228,15 @@ static void forget_pool_in_child(void) {
 
 static void register_fork_handler(void) { pthread_atfork(NULL, NULL, forget_pool_in_child); }
 
-/* Start workers until there are `wanted` (as many as can be started). */
+/* Start workers until there are `wanted` (as many as can be started).
+ * They start with every signal blocked: signals (Ctrl-C) are for the host's
+ * threads, and Python's handlers expect to run there. */
 static void start_workers(int wanted) {
     pthread_once(&fork_handler_once, register_fork_handler);
     pthread_mutex_lock(&pool.start_lock);
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
     while (pool.workers < wanted && pool.workers < GEMM_POOL_MAX_WORKERS) {
         pthread_attr_t attributes;
         pthread_t thread;
@@ -243,6 +249,7 @@ static void start_workers(int wanted) {
         pthread_setname_np(thread, "pjrt_ref_gemm");
         pool.workers++;
     }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
     pthread_mutex_unlock(&pool.start_lock);
 }
 
@@ -270,10 +277,13 @@ int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, i
     atomic_store(&pool.done, 0);
     uint32_t generation = generation_of(atomic_load(&pool.claim)) + 1;
     atomic_store(&pool.claim, (uint64_t)generation << 32 | (uint64_t)blocks << 16);
+    /* Wake sleepers only for the helpers the spinning workers do not
+     * provide. (A spinner that gives up right now announces itself as a
+     * sleeper and then looks at `claim` again: it sees this job.) */
     atomic_fetch_add(&pool.wake_word, 1);
-    int sleepers = atomic_load(&pool.sleepers);
-    if (sleepers > 0)
-        futex(&pool.wake_word, FUTEX_WAKE, sleepers < helpers ? sleepers : helpers);
+    int wanted = helpers - atomic_load(&pool.spinning);
+    if (wanted > 0 && atomic_load(&pool.sleepers) > 0)
+        futex(&pool.wake_word, FUTEX_WAKE, wanted);
 
     work_on(generation);
     uint32_t total = (uint32_t)blocks;
