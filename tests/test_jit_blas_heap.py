@@ -192,6 +192,75 @@ def test_concurrent_products_share_the_helpers(monkeypatch):
     assert len(blas._HELPERS) <= blas.MAX_HELPERS
 
 
+def _mlp_training_step():
+    """W4 of the benchmarks: value_and_grad of an MLP 784-512-512-10 on a
+    batch of 128, plus the SGD update (five products big enough to split)."""
+    sizes = (784, 512, 512, 10)
+    params = [(RNG.standard_normal((m, n)).astype(np.float32) / np.float32(np.sqrt(m)),
+               np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
+    x = RNG.standard_normal((128, 784)).astype(np.float32)
+    labels = RNG.integers(0, 10, 128).astype(np.int32)
+
+    def loss(params, x, labels):
+        h = x
+        for w, b in params[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        logp = jax.nn.log_softmax(h @ params[-1][0] + params[-1][1])
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+    def step(params, x, labels):
+        value, grads = jax.value_and_grad(loss)(params, x, labels)
+        return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+    return step, (params, x, labels)
+
+
+def test_training_step_split_on_the_pool_equals_unsplit_and_xla(monkeypatch):
+    """W4 with its products split over the C pool (a CPU said idle, two
+    threads per product) has the bits of the same program with products
+    unsplit, and XLA's values up to float rounding."""
+    step, args = _mlp_training_step()
+    text = lower_to_text(step, *args)
+    flat = jax.tree_util.tree_leaves(args)
+    xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(step)(*args))]
+    program = load(text)
+    splits = _count_splits("c_pool", monkeypatch)
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "2")
+    split = program(*flat)
+    split_count = len(splits)
+    assert split_count >= 4      # the big forward and backward products
+    monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
+    unsplit = program(*flat)
+    assert len(splits) == split_count   # this time none entered the pool
+    for ours, one_call, theirs in zip(split, unsplit, xla, strict=True):
+        np.testing.assert_array_equal(ours, one_call)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_plugin_product_through_jax_uses_the_pool():
+    """W2 through JAX and the plugin, with the pool forced on (a CPU said
+    idle): numpy's bits for a @ b, computed on the pool's threads."""
+    code = textwrap.dedent("""
+        import numpy as np, jax
+        from pjrt_ref.interpreter.jit import blas
+        blas.idle_cpus = lambda: 1
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
+        result = np.asarray(jax.jit(lambda x, y: x @ y)(a, b))
+        print(jax.devices()[0].platform, np.array_equal(result, a @ b),
+              blas._POOL.lib.gemm_pool_workers() >= 1)
+    """)
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
+                                "PJRT_REF_MATMUL_THREADS", "PJRT_REF_GEMM_POOL", "PJRT_REF_OPTIMIZE")}
+    environment["JAX_PLATFORMS"] = "pjrt_ref"
+    environment["PJRT_REF_MATMUL_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    assert out == ["pjrt_ref", "True", "True"]
+
+
 def test_compile_sets_blas_threads_before_the_loader_forks():
     """Through JAX, the OpenBLAS setting is in place before the loader forks
     to check the program's bytecode: applied after a fork, it restarts a
