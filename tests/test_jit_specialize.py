@@ -80,8 +80,18 @@ def test_reduce_max_min_signed_zeros_and_nan(monkeypatch):
     """max over {-0, +0} is +0, min is -0; a NaN anywhere wins."""
     x = np.array([[-0.0, 0.0, -0.0], [0.0, -0.0, -0.0], [-0.0, -0.0, -0.0],
                   [1.0, np.nan, 2.0]], np.float32)
-    fn = lambda x: (jnp.max(x, axis=1), jnp.min(x, axis=1), jnp.max(x, axis=0))
+    fn = lambda x: (jnp.max(x, axis=1), jnp.min(x, axis=1), jnp.max(x, axis=0),
+                    jnp.max(x, axis=1, initial=0.0), jnp.min(x, axis=1, initial=-0.0))
     check(fn, (x,), monkeypatch, {"reduce_with_ufunc"}, exact_xla=True)
+
+
+def test_reduce_window_signed_zeros(monkeypatch):
+    """Windows of zeros of both signs (reduce_window shares the folds)."""
+    x = np.array([[-0.0, 0.0, -0.0, -0.0], [0.0, -0.0, -0.0, 1.0], [-0.0, -0.0, 2.0, -0.0]],
+                 np.float32)
+    fn = lambda x: (jax.lax.reduce_window(x, -np.inf, jax.lax.max, (2, 2), (1, 1), "VALID"),
+                    jax.lax.reduce_window(x, np.inf, jax.lax.min, (1, 3), (1, 1), "VALID"))
+    check(fn, (x,), monkeypatch, set(), exact_xla=True)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint16, np.int64])

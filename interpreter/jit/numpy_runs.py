@@ -137,9 +137,11 @@ def _max_min_with_scalar(numpy_function, is_max: bool):
     def apply(lhs, rhs, out):
         scalar, array = (lhs, rhs) if lhs.ndim == 0 else (rhs, lhs)
         # numpy's maximum/minimum have no vector loop for a 0-d operand
-        # (5x slower than on two arrays): the 0-d value goes in a chunk first.
-        full = np.full(array.shape, scalar)
-        numpy_function(*((full, array) if lhs.ndim == 0 else (array, full)), out=out)
+        # (5x slower than on two arrays): the 0-d value is spread over `out`
+        # first (`array` never shares its memory: see place_members), and
+        # the operands keep their order (the first NaN wins).
+        np.copyto(out, scalar)
+        numpy_function(*((out, array) if lhs.ndim == 0 else (array, out)), out=out)
         if scalar == 0:
             positive_zero = not np.signbit(scalar)
             if is_max and positive_zero:

@@ -219,6 +219,17 @@ def _ufunc_reduce(ufunc, values: np.ndarray, init, dtype) -> np.ndarray:
     return np.asarray(result).astype(dtype).reshape(np.shape(reduced))
 
 
+def body_function(ufunc, dtype: np.dtype):
+    """The function a plain body computes on two arrays of `dtype`: `ufunc`,
+    except float maximum/minimum, whose kernels give the spec's signed zeros
+    (numpy's functions return whichever of two equal zeros comes first)."""
+    if ufunc in (np.maximum, np.minimum) and is_float(dtype):
+        from .elementwise_binary import maximum_values, minimum_values
+
+        return maximum_values if ufunc is np.maximum else minimum_values
+    return ufunc
+
+
 def ufunc_folder(ufunc, dtype: np.dtype):
     """(fold, combine) for a body that is `ufunc` on `dtype`: `fold(values)`
     reduces the last axis, `combine(init, folded)` applies the body once.
@@ -226,26 +237,31 @@ def ufunc_folder(ufunc, dtype: np.dtype):
     numpy's maximum/minimum return whichever of two equal zeros comes first;
     the spec's (and the body kernel's) max(-0, +0) is +0 and min(-0, +0) is
     -0 whatever the order, so on floats a zero result gets the winning
-    zero if its row holds one, and `combine` is the body's own kernel."""
-    if not (ufunc in (np.maximum, np.minimum) and is_float(dtype)):
+    zero if its row holds one, and `combine` uses the body's own kernel
+    where a zero init could meet one."""
+    body = body_function(ufunc, dtype)
+    if body is ufunc:
         def fold(values):
             return ufunc.reduce(values, axis=-1, dtype=dtype)
         return fold, ufunc
-    from .elementwise_binary import maximum_values, minimum_values
-
     negative_wins = ufunc is np.minimum
 
     def fold_with_signed_zeros(values):
         folded = ufunc.reduce(values, axis=-1, dtype=dtype)
         zero = folded == 0
-        if not np.any(zero):
+        if not zero.any():
             return folded
         winners = np.logical_or.reduce((values == 0) & (np.signbit(values) == negative_wins),
                                        axis=-1)
         folded = np.array(folded)
         np.copyto(folded, np.asarray(-0.0 if negative_wins else 0.0, dtype), where=zero & winners)
         return folded
-    return fold_with_signed_zeros, (minimum_values if negative_wins else maximum_values)
+
+    def combine_with_signed_zeros(init, folded):
+        # Only a zero init can meet a zero of the other sign (the usual
+        # -inf / +inf init takes numpy's function as it is).
+        return body(init, folded) if init == 0 else ufunc(init, folded)
+    return fold_with_signed_zeros, combine_with_signed_zeros
 
 
 def fold_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],
@@ -260,12 +276,14 @@ def fold_last_axis(region, body: BodyAnalysis, dtypes, values: list[np.ndarray],
     ufuncs = body.ufuncs
     if ufuncs is None and not body.elementwise:
         return scalar_reduce(region, dtypes, values, inits)
+    if ufuncs is not None:  # the body itself on two arrays (signed zeros as its kernel)
+        combines = [body_function(u, ufunc_dtype(d)) for u, d in zip(ufuncs, dtypes)]
     with np.errstate(all="ignore"):
         for k in range(values[0].shape[-1]):
             items = [v[..., k] for v in values]
             if ufuncs is not None:
-                accs = [np.asarray(u(a.astype(ufunc_dtype(d)), x.astype(ufunc_dtype(d)))).astype(d)
-                        for u, a, x, d in zip(ufuncs, accs, items, dtypes)]
+                accs = [np.asarray(c(a.astype(ufunc_dtype(d)), x.astype(ufunc_dtype(d)))).astype(d)
+                        for c, a, x, d in zip(combines, accs, items, dtypes)]
             else:
                 accs = run_body(region, dtypes, out_shape, *accs, *items)
     return accs
