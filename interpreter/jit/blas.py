@@ -29,22 +29,27 @@ while after a product before they sleep, so the next product finds them
 awake: on this virtual machine a sleeping thread's CPU is halted, and
 waking it took 100+ us, as long as half a 256x256 product. (Our Python
 threads, below, did just that, then needed the GIL to start and again to
-report; a split W2 product took ~300 us instead of the ~175 us two
-concurrent half products take.) If the C module is missing (a build
-without a compiler) or numpy's OpenBLAS has no ILP64 gemm we can find, the
-blocks run on Python threads instead (`run_shared`, which fused
-elementwise loops use too: threads.py).
+report.) Measured on the 2-vCPU benchmark machine, 256x256 f32, medians
+of interleaved runs: one BLAS call 325-335 us; split on Python threads
+285 us; split on the C pool 173-180 us (its workers kept awake by the
+spin), 240-290 us with no spin (PJRT_REF_POOL_SPIN_US=0: woken each
+time); through JAX (W2) 440-460 us unsplit or on Python threads, 310-330
+us on the C pool; W4 7.3-8.2 ms unsplit, 6.0-6.5 ms on Python threads,
+5.5-6.1 ms on the C pool. If the C module is missing (a build without a
+compiler) or numpy's OpenBLAS has no ILP64 gemm we can find, the blocks
+run on Python threads instead (`run_shared`, which fused elementwise loops
+use too: threads.py).
 
 Helpers are used only for CPUs that are idle at that moment (`idle_cpus`,
 from /proc/loadavg, not counting our own spinning threads, which would
-yield to real work). Measured on the 2-core benchmark machine (W2, 256x256
-f32 through JAX, Python threads): with the other core idle a split product
-took 0.24 ms instead of 0.33 ms; with another process running there, 0.40
-ms instead of 0.33 ms, because the helper then shares a core with that
-process and the caller waits for the helper's block. Splitting whatever the
-load, as XLA's thread pool does, would make the busy case the slow one.
-The caller takes every block no helper has claimed, so a helper that is
-slow to start costs nothing.
+yield to real work). A helper on a CPU that another process is using
+shares the core with it, and the caller waits for the helper's block:
+measured with the Python threads, a split W2 product then took 0.40 ms
+instead of 0.33 ms unsplit. Splitting whatever the load, as XLA's thread
+pool does, would make the busy case the slow one; with the check, a
+product next to a busy-looping process is one call (measured: 345-350 us
+against 335 us for np.matmul itself). The caller takes every block no
+helper has claimed, so a helper that is slow to start costs nothing.
 
     PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
                                process may run on; 1: never split). Only
@@ -227,10 +232,11 @@ def _matmul_on_python_threads(a: np.ndarray, b: np.ndarray, bounds: list[int],
 # --- The C pool (gemm_pool.c) -------------------------------------------
 
 # How long the C pool's threads spin for the next product before sleeping.
-# Long enough to bridge the gap between the products of a training step
-# (W4: elementwise work of ~0.1-1 ms between them), short enough that an
-# idle plugin gives its CPUs back at once for a human. Measured: see the
-# module docstring.
+# Long enough to bridge the gap between back-to-back calls (W2 through JAX)
+# and most gaps between the products of a training step (W4), short enough
+# that an idle plugin gives its CPU back at once. Measured on W4's products
+# inside the step: no spin 5-8% slower than 300 us, 1-3 ms only 3-5%
+# faster (at the cost of a core spinning after every product).
 DEFAULT_SPIN_US = 300
 # CBLAS's transpose flags (cblas.h).
 _NO_TRANS, _TRANS = 111, 112
