@@ -135,6 +135,43 @@ def test_broadcast_reshape_transpose(dtype, monkeypatch):
           {"broadcast_in_place", "reshape_static", "transpose_fixed"}, exact_xla=True)
 
 
+def test_broadcast_inserting_size_one_dims_is_a_view(monkeypatch):
+    """512 -> 1x512 (and 0-d -> 1x1): a view of a row-major operand; a
+    transposed operand is copied row-major, as the generic kernel does."""
+    b, m = floats((512,)), floats((6, 4))
+    def fn(b, m):
+        row = jax.lax.broadcast_in_dim(b, (1, 512), (1,))
+        col = jax.lax.broadcast_in_dim(m.T, (4, 1, 6), (0, 2))
+        one = jax.lax.broadcast_in_dim(b[3], (1, 1), ())
+        return row, col, one, jnp.sum(col, axis=2) + jnp.sum(row)
+    check(fn, (b, m), monkeypatch, {"broadcast_as_view"}, exact_xla=False)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    program = load(lower_to_text(fn, b, m))
+    (step,) = [s for s in program.function.body.steps
+               if s.kernel.__name__ == "broadcast_as_view" and s.op.result_type.shape == (4, 1, 6)]
+    contiguous, strided = np.ones((4, 6), np.float32), np.ones((6, 4), np.float32).T
+    viewed, copied = step.kernel(step.op, contiguous), step.kernel(step.op, strided)
+    assert viewed.shape == copied.shape == (4, 1, 6)
+    assert np.shares_memory(viewed, contiguous)
+    assert copied.flags.c_contiguous and not np.shares_memory(copied, strided)
+
+
+def test_constants_start_in_the_frame(monkeypatch):
+    """The optimiser takes constant steps out of the body; results (a
+    constant returned as is, constants used by other ops) are unchanged."""
+    x = floats((3, 4))
+    def fn(x):
+        c = jnp.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+        return x * 2.0 + c, c, jnp.float32(7.0)
+    check(fn, (x,), monkeypatch, set(), exact_xla=True)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    program = load(lower_to_text(fn, x))
+    assert not [s for s in program.function.body.steps if s.op.name == "stablehlo.constant"]
+    first, second = program(x), program(x)
+    for a, b in zip(first, second):
+        assert_same_values(np.asarray(a), np.asarray(b))
+
+
 def test_broadcast_result_is_row_major(monkeypatch):
     """(1, n) -> (m, n) broadcasts are laid out row-major, optimised or not
     (a column-major copy made every later elementwise op strided)."""

@@ -10,6 +10,9 @@ runs, and rewrites its steps:
    64-bit integers) call numpy's ufunc directly instead of the generic
    kernel (which widens, rounds back and enters `np.errstate` per call).
    The functions applied are the very ones the generic kernels apply.
+   Other kernels registered with `specialize=` (reduce, broadcast_in_dim,
+   reshape, transpose, point gather/scatter) are asked for a version with
+   their type- and attribute-dependent decisions made here, once.
 2. `fusion`: a run of elementwise steps whose intermediates are used only
    inside the run becomes one step: numpy on cache-sized chunks for
    arithmetic, maximum/minimum, compare and select (`numpy_runs`), one
@@ -17,6 +20,8 @@ runs, and rewrites its steps:
    tensors; see fusion.py, "When numba pays").
 3. `loops` (numba): a `while` whose cond and body are small element-wise
    programs becomes one compiled function running every iteration.
+4. the function body's constants move into the frame every call starts
+   from (`plan.preset_constants`): no step runs for them.
 
 Kernels with regions ask `regions` (numba) for compiled bodies when their
 numpy fast paths do not apply: scatter update computations, sort
@@ -67,6 +72,7 @@ def optimize_function(plan) -> None:
     _record_jit_setting(plan.body, jit_enabled())
     if not optimize_enabled():
         return
+    from ..plan import preset_constants
     from . import blas, dots, fastpath, heap
 
     blas.limit_blas_threads()
@@ -78,6 +84,7 @@ def optimize_function(plan) -> None:
         from . import fusion
 
         fusion.fuse_region(plan.body)
+    preset_constants(plan)  # last: the passes above read constants from the steps
 
 
 def _record_jit_setting(region, enabled: bool) -> None:

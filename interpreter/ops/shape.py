@@ -50,19 +50,34 @@ def specialize_broadcast_in_dim(op):
     """Plan-time kernel for a static broadcast_in_dim: the transpose, the
     expanded shape and the result shape are fixed, so a call is one reshape
     and one broadcasting copy into a fresh row-major array (the values of
-    `broadcast_to_shape`)."""
+    `broadcast_to_shape`).
+
+    A broadcast that only inserts size-1 dims in order (512 -> 1x512) copies
+    nothing: for a row-major operand the reshaped view is laid out exactly
+    as the copy would be, so every later kernel sees the same layout (some
+    results depend on it: a reduction's order of summation), and no kernel
+    writes into its operands (argument buffers are read-only)."""
     if not op.has_static_types:
         return None
     shape, dtype = op.result_type.shape, op.result_type.dtype
-    order, expanded_shape = broadcast_layout(op.operand_types[0].shape,
-                                             op.attrs["broadcast_dimensions"], len(shape))
+    operand_shape = op.operand_types[0].shape
+    order, expanded_shape = broadcast_layout(operand_shape, op.attrs["broadcast_dimensions"],
+                                             len(shape))
     empty, copyto = np.empty, np.copyto
 
     def broadcast_in_place(op, operand):
         result = empty(shape, dtype)
         copyto(result, operand.transpose(order).reshape(expanded_shape))
         return result
-    return broadcast_in_place
+
+    if order != tuple(range(len(order))) or expanded_shape != tuple(shape):
+        return broadcast_in_place
+
+    def broadcast_as_view(op, operand):
+        if operand.flags.c_contiguous:
+            return operand.reshape(shape)
+        return broadcast_in_place(op, operand)
+    return broadcast_as_view
 
 
 @register("stablehlo.broadcast_in_dim", specialize=specialize_broadcast_in_dim)
