@@ -279,3 +279,38 @@ def test_idle_cpus_does_not_count_our_spinning_workers(monkeypatch, tmp_path):
     monkeypatch.setattr(blas, "_POOL", SpinningPool)
     assert blas.idle_cpus() == 1
     os.close(blas._LOADAVG_FD)
+
+
+def test_block_counts_beyond_the_claim_word_are_refused(monkeypatch):
+    """The pool's claim word has 16 bits for blocks: the C side refuses
+    other counts (returns 0, nothing written) and blas.matmul does not
+    hand it more than MAX_POOL_BLOCKS (here lowered to 1)."""
+    pool = _pool()
+    a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
+    call = blas._gemm_call(a, b)
+    for blocks in (0, -1, pool.lib.GEMM_POOL_MAX_BLOCKS + 1):
+        out = np.zeros((256, 256), np.float32)
+        for helpers in (0, 1):
+            assert not blas._pool_multiply(call, out, blocks, helpers)
+        assert not out.any()
+    monkeypatch.setattr(blas, "MAX_POOL_BLOCKS", 1)
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    entered = []
+    monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    assert entered == []
+
+
+def test_a_module_built_from_an_older_header_is_not_used(monkeypatch):
+    """An editable install keeps its old .so after a pull: if it lacks a
+    function blas.py needs, blas runs without the C pool instead of
+    failing on first use."""
+    import types
+
+    import pjrt_ref.interpreter.jit as jit_package
+
+    stale = types.SimpleNamespace(lib=types.SimpleNamespace(gemm_pool_multiply=None,
+                                                            gemm_pool_spinning=None))
+    monkeypatch.setitem(sys.modules, "pjrt_ref.interpreter.jit._gemm_pool", stale)
+    monkeypatch.setattr(jit_package, "_gemm_pool", stale, raising=False)
+    assert blas._load_pool() is None

@@ -202,7 +202,7 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
     helpers = min(len(bounds) - 2, idle_cpus()) if len(bounds) > 2 else 0
     if helpers == 0:
         return np.matmul(a, b)
-    call = _gemm_call(a, b)
+    call = _gemm_call(a, b) if len(bounds) - 1 <= MAX_POOL_BLOCKS else None
     if not _blocks_exact(a, b, bounds, call):
         return np.matmul(a, b)
     if call is None:
@@ -251,13 +251,22 @@ class _Pool:
         self.gemms = gemms
 
 
+# What blas.py uses of the C module (gemm_pool.h).
+_POOL_NAMES = ("gemm_pool_multiply", "gemm_pool_spinning", "gemm_pool_workers",
+               "GEMM_POOL_MAX_BLOCKS")
+
+
 def _load_pool() -> "_Pool | None":
-    """The C pool, or None: module not built, or no ILP64 cblas gemm in
-    numpy's OpenBLAS. Only the `64_`-suffixed symbols are taken: their
-    integer arguments are 64-bit, as gemm_pool.h declares them."""
+    """The C pool, or None: module not built, built from an older
+    gemm_pool.h (an editable install after a pull: `pip install -e .`
+    rebuilds it), or no ILP64 cblas gemm in numpy's OpenBLAS. Only the
+    `64_`-suffixed symbols are taken: their integer arguments are 64-bit,
+    as gemm_pool.h declares them."""
     try:
         from . import _gemm_pool
     except ImportError:
+        return None
+    if not all(hasattr(_gemm_pool.lib, name) for name in _POOL_NAMES):
         return None
     for path in _openblas_libraries():
         try:
@@ -278,6 +287,8 @@ def _load_pool() -> "_Pool | None":
 
 
 _POOL = _load_pool()
+# Most row blocks the C pool takes in one product (gemm_pool.h).
+MAX_POOL_BLOCKS = _POOL.lib.GEMM_POOL_MAX_BLOCKS if _POOL is not None else 0
 
 
 def _pool_enabled() -> bool:
@@ -391,8 +402,7 @@ def _probe_blocks(a: np.ndarray, b: np.ndarray, bounds: list[int], in_c: bool):
     if call is None:   # cannot happen: the probe has the real operands' layouts
         return None
     out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    _pool_multiply(call, out, len(bounds) - 1, helpers=0)
-    return out
+    return out if _pool_multiply(call, out, len(bounds) - 1, helpers=0) else None
 
 
 def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -24,11 +24,12 @@ SOURCE = os.path.join(HERE, "gemm_pool.c")
 
 
 def cdef_text() -> str:
-    """The header as cffi's parser takes it: no comments or preprocessor
-    lines, and the one constant declared so Python can read it."""
+    """The header as cffi's parser takes it: without preprocessor lines,
+    and with the two constants declared so Python can read them."""
     with open(HEADER) as f:
         lines = [line for line in f.read().splitlines() if not line.lstrip().startswith("#")]
-    return "#define GEMM_POOL_MAX_WORKERS ...\n" + "\n".join(lines)
+    constants = "#define GEMM_POOL_MAX_WORKERS ...\n#define GEMM_POOL_MAX_BLOCKS ...\n"
+    return constants + "\n".join(lines)
 
 
 def make_builder() -> cffi.FFI:

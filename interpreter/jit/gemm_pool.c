@@ -69,7 +69,7 @@
 
 /* CBLAS constants (cblas.h); OpenBLAS's ILP64 build ("64_" symbol suffix)
  * takes 64-bit integers for sizes and leading dimensions. */
-enum { CBLAS_ROW_MAJOR = 101 };
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111 };
 typedef void (*sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
                          int64_t, const float *, int64_t, float, float *, int64_t);
 typedef void (*dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
@@ -158,7 +158,7 @@ static void run_block(const struct job *job, int64_t block) {
     int64_t size = job->is_double ? sizeof(double) : sizeof(float);
     /* A's row `lo` starts lo rows down in a row-major A, or lo elements
      * along in a transposed one (A stored as its transpose, row-major). */
-    intptr_t a = job->a + (job->trans_a == 111 ? lo * job->lda : lo) * size;
+    intptr_t a = job->a + (job->trans_a == CBLAS_NO_TRANS ? lo * job->lda : lo) * size;
     intptr_t c = job->c + lo * job->ldc * size;
     if (job->is_double)
         ((dgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, hi - lo, job->columns,
@@ -263,6 +263,8 @@ int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, i
                        int64_t spin_ns) {
     struct job job = {gemm, is_double, trans_a, trans_b, rows, columns, inner, blocks,
                       a, b, c, lda, ldb, ldc};
+    if (blocks < 1 || blocks > GEMM_POOL_MAX_BLOCKS)
+        return 0;         /* `claim` has 16 bits for them (blas.py checks) */
     if (helpers <= 0) {   /* every block on this thread (blas.blocks_are_exact) */
         for (int64_t block = 0; block < blocks; block++)
             run_block(&job, block);

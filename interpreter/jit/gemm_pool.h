@@ -5,6 +5,8 @@
 
 /* Most worker threads the pool starts (one per helper CPU). */
 #define GEMM_POOL_MAX_WORKERS 63
+/* Most blocks in one product (a 16-bit field of the pool's claim word). */
+#define GEMM_POOL_MAX_BLOCKS 65535
 
 /* C = A @ B (row-major, C rows x columns with leading dimension ldc) by
  * `blocks` row blocks, block k being rows [rows*k/blocks, rows*(k+1)/blocks).
@@ -15,8 +17,9 @@
  * exactness probe uses). Otherwise up to `helpers` pool workers help;
  * workers spin `spin_ns` ns for the next job before sleeping.
  * Returns 1 when C is computed, 0 when another thread's product holds the
- * pool (nothing was done: compute C another way). The caller has checked
- * every argument (blas.py); nothing here can fail. */
+ * pool or `blocks` is not in 1..GEMM_POOL_MAX_BLOCKS (nothing was done:
+ * compute C another way). The caller has checked every other argument
+ * (blas.py); nothing here can fail. */
 int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, int64_t rows,
                        int64_t columns, int64_t inner, intptr_t a, int64_t lda, intptr_t b,
                        int64_t ldb, intptr_t c, int64_t ldc, int blocks, int helpers,
