@@ -213,7 +213,8 @@ def preset_constants(plan: FunctionPlan) -> None:
     for step in constants:
         frame[step.results[0]] = step.kernel(step.op)
     plan.initial_frame = tuple(frame)
-    body.steps = [s for s in body.steps if s not in constants]
+    preset = {id(s) for s in constants}  # (dataclass == would compare the values)
+    body.steps = [s for s in body.steps if id(s) not in preset]
     body.runners = None
 
 

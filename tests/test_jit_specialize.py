@@ -172,6 +172,27 @@ def test_constants_start_in_the_frame(monkeypatch):
         assert_same_values(np.asarray(a), np.asarray(b))
 
 
+def test_equal_constants_are_distinct_steps(monkeypatch):
+    """Two constants with the same array value and location (comparing
+    such steps field by field reaches the arrays: `==` is ambiguous) are
+    both preset."""
+    text = """
+func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %a = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32> loc("same")
+  %b = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32> loc("same")
+  %s = stablehlo.add %x, %a : tensor<2xf32>
+  return %s, %b : tensor<2xf32>, tensor<2xf32>
+}"""
+    x = np.array([0.5, -0.0], np.float32)
+    results = {}
+    for optimize in ("1", "0"):
+        monkeypatch.setenv("PJRT_REF_OPTIMIZE", optimize)
+        results[optimize] = load(text)(x)
+    for a, b in zip(results["1"], results["0"]):
+        assert_same_values(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(results["1"][0], [1.5, 2.0])
+
+
 def test_broadcast_result_is_row_major(monkeypatch):
     """(1, n) -> (m, n) broadcasts are laid out row-major, optimised or not
     (a column-major copy made every later elementwise op strided)."""

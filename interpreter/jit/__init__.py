@@ -14,8 +14,9 @@ runs, and rewrites its steps:
    reshape, transpose, point gather/scatter) are asked for a version with
    their type- and attribute-dependent decisions made here, once.
 2. `fusion`: a run of elementwise steps whose intermediates are used only
-   inside the run becomes one step: numpy on cache-sized chunks for
-   arithmetic, maximum/minimum, compare and select (`numpy_runs`), one
+   inside the run becomes one step: numpy ufuncs (intermediates in the
+   outputs' memory or cache-sized chunks) for arithmetic, maximum/minimum,
+   compare and select (`numpy_runs`), one
    numba loop over the elements for the rest, where numba pays (large
    tensors; see fusion.py, "When numba pays").
 3. `loops` (numba): a `while` whose cond and body are small element-wise

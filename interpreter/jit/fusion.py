@@ -8,8 +8,9 @@ others never exist as full arrays. Three kinds of fused step:
 
 * a run of float add, subtract, multiply, divide, negate, abs, maximum,
   minimum, compare and select (and splats) runs on numpy (numpy_runs.py): each member's unfused
-  function on cache-sized chunks, written into buffers that stay in cache
-  and straight into the outputs, large runs split over threads;
+  function, intermediates in the outputs' memory where their lifetimes
+  allow (else in cache-sized chunk buffers), results straight into the
+  outputs, large runs split over threads;
 * any other run of the ops below compiles to one numba loop over the
   elements, intermediates in registers, if it has at least
   COMPILE_MIN_ELEMENTS elements (else its steps stay as they are);
@@ -54,10 +55,9 @@ milliseconds to load (seconds to compile the first time). So numba is used
 only where it saves real work per call, decided at plan time from op kinds
 and shapes:
 
-* plain arithmetic, maximum, minimum, compare and select never need it: numpy's ufuncs on
-  chunks that stay in cache move the same memory as a compiled loop, at
-  up to twice its time (W4's 784x512 SGD update: ~0.4 ms vs 0.22 ms; all
-  of W4's runs together ~0.4 ms of its ~8 ms step), and a program made of
+* plain arithmetic, maximum, minimum, compare and select never need it: numpy's ufuncs
+  writing their intermediates into the outputs move the same memory as a
+  compiled loop (W4's 784x512 SGD update, warm: 74 µs on numpy), and a program made of
   such runs (an MLP training step) never starts numba: ~0.6 s less per
   compile in a new process, paid back only after thousands of steps;
 * f32 exp/expm1/logistic/tanh (4-8x faster compiled than numpy's float64
