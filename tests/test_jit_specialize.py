@@ -193,6 +193,22 @@ func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
     np.testing.assert_array_equal(results["1"][0], [1.5, 2.0])
 
 
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint32, np.int64])
+def test_logical_ops_call_numpy_directly(dtype, monkeypatch):
+    """and/or/xor/not: logical on booleans, bitwise on integers."""
+    rng = np.random.default_rng(8)
+    if dtype == np.bool_:
+        x, y = rng.random(40) > 0.5, rng.random(40) > 0.3
+    else:
+        info = np.iinfo(dtype)
+        x, y = (rng.integers(info.min, info.max, 40, dtype=dtype, endpoint=True) for _ in range(2))
+    fn = lambda x, y: (x & y, x | y, x ^ y, ~x)
+    check(fn, (x, y), monkeypatch, set(), exact_xla=True)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    names = kernel_names(load(lower_to_text(fn, x, y)))
+    assert not names & {"and", "or", "xor", "not"}, names  # the generic kernels' names
+
+
 def test_broadcast_result_is_row_major(monkeypatch):
     """(1, n) -> (m, n) broadcasts are laid out row-major, optimised or not
     (a column-major copy made every later elementwise op strided)."""

@@ -24,6 +24,7 @@ FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
                                            np.uint8, np.uint16, np.uint32, np.uint64))
 SIGNED = frozenset(t for t in INTEGERS if t.kind == "i")
+BOOL = frozenset({np.dtype(np.bool_)})
 
 
 def _logistic(x):
@@ -42,6 +43,12 @@ EXACT_OPS = {
     "stablehlo.minimum": (np.minimum, INTEGERS),
     "stablehlo.negate": (np.negative, FLOATS | INTEGERS),
     "stablehlo.abs": (np.abs, FLOATS | SIGNED),
+    # and/or/xor/not: bitwise on integers, logical on booleans (np.invert
+    # of a bool is `not`), as ops/bitwise.py's kernels compute them.
+    "stablehlo.and": (np.bitwise_and, BOOL | INTEGERS),
+    "stablehlo.or": (np.bitwise_or, BOOL | INTEGERS),
+    "stablehlo.xor": (np.bitwise_xor, BOOL | INTEGERS),
+    "stablehlo.not": (np.invert, BOOL | INTEGERS),
 }
 
 # Transcendental ops: the generic kernel computes in double precision and
