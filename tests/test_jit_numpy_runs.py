@@ -63,8 +63,8 @@ def check(fn, args, monkeypatch) -> list[str]:
     return fused_kinds(fused)
 
 
-# 300_001 elements: several pieces for threads, many chunks, a partial one.
-@pytest.mark.parametrize("n", [23, 300_001])
+# 300_001 elements: many chunks, a partial one; 2_200_001: split over threads.
+@pytest.mark.parametrize("n", [23, 300_001, 2_200_001])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_arithmetic_runs_on_numpy(n, dtype, monkeypatch):
     x, y = values(dtype, n), values(dtype, n, seed=1)

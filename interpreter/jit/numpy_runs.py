@@ -28,9 +28,15 @@ from ..plan import Step
 from . import threads
 from .fused_step import fused_step
 
-# Elements per thread below which a run is not split: memory-speed work
-# (as fusion.MIN_PIECE_ARITHMETIC).
-MIN_PIECE = 1 << 17
+# Elements per thread below which a run is not split. These runs are
+# memory-bound: a second thread mostly competes for the same memory
+# bandwidth and pays a hand-off. Measured on the 2-vCPU machine (an SGD
+# update p - 0.01 * g, medians, one thread vs two): 784x512 warm 90-137 vs
+# 163-209 µs, cold caches 358-567 vs 377-612 µs; 1024x1024 about equal;
+# 2048x2048 cold 2.7-2.8 vs 2.0-2.2 ms. In W4's steps, two threads made its
+# numpy runs slower (0.60-0.83 ms vs 0.84-1.03 ms per step). So runs split
+# from 2^21 elements on.
+MIN_PIECE = 1 << 20
 
 
 def _chunk_function(op, splats: tuple = (False, False)):
