@@ -110,13 +110,22 @@ def test_reduce_bool(monkeypatch):
     check(fn, (x,), monkeypatch, {"reduce_with_ufunc"})
 
 
-def test_reduce_empty_and_single_element_stay_generic(monkeypatch):
-    """Empty folds give the init; single-element folds the element: the
-    generic kernel's cases (no specialised kernel is made for them)."""
-    x, y = np.zeros((3, 0), np.float32), floats((4, 1))
-    fn = lambda x, y: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-2.0), jnp.sum(y, axis=1),
-                      jnp.sum(x))
-    check(fn, (x, y), monkeypatch, set())
+def test_reduce_empty_stays_generic(monkeypatch):
+    """Empty folds give the init (the generic kernel's case)."""
+    x = np.zeros((3, 0), np.float32)
+    fn = lambda x: (jnp.sum(x, axis=1), jnp.max(x, axis=1, initial=-2.0), jnp.sum(x))
+    check(fn, (x,), monkeypatch, set())
+
+
+def test_reduce_single_elements(monkeypatch):
+    """Only size-1 dims reduced: each result is its element (-0.0 and NaN
+    kept, bool and int too), from row-major and from transposed operands."""
+    y, t = floats((4, 1, 3)), floats((1, 5))
+    b = np.array([[True], [False]])
+    fn = lambda y, t, b: (jnp.sum(y, axis=1), jnp.max(y.transpose(2, 1, 0), axis=1),
+                          jnp.sum(t.T, axis=1), jnp.all(b, axis=1),
+                          jnp.sum(y.astype(jnp.int32), axis=1))
+    check(fn, (y, t, b), monkeypatch, {"reduce_single_elements"}, exact_xla=True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])

@@ -47,19 +47,21 @@ def move_axes_last(array: np.ndarray, axes) -> np.ndarray:
 def specialize_reduce(op):
     """Plan-time kernel for `reduce` of one input whose body is one plain
     ufunc (add, max, min, and, or, ...) on a dtype numpy's ufuncs handle
-    directly, over at least two elements per result: the numpy calls of the
-    generic path (`reduce_regions._ufunc_reduce`: the same transpose and
-    reshape, so the same summation order; the same `ufunc_folder`), with
-    the layout, shapes and functions decided here. Other reduces: None."""
+    directly, over at least two elements per result (one element, any
+    body: `_single_element_reduce`): the numpy calls of the generic path
+    (`reduce_regions._ufunc_reduce`: the same transpose and reshape, so the
+    same summation order; the same `ufunc_folder`), with the layout, shapes
+    and functions decided here. Other reduces: None."""
     if len(op.operand_types) != 2 or not op.has_static_types:
         return None
-    ufuncs = body_analysis(op, 0).ufuncs
     dtype = op.result_type.dtype
-    if ufuncs is None or ufunc_dtype(dtype) != dtype or op.operand_types[0].dtype != dtype:
-        return None
     order, moved_shape = moved_layout(op.operand_types[0].shape, op.attrs["dimensions"])
-    if moved_shape[-1] < 2:
-        return None  # empty or single-element folds: the generic kernel's special cases
+    if moved_shape[-1] == 1 and op.operand_types[0].dtype == dtype:
+        return _single_element_reduce(order, moved_shape, dtype)
+    ufuncs = body_analysis(op, 0).ufuncs
+    if (ufuncs is None or ufunc_dtype(dtype) != dtype or op.operand_types[0].dtype != dtype
+            or moved_shape[-1] == 0):
+        return None  # empty folds: the generic kernel's special case
     fold, combine = ufunc_folder(ufuncs[0], dtype)
     out_shape, asarray = moved_shape[:-1], np.asarray
 
@@ -67,6 +69,20 @@ def specialize_reduce(op):
         folded = fold(operand.transpose(order).reshape(moved_shape))
         return asarray(combine(init, folded)).reshape(out_shape)
     return reduce_with_ufunc
+
+
+def _single_element_reduce(order, moved_shape, dtype):
+    """Every result folds one element (only size-1 dims reduced, whatever
+    the body): the result is that element, as in the generic kernel. For a
+    row-major operand that is a reshaped view, laid out as the generic
+    kernel's copy; otherwise the generic kernel's own copy."""
+    out_shape = moved_shape[:-1]
+
+    def reduce_single_elements(op, operand, init, regions=None):
+        if operand.flags.c_contiguous:
+            return operand.reshape(out_shape)
+        return operand.transpose(order).reshape(moved_shape)[..., 0].astype(dtype)
+    return reduce_single_elements
 
 
 @register("stablehlo.reduce", validate=_validate_reduce, specialize=specialize_reduce)
