@@ -252,6 +252,57 @@ def test_point_gather_index_types(index_dtype, monkeypatch):
     check(fn, (x, idx), monkeypatch, {"gather_points"}, exact_xla=True)
 
 
+def test_point_gather_scatter_on_transposed_operands(monkeypatch):
+    """Operands that are non-contiguous views (a transpose's result)."""
+    x = floats((10, 128))
+    idx = np.random.default_rng(9).integers(-3, 13, (128, 1)).astype(np.int32)
+    v = floats((128,), seed=10)
+    fn = lambda x, i, v: (jnp.take_along_axis(x.T, i, axis=1, mode="clip"),
+                          x.T.at[jnp.arange(128), i[:, 0]].add(v, mode="drop"))
+    check(fn, (x, idx, v), monkeypatch, {"gather_points", "scatter_points"}, exact_xla=True)
+
+
+HUGE_INDICES = """
+func.func @main(%x: tensor<16xf32>, %i: tensor<4x1xui64>, %v: tensor<4xf32>)
+    -> (tensor<4xf32>, tensor<16xf32>) {
+  %g = "stablehlo.gather"(%x, %i) <{dimension_numbers = #stablehlo.gather<
+      offset_dims = [], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>,
+      indices_are_sorted = false, slice_sizes = array<i64: 1>}>
+      : (tensor<16xf32>, tensor<4x1xui64>) -> tensor<4xf32>
+  %s = "stablehlo.scatter"(%x, %i, %v) <{indices_are_sorted = false,
+      scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [],
+      inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>,
+      unique_indices = false}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %sum = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %sum : tensor<f32>
+  }) : (tensor<16xf32>, tensor<4x1xui64>, tensor<4xf32>) -> tensor<16xf32>
+  return %g, %s : tensor<4xf32>, tensor<16xf32>
+}"""
+
+
+def test_huge_unsigned_indices(monkeypatch):
+    """uint64 indices beyond int64: a gather clamps them to the last
+    element, a scatter skips them (as_int64 saturates, as the generic path)."""
+    x = floats((16,))
+    idx = np.array([[3], [2**63 + 5], [2**64 - 1], [15]], np.uint64)
+    v = floats((4,), seed=11)
+    results = {}
+    for optimize in ("1", "0"):
+        monkeypatch.setenv("PJRT_REF_OPTIMIZE", optimize)
+        program = load(HUGE_INDICES)
+        assert ({"gather_points", "scatter_points"} <= kernel_names(program)) == (optimize == "1")
+        results[optimize] = program(x, idx, v)
+    for a, b in zip(results["1"], results["0"]):
+        assert_same_values(np.asarray(a), np.asarray(b))
+    gathered, added = results["1"]
+    np.testing.assert_array_equal(gathered, x[[3, 15, 15, 15]])
+    expected = x.copy()
+    expected[3] += v[0]
+    expected[15] += v[3]
+    np.testing.assert_array_equal(added, expected)
+
+
 def test_take_along_axis_gradient_scatter_add(monkeypatch):
     """The gradient of W4's gather: a scatter-add with batching dims,
     duplicate targets accumulating in order. (Normal values: XLA flushes

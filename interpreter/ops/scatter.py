@@ -147,7 +147,7 @@ def specialize_scatter(op):
 
     def scatter_points(op, operand, scatter_indices, updates, regions=None):
         targets, in_bounds = points.checked(scatter_indices)
-        result = np.array(operand, copy=True)
+        result = np.array(operand, order="C")  # a fresh row-major copy: flat is a view of it
         _apply_recognised(body, result.reshape(-1), targets[in_bounds],
                           updates.reshape(-1)[in_bounds])
         return result
