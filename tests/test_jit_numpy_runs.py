@@ -136,6 +136,15 @@ def test_select_with_zero_splats(zero, monkeypatch):
     assert set(check(fn, (x, g), monkeypatch)) == {"numpy"}
 
 
+def test_runs_on_non_contiguous_inputs(monkeypatch):
+    """A transpose's result (a strided view) feeding runs with and without
+    buffers of their own: values as the unfused kernels give them."""
+    x, y = values(np.float32, 3000).reshape(50, 60), values(np.float32, 3000, seed=5).reshape(60, 50)
+    fn = lambda x, y: (x.T * 2 - y, jnp.where(x.T > y, x.T, 0.0), jnp.maximum(x.T, 0.0),
+                       (x.T * y + 1) * (x.T - y) / (y + 3))
+    assert set(check(fn, (x, y), monkeypatch)) == {"numpy"}
+
+
 def test_numba_only_for_runs_large_enough(monkeypatch):
     """A run with a sqrt or an f32 exp compiles from COMPILE_MIN_ELEMENTS
     elements on; smaller ones stay unfused."""

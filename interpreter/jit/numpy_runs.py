@@ -255,7 +255,22 @@ def _numpy_kernel(members: list, targets: list, inputs: list, out_dtypes: list, 
                 out = outs[target][begin:end] if target >= 0 else buffer[:end - begin]
                 env[result] = function(*[env[s] for s in operands], out=out)
 
+    input_slots = tuple(slot for slot, _ in inputs)
+
+    def run_whole(values: tuple, outs: list) -> None:
+        """Every member once over all elements, on the arrays as they come
+        (a run with no buffers of its own has nothing to cut into chunks):
+        no flattening, slicing or per-chunk bookkeeping, which is most of
+        the cost of a small run."""
+        env = dict(zip(input_slots, values))
+        for function, operands, result, target, _ in plan:
+            env[result] = function(*[env[s] for s in operands], out=outs[target])
+
     def fused_numpy(op, *values):
+        if not needs_buffers and size < 2 * MIN_PIECE:
+            outs = [empty(shape, dtype) for dtype in out_dtypes]
+            run_whole(values, outs)
+            return outs[0] if len(outs) == 1 else tuple(outs)
         flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
         outs = [empty(size, dtype) for dtype in out_dtypes]
         if size < 2 * MIN_PIECE:
