@@ -158,11 +158,11 @@ class LoadedExecutable:
 def _limit_blas_threads_before_the_loader_forks() -> None:
     """Apply the interpreter's OpenBLAS thread setting before `load` forks
     (interpreter/jit/blas.py says why: set after a fork, it restarts an
-    OpenBLAS worker that busy-waits a core for ~0.1 s). Once per process."""
-    from .interpreter.jit import blas, optimize_enabled
+    OpenBLAS worker that busy-waits a core for ~0.1 s). Once per process,
+    whether or not the optimiser is on (the setting decides a product's bits)."""
+    from .interpreter.jit import blas
 
-    if optimize_enabled():
-        blas.limit_blas_threads()
+    blas.limit_blas_threads()
 
 
 # Ops that talk to the host channel (interpreter/ops/side_effects.py `host_channel`).

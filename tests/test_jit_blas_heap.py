@@ -284,6 +284,43 @@ def test_compile_sets_blas_threads_before_the_loader_forks():
     assert out == ["[1]"]
 
 
+_PRODUCT_BITS = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.jit import blas
+    text = sys.stdin.read()
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((128, 784)).astype(np.float32)
+    b = rng.standard_normal((784, 512)).astype(np.float32)
+    product = np.asarray(load(text)(a, b)[0])
+    print(blas._BLAS_THREADS, product.view(np.uint32).sum(dtype=np.uint64))
+""")
+
+
+@pytest.mark.parametrize("optimize", ["1", "0"])
+def test_unoptimised_path_uses_the_same_blas_setting(optimize):
+    """PJRT_REF_OPTIMIZE=0 is the reference the optimiser is checked
+    against: OpenBLAS gets the same one-thread setting there (its thread
+    count changes how it splits a product, and so the bits), and a W4-sized
+    product has the bits of numpy's single-threaded BLAS in both modes."""
+    text = lower_to_text(lambda x, y: x @ y, np.zeros((128, 784), np.float32),
+                         np.zeros((784, 512), np.float32))
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
+                                "PJRT_REF_OPTIMIZE")}
+    environment["PJRT_REF_OPTIMIZE"] = optimize
+    threads, checksum = subprocess.run(
+        [sys.executable, "-c", _PRODUCT_BITS], input=text, env=environment, capture_output=True,
+        text=True, check=True, timeout=120).stdout.split()
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((128, 784)).astype(np.float32)
+    b = rng.standard_normal((784, 512)).astype(np.float32)
+    blas.limit_blas_threads()   # this process: the same single-threaded OpenBLAS
+    assert threads == "1"
+    assert int(checksum) == int(np.matmul(a, b).view(np.uint32).sum(dtype=np.uint64))
+
+
 def test_a_failing_block_raises_in_the_caller():
     def fail():
         raise ValueError("block failed")

@@ -70,13 +70,17 @@ CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
 
 def optimize_function(plan) -> None:
     """Rewrite `plan`'s steps in place (see the module docstring)."""
+    from . import blas
+
     _record_jit_setting(plan.body, jit_enabled())
+    # In both modes: OpenBLAS's threads change how it splits a product, and
+    # so its bits; PJRT_REF_OPTIMIZE=0 must compute what the optimiser does.
+    blas.limit_blas_threads()
     if not optimize_enabled():
         return
     from ..plan import preset_constants
-    from . import blas, dots, fastpath, heap
+    from . import dots, fastpath, heap
 
-    blas.limit_blas_threads()
     heap.keep_freed_memory()
 
     dots.fold_transposes(plan.body)
