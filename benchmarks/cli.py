@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--only", metavar="W1,W2", help="comma-separated workloads (default: all)")
-    parser.add_argument("--repeats", type=int, default=20, help="steady-state calls per backend (W1: x50)")
+    parser.add_argument("--repeats", type=int, default=20,
+                        help="steady-state calls per backend at least (W1: x50); each backend "
+                             "is also timed for at least 0.5 s")
     parser.add_argument("--time-limit", type=float, default=60.0,
                         help="seconds the reference interpreter may spend on one workload's calls")
     parser.add_argument("--pjrt-path", choices=("auto", "plugin", "interpreter"), default="auto",

@@ -29,6 +29,11 @@ import numpy as np
 
 # Stop timing a backend after this many seconds of steady-state calls.
 TIME_BUDGET = 20.0
+# Time at least this long (and at least --repeats calls): 20 calls of a
+# 0.3 ms product last 6 ms, short enough for one burst of another process's
+# work on this shared machine to move the median; half a second of calls
+# does not move with one burst.
+MIN_TIMED_SECONDS = 0.5
 # W1 measures latency: take this many times more samples than --repeats.
 DISPATCH_SAMPLES_FACTOR = 50
 
@@ -50,11 +55,14 @@ def reset_peak_rss() -> None:
         pass
 
 
-def time_calls(call, repeats: int, budget: float = TIME_BUDGET) -> list[float]:
-    """Per-call wall times of `call()`, after the caller's warm-up call."""
+def time_calls(call, repeats: int, budget: float = TIME_BUDGET,
+               min_seconds: float = MIN_TIMED_SECONDS) -> list[float]:
+    """Per-call wall times of `call()`, after the caller's warm-up call: at
+    least `repeats` calls and `min_seconds` of them, at most `budget` seconds
+    (and at least 3 calls)."""
     samples = []
     start = time.perf_counter()
-    while len(samples) < repeats:
+    while len(samples) < repeats or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
         call()
         samples.append(time.perf_counter() - t0)
@@ -141,7 +149,8 @@ def run_reference(workload, repeats: int, outdir: str, time_limit: float) -> tup
         budget = min(TIME_BUDGET, time_limit / 4)
         samples = [first_s]
         if first_s * 2 < budget:
-            samples += time_calls(lambda: stablehlo.eval_module(module, inputs), repeats - 1, budget)
+            samples += time_calls(lambda: stablehlo.eval_module(module, inputs), repeats - 1, budget,
+                                  min_seconds=0.0)
     return dict(compile_s=compile_s, first_call_s=first_s, samples=samples), out
 
 
