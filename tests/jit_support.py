@@ -20,3 +20,29 @@ def assert_same_values(ours: np.ndarray, theirs: np.ndarray) -> None:
         np.testing.assert_array_equal(nan_a, nan_b)
         a, b = a[~nan_a], b[~nan_b]
     np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def mlp_training_step(rng: np.random.Generator, sizes: tuple, batch: int):
+    """The benchmarks' W4 in any size: value_and_grad of softmax
+    cross-entropy for an MLP with layer widths `sizes` on `batch` examples,
+    plus an SGD update. Returns (step, (params, x, labels))."""
+    import jax
+    import jax.numpy as jnp
+
+    params = [(rng.standard_normal((m, n)).astype(np.float32) / np.float32(np.sqrt(m)),
+               np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    labels = rng.integers(0, sizes[-1], batch).astype(np.int32)
+
+    def loss(params, x, labels):
+        h = x
+        for w, b in params[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        logp = jax.nn.log_softmax(h @ params[-1][0] + params[-1][1])
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+    def step(params, x, labels):
+        value, grads = jax.value_and_grad(loss)(params, x, labels)
+        return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
+
+    return step, (params, x, labels)

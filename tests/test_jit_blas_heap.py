@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from jit_support import mlp_training_step  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -192,34 +193,12 @@ def test_concurrent_products_share_the_helpers(monkeypatch):
     assert len(blas._HELPERS) <= blas.MAX_HELPERS
 
 
-def _mlp_training_step():
-    """W4 of the benchmarks: value_and_grad of an MLP 784-512-512-10 on a
-    batch of 128, plus the SGD update (five products big enough to split)."""
-    sizes = (784, 512, 512, 10)
-    params = [(RNG.standard_normal((m, n)).astype(np.float32) / np.float32(np.sqrt(m)),
-               np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
-    x = RNG.standard_normal((128, 784)).astype(np.float32)
-    labels = RNG.integers(0, 10, 128).astype(np.int32)
-
-    def loss(params, x, labels):
-        h = x
-        for w, b in params[:-1]:
-            h = jax.nn.relu(h @ w + b)
-        logp = jax.nn.log_softmax(h @ params[-1][0] + params[-1][1])
-        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
-
-    def step(params, x, labels):
-        value, grads = jax.value_and_grad(loss)(params, x, labels)
-        return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
-
-    return step, (params, x, labels)
-
-
 def test_training_step_split_on_the_pool_equals_unsplit_and_xla(monkeypatch):
     """W4 with its products split over the C pool (a CPU said idle, two
     threads per product) has the bits of the same program with products
     unsplit, and XLA's values up to float rounding."""
-    step, args = _mlp_training_step()
+    # W4's sizes: five products big enough to split.
+    step, args = mlp_training_step(RNG, (784, 512, 512, 10), batch=128)
     text = lower_to_text(step, *args)
     flat = jax.tree_util.tree_leaves(args)
     xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(step)(*args))]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values  # noqa: E402
+from jit_support import assert_same_values, mlp_training_step  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
@@ -16,27 +16,6 @@ from jax import lax  # noqa: E402
 from pjrt_ref.interpreter import load  # noqa: E402
 
 RNG = np.random.default_rng(4)
-
-
-def mlp_step():
-    sizes = (20, 16, 16, 4)
-    params = [(RNG.standard_normal((m, n), dtype=np.float32) / np.float32(np.sqrt(m)),
-               np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
-    x = RNG.standard_normal((8, 20), dtype=np.float32)
-    labels = RNG.integers(0, 4, 8).astype(np.int32)
-
-    def loss(params, x, labels):
-        h = x
-        for w, b in params[:-1]:
-            h = jax.nn.relu(h @ w + b)
-        logp = jax.nn.log_softmax(h @ params[-1][0] + params[-1][1])
-        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
-
-    def step(params, x, labels):
-        value, grads = jax.value_and_grad(loss)(params, x, labels)
-        return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
-
-    return step, (params, x, labels)
 
 
 def conv_net():
@@ -62,7 +41,7 @@ WORKLOADS = {
         lambda x, i, s: jax.ops.segment_sum(jnp.take(jnp.sort(x), i), s, num_segments=10),
         (RNG.standard_normal(1000, dtype=np.float32), RNG.integers(0, 1000, 100).astype(np.int32),
          RNG.integers(0, 10, 100).astype(np.int32))),
-    "mlp_step": mlp_step(),
+    "mlp_step": mlp_training_step(RNG, (20, 16, 16, 4), batch=8),
     "conv": conv_net(),
 }
 

@@ -89,11 +89,19 @@ _DONE = False
 _BLAS_THREADS: int | None = None
 
 
-def _openblas_libraries() -> list[str]:
+def _openblas_libraries() -> list[ctypes.CDLL]:
+    """numpy's bundled OpenBLAS libraries that load (wheels put them in
+    numpy.libs/), to look up functions in with getattr."""
     import numpy
 
     root = os.path.dirname(os.path.dirname(numpy.__file__))
-    return glob.glob(os.path.join(root, "numpy.libs", "*openblas*.so*"))
+    libraries = []
+    for path in glob.glob(os.path.join(root, "numpy.libs", "*openblas*.so*")):
+        try:
+            libraries.append(ctypes.CDLL(path))
+        except OSError:
+            continue
+    return libraries
 
 
 def limit_blas_threads() -> int | None:
@@ -107,11 +115,7 @@ def limit_blas_threads() -> int | None:
     threads = int(os.environ.get("PJRT_REF_BLAS_THREADS", "1"))
     if threads <= 0:
         return None
-    for path in _openblas_libraries():
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for library in _openblas_libraries():
         for name in _SETTERS:
             setter = getattr(library, name, None)
             if setter is not None:
@@ -268,11 +272,7 @@ def _load_pool() -> "_Pool | None":
         return None
     if not all(hasattr(_gemm_pool.lib, name) for name in _POOL_NAMES):
         return None
-    for path in _openblas_libraries():
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for library in _openblas_libraries():
         gemms = {}
         for dtype, names in ((np.dtype(np.float32), ("scipy_cblas_sgemm64_", "cblas_sgemm64_")),
                              (np.dtype(np.float64), ("scipy_cblas_dgemm64_", "cblas_dgemm64_"))):
