@@ -22,6 +22,7 @@ second pool that competes with the host's and with BLAS.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from . import blas
@@ -66,11 +67,5 @@ def run_split(run_piece, size: int, min_piece: int = MIN_PIECE) -> None:
     if helpers <= 0:  # nothing to share with: one call, no per-piece overhead
         run_piece(0, size)
         return
-    jobs = [_job(run_piece, start, stop) for start, stop in ranges]
+    jobs = [functools.partial(run_piece, start, stop) for start, stop in ranges]
     blas.run_shared(jobs, helpers)
-
-
-def _job(run_piece, start: int, stop: int):
-    def job() -> None:
-        run_piece(start, stop)
-    return job
