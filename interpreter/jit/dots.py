@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.dot import BLAS_FLOATS, matrix_product
 from ..plan import OpInfo, Step
-
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def fold_transposes(region) -> None:
@@ -64,7 +63,7 @@ def _is_matrix_product(step: Step) -> bool:
     types = (*op.operand_types, op.result_type)
     return (all(getattr(t, "quant", None) is None and getattr(t, "dtype", None) == op.result_type.dtype
                 for t in types)
-            and op.result_type.dtype in _FLOATS and len(op.result_type.shape) == 2)
+            and op.result_type.dtype in BLAS_FLOATS and len(op.result_type.shape) == 2)
 
 
 def _swaps_two_dims(step: Step) -> bool:
@@ -97,8 +96,6 @@ def _free_dims(ttype, contracting) -> tuple:
 def _transposed_product(op: OpInfo, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """`transpose(dot_general(rhs, lhs))`, computed as dot_general(lhs, rhs)
     with `op`'s swapped dimension numbers (see the module docstring)."""
-    from ..ops.dot import matrix_product
-
     dims = op.attrs["swapped"]
     return matrix_product(lhs, rhs, dims["lhs_free"], dims["rhs_free"], dims["lhs_contract"],
                           dims["rhs_contract"])

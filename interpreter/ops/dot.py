@@ -69,7 +69,8 @@ def complex_matmul(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return result
 
 
-_BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# The types numpy multiplies with BLAS (`matrix_product`).
+BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _validate_dot(op) -> None:
@@ -84,7 +85,7 @@ def dot_general_arrays(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contrac
     then lhs free dims, then rhs free dims."""
     lhs_free = [d for d in range(lhs.ndim) if d not in lhs_batch and d not in lhs_contract]
     rhs_free = [d for d in range(rhs.ndim) if d not in rhs_batch and d not in rhs_contract]
-    if not lhs_batch and lhs.dtype == rhs.dtype == result_dtype and lhs.dtype in _BLAS_FLOATS:
+    if not lhs_batch and lhs.dtype == rhs.dtype == result_dtype and lhs.dtype in BLAS_FLOATS:
         return matrix_product(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract)
     work = work_dtype(lhs.dtype, rhs.dtype, result_dtype)
     return batched_product(lhs, rhs, lhs_batch, rhs_batch, lhs_free, rhs_free, lhs_contract,
