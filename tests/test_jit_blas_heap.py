@@ -217,6 +217,22 @@ def test_training_step_split_on_the_pool_equals_unsplit_and_xla(monkeypatch):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
+# Settings that change how OpenBLAS threads or how the plugin optimises;
+# the child processes below run without them unless a test sets one.
+_BLAS_SETTINGS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
+                  "PJRT_REF_MATMUL_THREADS", "PJRT_REF_OPTIMIZE")
+
+
+def _run_with_default_blas(code: str, drop: tuple = (), stdin: str | None = None,
+                           **settings: str) -> list[str]:
+    """The words `code` prints in a fresh Python, run without _BLAS_SETTINGS
+    and `drop` in its environment, with `settings` added."""
+    environment = {k: v for k, v in os.environ.items() if k not in _BLAS_SETTINGS + drop}
+    environment.update(settings)
+    return subprocess.run([sys.executable, "-c", code], input=stdin, env=environment,
+                          capture_output=True, text=True, check=True, timeout=120).stdout.split()
+
+
 def test_plugin_product_through_jax_uses_the_pool():
     """W2 through JAX and the plugin, with the pool forced on (a CPU said
     idle): numpy's bits for a @ b, computed on the pool's threads."""
@@ -230,13 +246,8 @@ def test_plugin_product_through_jax_uses_the_pool():
         print(jax.devices()[0].platform, np.array_equal(result, a @ b),
               blas._POOL.lib.gemm_pool_workers() >= 1)
     """)
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
-                                "PJRT_REF_MATMUL_THREADS", "PJRT_REF_GEMM_POOL", "PJRT_REF_OPTIMIZE")}
-    environment["JAX_PLATFORMS"] = "pjrt_ref"
-    environment["PJRT_REF_MATMUL_THREADS"] = "2"
-    out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True,
-                         text=True, check=True, timeout=120).stdout.split()
+    out = _run_with_default_blas(code, drop=("PJRT_REF_GEMM_POOL",), JAX_PLATFORMS="pjrt_ref",
+                                 PJRT_REF_MATMUL_THREADS="2")
     assert out == ["pjrt_ref", "True", "True"]
 
 
@@ -254,12 +265,8 @@ def test_compile_sets_blas_threads_before_the_loader_forks():
         assert float(jax.jit(lambda x: x + 1)(1.0)) == 2.0
         print(seen)
     """)
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
-                                "PJRT_REF_BYTECODE_CHECK", "PJRT_REF_OPTIMIZE")}
-    environment["JAX_PLATFORMS"] = "pjrt_ref"
-    out = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True,
-                         text=True, check=True, timeout=120).stdout.split()
+    out = _run_with_default_blas(code, drop=("PJRT_REF_BYTECODE_CHECK",),
+                                 JAX_PLATFORMS="pjrt_ref")
     assert out == ["[1]"]
 
 
@@ -285,13 +292,8 @@ def test_unoptimised_path_uses_the_same_blas_setting(optimize):
     product has the bits of numpy's single-threaded BLAS in both modes."""
     text = lower_to_text(lambda x, y: x @ y, np.zeros((128, 784), np.float32),
                          np.zeros((784, 512), np.float32))
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
-                                "PJRT_REF_OPTIMIZE")}
-    environment["PJRT_REF_OPTIMIZE"] = optimize
-    threads, checksum = subprocess.run(
-        [sys.executable, "-c", _PRODUCT_BITS], input=text, env=environment, capture_output=True,
-        text=True, check=True, timeout=120).stdout.split()
+    threads, checksum = _run_with_default_blas(_PRODUCT_BITS, stdin=text,
+                                               PJRT_REF_OPTIMIZE=optimize)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((128, 784)).astype(np.float32)
     b = rng.standard_normal((784, 512)).astype(np.float32)
