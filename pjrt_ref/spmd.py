@@ -81,7 +81,7 @@ from .debug import live_profile
 from .errors import InvalidArgument, Unimplemented
 from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_mesh,
                           parse_sharding_per_value, parse_tensor_sharding, replicated)
-from .spmd_gspmd import annotate_full_to_shard, custom_call_target, make_manual_calls
+from .spmd_gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
 from .spmd_manual import PartitionedRun, current_partitioned_run, run_on_grid, run_with
 
 __all__ = ["make_partitioned_runner", "runner_for_executable", "PartitionedRunner",
@@ -224,7 +224,7 @@ class PartitionedRunner:
         arguments = program.check_arguments(global_arguments)
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
 
-        function = live_profile.traced_plan(program) if live_profile.ACTIVE else program.function
+        function = live_profile.function_to_run(program)    # instrumented under jax.profiler.trace
 
         def job() -> list:
             return run_with(run, lambda: function.run(list(arguments)))
@@ -287,7 +287,7 @@ class PartitionedRunner:
         result = value
         op = result.owner
         op = getattr(op, "operation", op)
-        attrs = {name: _text(op.attributes[name]) for name in op.attributes}
+        attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
         if op.name == "sdy.manual_computation":
             return parse_sharding_per_value(attrs["out_shardings"])[result.result_number] \
                 .layout(self.meshes)
@@ -342,18 +342,8 @@ def _attr_dicts(func, name: str, count: int) -> list[dict[str, str]]:
     for entry in func.attributes[name]:
         from jaxlib.mlir import ir
         entry = ir.DictAttr(entry)
-        dicts.append({entry[i].name: _text(entry[i].attr) for i in range(len(entry))})
+        dicts.append({entry[i].name: attribute_text(entry[i].attr) for i in range(len(entry))})
     return dicts
-
-
-def _text(attr) -> str:
-    from jaxlib.mlir import ir
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    try:
-        return ir.StringAttr(attr).value
-    except (ValueError, TypeError):
-        return str(attr)
 
 
 def _annotated(attrs: dict) -> bool:

@@ -73,13 +73,13 @@ def _rewrite(call) -> None:
     in_shardings = [_sharding_of(_producer(v)) for v in globals_]
     if any(s is None for s in in_shardings):
         return
-    out_shardings = [_text(exit_.attributes["mhlo.sharding"]) for _, exit_ in exits]
+    out_shardings = [attribute_text(exit_.attributes["mhlo.sharding"]) for _, exit_ in exits]
     with ir.InsertionPoint(call), call.location:
         manual = ir.Operation.create(
             "stablehlo.custom_call", results=[exit_.results[0].type for _, exit_ in exits],
             operands=list(globals_), attributes={
                 "call_target_name": ir.StringAttr.get(MANUAL_CALL),
-                CALLEE_ATTR: ir.StringAttr.get(_text(call.attributes["callee"]).lstrip("@")),
+                CALLEE_ATTR: ir.StringAttr.get(attribute_text(call.attributes["callee"])),
                 IN_SHARDINGS_ATTR: ir.ArrayAttr.get([ir.StringAttr.get(s) for s in in_shardings]),
                 OUT_SHARDINGS_ATTR: ir.ArrayAttr.get([ir.StringAttr.get(s) for s in out_shardings]),
             })
@@ -126,7 +126,7 @@ def walk(op):
 def custom_call_target(op) -> str | None:
     if getattr(op, "name", None) != "stablehlo.custom_call":
         return None
-    return _text(op.attributes["call_target_name"])
+    return attribute_text(op.attributes["call_target_name"])
 
 
 def _producer(value):
@@ -140,10 +140,12 @@ def _sharding_of(op) -> str | None:
     """The `mhlo.sharding` of a `@Sharding` custom call, else None."""
     if custom_call_target(op) != "Sharding" or "mhlo.sharding" not in op.attributes:
         return None
-    return _text(op.attributes["mhlo.sharding"])
+    return attribute_text(op.attributes["mhlo.sharding"])
 
 
-def _text(attr) -> str:
+def attribute_text(attr) -> str:
+    """An attribute as a Python string: a string's value, a symbol
+    reference's name (no `@`), anything else as MLIR prints it."""
     from jaxlib.mlir import ir
     try:
         return ir.StringAttr(attr).value

@@ -138,10 +138,10 @@ class PartitionedRun:
             # Nested in another manual region: this thread is one device.
             device = _this_device(self)
             results = [np.asarray(r) for r in callee.run(local_args(device))]
-            groups = hlo_manual_groups(out_texts[0], len(op.result_types[0].shape), self.devices) \
-                if out_texts else {d: () for d in self.devices}
-            shared = self.exchange(op, [d for d in self.devices if groups[d] == groups[device]],
-                                   results)
+            group = _manual_group(op, out_texts[0] if out_texts else "{replicated}",
+                                  len(op.result_types[0].shape) if out_texts else 0,
+                                  self.devices, device)
+            shared = self.exchange(op, group, results)
         else:
             shared = self.run_per_device(op, lambda device: callee.run(local_args(device)))
         return [layout.assemble({d: np.asarray(values[i]) for d, values in shared.items()},
@@ -164,9 +164,7 @@ class PartitionedRun:
         layout = _cached_layout(op, text, len(ttype.shape), self.devices)
         # Inside an outer manual region (partially manual sharding) only the
         # devices of this device's manual group hold pieces of one value.
-        groups = hlo_manual_groups(text, len(ttype.shape), self.devices)
-        device = _this_device(self)
-        group = [d for d in self.devices if groups[d] == groups[device]]
+        group = _manual_group(op, text, len(ttype.shape), self.devices, _this_device(self))
         shards = self.exchange(op, group, np.asarray(local))
         return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
 
@@ -236,6 +234,18 @@ def _cached_layout(op, text: str, rank: int, devices) -> Layout:
     if layout is None:
         layout = op.cache[key] = parse_hlo_sharding(text, rank, devices)
     return layout
+
+
+def _manual_group(op, text: str, rank: int, devices: list[int], device: int) -> list[int]:
+    """The devices in `device`'s manual group of HloSharding `text`
+    (`hlo_manual_groups`): the ones whose values make up one global value.
+    Cached on the op, since it is asked on every run."""
+    key = ("spmd_manual_group", text, rank, device)
+    group = op.cache.get(key)
+    if group is None:
+        groups = hlo_manual_groups(text, rank, devices)
+        group = op.cache[key] = [d for d in devices if groups[d] == groups[device]]
+    return group
 
 
 def _devices_differing_only_in(op, meshes: dict, device: int) -> list[int]:
