@@ -130,10 +130,10 @@ class LoadedExecutable:
         """xla.DeviceAssignmentProto of `assignment` (see compile_options.py)."""
         return encode_device_assignment(self.assignment)
 
-    def execute_on_devices(self, argument_lists: list[list[Buffer]], non_donatable: set[int],
-                           device_context=None) -> list[list[Buffer]]:
+    def execute_on_devices(self, argument_lists: list[list[Buffer]],
+                           non_donatable: set[int]) -> list[list[Buffer]]:
         """Run once across all devices (`multi_device.execute`): an output list per device."""
-        return multi_device.execute(self, argument_lists, non_donatable, device_context)
+        return multi_device.execute(self, argument_lists, non_donatable)
 
     def execute(self, arguments: list[Buffer], device, non_donatable: set[int]) -> list[Buffer]:
         """Run once on `device`; donated arguments are deleted; returns outputs."""

@@ -28,9 +28,8 @@ Two kinds of multi-device program arrive:
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Callable, ContextManager
+from typing import Callable
 
 import numpy as np
 
@@ -70,17 +69,12 @@ def assigned_devices(assignment: DeviceAssignment, client) -> list:
 
 
 # ------------------------------------------------------------- execution
-DeviceContext = Callable[[int], ContextManager]
-
-
-def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int],
-            device_context: DeviceContext | None = None) -> list[list[Buffer]]:
+def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int]) -> list[list[Buffer]]:
     """One execution on every device of `loaded`: an output list per device.
 
-    `device_context(i)` (optional) is entered around device i's work, in
-    the thread that runs it; the C API uses it to attach device i's host
-    send/recv callbacks. Donated arguments (see LoadedExecutable.execute)
-    are deleted on every device once all devices have finished.
+    Donated arguments (see LoadedExecutable.execute) are deleted on every
+    device once all devices have finished. (Host send/recv callbacks are
+    attached by the caller, one set per device: `host_callbacks.DeviceHostTransfers`.)
     """
     if loaded.deleted:
         raise InvalidArgument("executable has been deleted")
@@ -90,7 +84,7 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int],
                               f"got {len(argument_lists)} argument lists")
     arrays = [[buffer.array for buffer in row] for row in argument_lists]
     start = time.perf_counter()
-    outputs = runner_for(exe)(arrays, loaded.logical_ids(), device_context or _no_context)
+    outputs = runner_for(exe)(arrays, loaded.logical_ids())
     if live_profile.recording():    # PJRT_REF_PROFILE / jax.profiler.trace (pjrt_ref/debug/live_profile.py)
         live_profile.record_and_profile(f"execute {exe.name}", "execute", start, time.perf_counter(),
                                         {"devices": len(loaded.devices)})
@@ -103,10 +97,6 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int],
     return [device_outputs(exe, values, device) for values, device in zip(outputs, loaded.devices)]
 
 
-def _no_context(index: int) -> ContextManager:
-    return contextlib.nullcontext()
-
-
 def device_outputs(exe, values: list, device) -> list[Buffer]:
     """One device's results as buffers on `device` (element types checked)."""
     from .executable import _output_array
@@ -117,8 +107,8 @@ def device_outputs(exe, values: list, device) -> list[Buffer]:
             for i, (value, t) in enumerate(zip(values, exe.output_types))]
 
 
-# runner(per-device arrays, logical ids, device_context) -> per-device outputs
-Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]], DeviceContext], list[list[np.ndarray]]]
+# runner(per-device arrays, logical ids) -> per-device outputs
+Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]]], list[list[np.ndarray]]]
 
 
 def runner_for(exe) -> Runner:
@@ -128,22 +118,13 @@ def runner_for(exe) -> Runner:
 
     partitioned = spmd.runner_for_executable(exe)       # made once per executable
     if partitioned is not None:
-        return lambda arrays, ids, device_context: _run_partitioned(partitioned, arrays, device_context)
-    return lambda arrays, ids, device_context: run_per_device(
-        exe.program, exe.num_replicas, exe.num_partitions, arrays, ids, device_context)
-
-
-def _run_partitioned(partitioned, arrays: list[list[np.ndarray]],
-                     device_context: DeviceContext) -> list[list[np.ndarray]]:
-    """The partitioner runs the global program once, in this thread, under
-    device 0's context (its manual regions' threads inherit it)."""
-    with device_context(0):
-        return partitioned(arrays)
+        return lambda arrays, ids: partitioned(arrays)
+    return lambda arrays, ids: run_per_device(exe.program, exe.num_replicas, exe.num_partitions,
+                                              arrays, ids)
 
 
 def run_per_device(program, num_replicas: int, num_partitions: int,
-                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]],
-                   device_context: DeviceContext | None = None) -> list[list[np.ndarray]]:
+                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]]) -> list[list[np.ndarray]]:
     """Run `program` once per device, concurrently, device i as process `ids[i]`.
 
     Every device's arguments are checked against the signature first, so a
@@ -151,16 +132,11 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
     """
     from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
 
-    device_context = device_context or _no_context
     checked = [program.check_arguments(row) for row in arrays]
-    # Under jax.profiler.trace: the plan with every op instrumented (pjrt_ref/debug/live_profile.py).
-    function = live_profile.traced_plan(program) if live_profile.ACTIVE else program.function
+    function = live_profile.function_to_run(program)    # instrumented under jax.profiler.trace
 
     def job(index: int) -> Callable[[], list]:
-        def work() -> list:
-            with device_context(index):
-                return function.run(checked[index])
-        return work
+        return lambda: function.run(checked[index])
 
     grid = ProcessGrid(num_replicas, num_partitions)
     return run_processes(grid, [(Process(logical_id, grid), job(i)) for i, logical_id in enumerate(ids)])

@@ -129,6 +129,12 @@ def _plan_instrumented(program):
     return plan
 
 
+def function_to_run(program):
+    """What runs `program`'s entry function: under a trace its instrumented
+    plan (each op leaves a slice), else the program's own."""
+    return traced_plan(program) if ACTIVE else program.function
+
+
 def run(program, arrays: list) -> list:
     """Execute `program` under a trace: its instrumented plan, so each op leaves a slice."""
     return traced_plan(program).run(program.check_arguments(arrays))
