@@ -14,7 +14,10 @@ MLIR bindings, numba) happen only in the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+
+from .errors import PjrtRefError
 
 
 def _run_command(argv: list[str]) -> int:
@@ -108,24 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _user_input_errors() -> tuple[type[BaseException], ...]:
-    """What a wrong path or a malformed input file raises: reported in one line, no traceback.
-
-    Anything else is a bug in pjrt-ref and keeps its traceback.
-    """
-    import json
-
-    from .errors import PjrtRefError
-
-    return (OSError, json.JSONDecodeError, UnicodeDecodeError, PjrtRefError)
-
-
-_USER_INPUT_ERRORS = _user_input_errors()
+# What a wrong path or a malformed input file raises: reported in one line,
+# no traceback. Anything else is a bug in pjrt-ref and keeps its traceback.
+_USER_INPUT_ERRORS = (OSError, json.JSONDecodeError, UnicodeDecodeError, PjrtRefError)
 
 
 def _describe(error: BaseException) -> str:
-    import json
-
     if isinstance(error, OSError) and error.filename is not None:
         return f"{error.strerror or error}: {error.filename}"
     if isinstance(error, json.JSONDecodeError):
