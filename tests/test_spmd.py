@@ -94,18 +94,26 @@ def same_layout(ours: str, theirs: str, rank: int) -> bool:
     return parse_hlo_sharding(ours, rank, devices) == parse_hlo_sharding(theirs, rank, devices)
 
 
+def run_case(runner, program, case: dict, name: str):
+    """(per-device outputs, global outputs) of `runner` on the case's argument
+    shards; logical device p is JAX device case["device_order"][p]."""
+    order = case["device_order"]
+    outputs = runner([[shards[order[p]] for shards in case["arguments"]] for p in range(4)])
+    whole = [layout.assemble({d: outputs[d][i] for d in range(4)}, tuple(t.shape), t.dtype, name)
+             for i, (layout, t) in enumerate(zip(runner.result_layouts, program.output_types))]
+    return outputs, whole
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_partitioned_runner_matches_jax_cpu(oracle, name):
     case = oracle[name]
     program = load(case["text"])
     runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
-    order = case["device_order"]       # logical device p is JAX device order[p]
-    outputs = runner([[shards[order[p]] for shards in case["arguments"]] for p in range(4)])
-    whole = [layout.assemble({d: outputs[d][i] for d in range(4)}, tuple(t.shape), t.dtype, name)
-             for i, (layout, t) in enumerate(zip(runner.result_layouts, program.output_types))]
+    outputs, whole = run_case(runner, program, case, name)
     assert_same_values(whole, case["globals"], name)
     if name in SHARDING_DIFFERS:
         return
+    order = case["device_order"]
     assert_same_shards(outputs, [[per_device[order[p]] for p in range(4)]
                                  for per_device in case["outputs"]], name)
     assert [tuple(s) for s in runner.output_shard_shapes(0)] == \
@@ -231,8 +239,5 @@ def test_gspmd_per_device_fallback_matches_jax_cpu(gspmd_cpu_oracle, monkeypatch
     program = load(case["text"])
     runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
     assert runner.per_device_program is not None
-    order = case["device_order"]
-    outputs = runner([[shards[order[p]] for shards in case["arguments"]] for p in range(4)])
-    whole = [layout.assemble({d: outputs[d][i] for d in range(4)}, tuple(t.shape), t.dtype, name)
-             for i, (layout, t) in enumerate(zip(runner.result_layouts, program.output_types))]
+    _, whole = run_case(runner, program, case, name)
     assert_same_values(whole, case["globals"], name)
