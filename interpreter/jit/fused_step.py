@@ -11,16 +11,18 @@ from __future__ import annotations
 from ..plan import OpInfo, Step
 
 
-def fused_step(run: list, kernel, inputs: list, input_types: list, result_slots: list,
-               out_types: tuple, **attrs) -> Step:
-    """One step running `kernel` on the run's `inputs` ((slot, ...) pairs) into `result_slots`."""
+def fused_step(run: list, kernel, inputs: list, input_types: list, outputs: list,
+               **attrs) -> Step:
+    """One step running `kernel` on the run's `inputs` ((slot, ...) pairs)
+    into the results of `outputs` (the run's steps whose values are used
+    after it)."""
     info = OpInfo(
         name="pjrt_ref.fused",
         location=run[0].op.location,
         attrs={"ops": tuple(s.op.name for s in run), **attrs},
         operand_types=tuple(input_types),
-        result_types=tuple(out_types),
+        result_types=tuple(s.op.result_type for s in outputs),
         module=run[0].op.module,
     )
     return Step(kernel=kernel, op=info, operands=tuple(slot for slot, _ in inputs),
-                results=tuple(result_slots))
+                results=tuple(s.results[0] for s in outputs))

@@ -368,11 +368,9 @@ def _fuse(run: list, uses: dict, shape: tuple):
         output_dtypes=[s.op.result_type.dtype for s in outputs])
     if function is None:
         return None  # the steps stay as they are
-    out_types = tuple(s.op.result_type for s in outputs)
     kernel = _fused_kernel(function, [is_array for _, is_array in inputs],
-                           [t.dtype for t in out_types], shape, _min_piece(run))
-    return fused_step(run, kernel, inputs, input_types, [s.results[0] for s in outputs], out_types,
-                      source=source)
+                           [s.op.result_type.dtype for s in outputs], shape, _min_piece(run))
+    return fused_step(run, kernel, inputs, input_types, outputs, source=source)
 
 
 # Elements per thread below which a fused loop is not split (threads.py):
@@ -429,11 +427,9 @@ def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, sha
             members.append((None, None, step.operands, step.results[0]))
         else:
             members.append((step.kernel, step.op, step.operands, step.results[0]))
-    out_types = tuple(s.op.result_type for s in outputs)
     kernel = _chunked_kernel(members, inputs, [s.results[0] for s in outputs],
-                             [t.dtype for t in out_types], shape)
-    return fused_step(run, kernel, inputs, input_types, [s.results[0] for s in outputs], out_types,
-                      chunked=True)
+                             [s.op.result_type.dtype for s in outputs], shape)
+    return fused_step(run, kernel, inputs, input_types, outputs, chunked=True)
 
 
 def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape):

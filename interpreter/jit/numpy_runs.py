@@ -172,12 +172,12 @@ NUMPY_CHUNK = 1 << 16
 
 def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple,
                is_splat) -> Step:
-    """A run of float arithmetic, maximum and minimum on numpy: each
-    member's unfused function, results straight into the outputs,
-    intermediates in outputs' memory or in small chunk buffers
-    (`place_members`), splats as 0-d operands (numpy broadcasts them). Each
-    element meets the functions the unfused kernels apply to it: the same
-    bits."""
+    """A run of float arithmetic, maximum/minimum, compare and select on
+    numpy: each member's unfused function (`_chunk_function`), results
+    straight into the outputs, intermediates in outputs' memory or in small
+    chunk buffers (`place_members`), splats as 0-d operands (numpy
+    broadcasts them). Each element meets the functions the unfused kernels
+    apply to it: the same bits."""
     out_slots = [s.results[0] for s in outputs]
     scalars = {slot for slot, is_array in inputs if not is_array}
     aliases = {}  # a splat's result -> its 0-d operand
@@ -193,9 +193,9 @@ def numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape:
             function = _chunk_function(step.op, tuple(s in scalars for s in operands))
         members.append((function, operands, step.results[0], step.op.result_type.dtype))
     targets = place_members(members, out_slots)
-    out_types = tuple(s.op.result_type for s in outputs)
-    kernel = _numpy_kernel(members, targets, inputs, [t.dtype for t in out_types], shape)
-    return fused_step(run, kernel, inputs, input_types, out_slots, out_types, numpy=True)
+    kernel = _numpy_kernel(members, targets, inputs, [s.op.result_type.dtype for s in outputs],
+                           shape)
+    return fused_step(run, kernel, inputs, input_types, outputs, numpy=True)
 
 
 def place_members(members: list, out_slots: list) -> list[int]:
