@@ -22,6 +22,23 @@ def assert_same_values(ours: np.ndarray, theirs: np.ndarray) -> None:
     np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
+def load_with(text: str, monkeypatch, optimize: bool = True, jit: bool = True):
+    """`text` loaded with the optimiser on or off and numba allowed or not;
+    runs of any size compile (these tests check the compiled loops' bits)."""
+    from pjrt_ref.interpreter import load
+
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1" if optimize else "0")
+    monkeypatch.setenv("PJRT_REF_JIT", "1" if jit else "0")
+    monkeypatch.setenv("PJRT_REF_JIT_MIN_ELEMENTS", "0")
+    return load(text)
+
+
+def ordered(values: np.ndarray) -> np.ndarray:
+    """float32 bits as integers ordered like the floats (-0 and +0 equal)."""
+    bits = values.view(np.int32).astype(np.int64)
+    return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+
+
 def mlp_training_step(rng: np.random.Generator, sizes: tuple, batch: int):
     """The benchmarks' W4 in any size: value_and_grad of softmax
     cross-entropy for an MLP with layer widths `sizes` on `batch` examples,

@@ -21,6 +21,7 @@ import tempfile
 
 import numpy as np
 
+from jit_support import ordered  # tests/ is this script's directory
 from pjrt_ref.interpreter.jit import vector_math
 
 REFERENCES = {
@@ -45,11 +46,6 @@ def compiled_loops() -> dict:
     namespace: dict = {}
     exec(compile(source, path, "exec"), namespace)
     return {name: namespace[f"run_{name}"] for name in REFERENCES}
-
-
-def ordered(values: np.ndarray) -> np.ndarray:
-    bits = values.view(np.int32).astype(np.int64)
-    return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
 
 
 def sweep() -> dict:

@@ -17,14 +17,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values  # noqa: E402
+from jit_support import assert_same_values, load_with, ordered  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from pjrt_ref.interpreter import load  # noqa: E402
 
 TINY = float(np.finfo(np.float32).tiny)
 MAX = float(np.finfo(np.float32).max)
@@ -71,22 +70,8 @@ def program_text(op: str, n: int) -> str:
             f"  return %2 : {t}\n}}\n")
 
 
-def load_with(text: str, monkeypatch, optimize: bool = True, jit: bool = True):
-    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1" if optimize else "0")
-    monkeypatch.setenv("PJRT_REF_JIT", "1" if jit else "0")
-    # Compile runs of any size: these tests check the compiled loops' bits.
-    monkeypatch.setenv("PJRT_REF_JIT_MIN_ELEMENTS", "0")
-    return load(text)
-
-
 def fused_steps(program) -> list:
     return [s for s in program.function.body.steps if s.op.name == "pjrt_ref.fused"]
-
-
-def ordered(values: np.ndarray) -> np.ndarray:
-    """float32 bits as integers ordered like the floats (-0 and +0 equal)."""
-    bits = values.view(np.int32).astype(np.int64)
-    return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values  # noqa: E402
+from jit_support import assert_same_values, load_with  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
@@ -15,14 +15,6 @@ from jax import lax  # noqa: E402
 from pjrt_ref.interpreter import load  # noqa: E402
 
 SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-39, -3.5, 88.0, -104.0, 1e30]
-
-
-def load_with(text: str, monkeypatch, optimize: bool):
-    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1" if optimize else "0")
-    monkeypatch.setenv("PJRT_REF_JIT", "1")
-    # Compile runs of any size: these tests check the compiled loops' bits.
-    monkeypatch.setenv("PJRT_REF_JIT_MIN_ELEMENTS", "0")
-    return load(text)
 
 
 def step_names(program) -> list[str]:
