@@ -85,6 +85,7 @@ def with_prelude(code: str) -> str:
     math = _MATH_PRELUDE if _MATH_CALL.search(code) else ""
     return PRELUDE + math + code
 
+
 _TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
                np.dtype(np.bool_): "bool_"}
 

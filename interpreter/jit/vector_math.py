@@ -35,10 +35,11 @@ results under- and overflow exactly as a correctly rounded float32 would
 (subnormal results are kept, not flushed).
 
 The functions are plain Python that numba compiles: `codegen` pastes their
-source (`prelude_source()`) into every generated kernel file, so that a
-change here changes the kernels' hashes and numba's disk cache cannot serve
-stale machine code. Inputs are float64 (a float32 widened exactly); the
-caller rounds the result to float32.
+source (`prelude_source()`) into every generated kernel file that calls
+one of them (`ENTRY_POINTS`), so that a change here changes those kernels'
+hashes and numba's disk cache cannot serve stale machine code. Inputs are
+float64 (a float32 widened exactly); the caller rounds the result to
+float32.
 """
 from __future__ import annotations
 
