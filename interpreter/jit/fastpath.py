@@ -11,7 +11,7 @@ kernel applies exactly that function on such dtypes are listed here.
 Other ops get their lean kernels from their own modules: a kernel
 registered with `specialize=` (registry.py) is asked once per step, here,
 for a version with its type- and attribute-dependent decisions already
-made (reduce, broadcast_in_dim, reshape, gather, scatter).
+made (reduce, broadcast_in_dim, reshape, transpose, point gather and scatter).
 """
 from __future__ import annotations
 

@@ -42,16 +42,14 @@ def index_vectors(indices: np.ndarray, index_vector_dim: int) -> tuple[tuple, np
     order.
     """
     indices = as_int64(indices)
-    if index_vector_dim == indices.ndim:
-        return indices.shape, indices.reshape(indices.size, 1)
-    moved = np.moveaxis(indices, index_vector_dim, -1)
-    batch_shape = moved.shape[:-1]
-    return batch_shape, moved.reshape(int(np.prod(batch_shape, dtype=np.int64)), moved.shape[-1])
+    order, vectors_shape, batch_shape = index_layout(indices.shape, index_vector_dim)
+    return batch_shape, indices.transpose(order).reshape(vectors_shape)
 
 
 def index_layout(indices_shape, index_vector_dim: int) -> tuple[tuple, tuple, tuple]:
     """(order, (batch size, vector length), batch shape): `indices.transpose(
-    order).reshape(...)` is what `index_vectors` returns, for a static shape."""
+    order).reshape(...)` gives the index vectors of `index_vectors`; worked
+    out once at plan time for a static shape (`PointIndexing`)."""
     rank = len(indices_shape)
     if index_vector_dim == rank:
         return tuple(range(rank)), (math.prod(indices_shape), 1), tuple(indices_shape)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..jit.regions import scatter_applier
 from ..registry import register
-from .gather import PointIndexing, batching_positions, index_vectors
+from .gather import PointIndexing, batching_positions, index_vectors, row_major_strides
 from .reduce_regions import BODY_UFUNCS
 
 REPLACE = "replace"
@@ -107,9 +107,7 @@ def scatter_positions(operand_shape, scatter_indices, updates_shape, dims):
     offsets = np.indices(window_shape, dtype=np.int64).reshape(len(window_shape), window_size)
     full_window = np.zeros((offsets.shape[1], rank), dtype=np.int64)
     full_window[:, operand_window_dims] = offsets.T
-    strides = np.ones(rank, dtype=np.int64)
-    for d in range(rank - 2, -1, -1):
-        strides[d] = strides[d + 1] * operand_shape[d + 1]
+    strides = row_major_strides(operand_shape)
     flat_targets = (full_start @ strides)[:, None] + (full_window @ strides)[None, :]
     return flat_targets, in_bounds, scatter_axes + window_axes
 

@@ -144,7 +144,7 @@ def _located(op):
         if error.op is not None:
             raise
         try:
-            located = type(error)(str(error), op=op.name, location=op.location)
+            located = op.error(str(error), cls=type(error))
         except TypeError:          # a subclass with its own constructor: keep it as it is
             raise error from None
         located.code = error.code
