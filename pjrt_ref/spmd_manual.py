@@ -67,17 +67,12 @@ class PartitionedRun:
         if self.inside_manual or self.per_device:
             return self.run_manual_on_this_device(op, operands, body)
         in_layouts, out_layouts = _manual_layouts(op, self.meshes)
-        local_args = {d: [layout.cut(np.asarray(x), d, f"operand {i} of {op.name}")
-                          for i, (layout, x) in enumerate(zip(in_layouts, operands))]
-                      for d in self.devices}
+        local_args = {d: _cut_operands(op, in_layouts, operands, d) for d in self.devices}
         for i, (arg, ttype) in enumerate(zip(local_args[0], body.arg_types)):
             if hasattr(ttype, "shape") and tuple(arg.shape) != tuple(ttype.shape):
                 raise op.error(f"operand {i}: the local shard has shape {list(arg.shape)}, "
                                f"the body takes {list(ttype.shape)}")
-        local_results = self.run_body_per_device(op, body, local_args)
-        return [layout.assemble({d: local_results[d][i] for d in self.devices},
-                                tuple(t.shape), t.dtype, f"result {i} of {op.name}")
-                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+        return _assemble_results(op, out_layouts, self.run_body_per_device(op, body, local_args))
 
     def run_manual_on_this_device(self, op, operands, body) -> list[np.ndarray]:
         """A manual computation met by a thread that already is one device (a
@@ -87,13 +82,9 @@ class PartitionedRun:
         device's coordinates on every axis that is not manual here."""
         in_layouts, out_layouts = _manual_layouts(op, self.meshes)
         device = _this_device(self)
-        local = [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
-                 for i, (layout, x) in enumerate(zip(in_layouts, operands))]
-        results = [np.asarray(r) for r in body(*local)]
+        results = [np.asarray(r) for r in body(*_cut_operands(op, in_layouts, operands, device))]
         shared = self.exchange(op, _devices_differing_only_in(op, self.meshes, device), results)
-        return [layout.assemble({d: values[i] for d, values in shared.items()}, tuple(t.shape),
-                                t.dtype, f"result {i} of {op.name}")
-                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+        return _assemble_results(op, out_layouts, shared)
 
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
         """Run the region `body` once per device, each in its own copy of the
@@ -130,23 +121,18 @@ class PartitionedRun:
         out_texts = op.attrs[OUT_SHARDINGS_ATTR]
         out_layouts = [_cached_layout(op, text, len(t.shape), self.devices)
                        for text, t in zip(out_texts, op.result_types)]
-
-        def local_args(device: int) -> list:
-            return [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
-                    for i, (layout, x) in enumerate(zip(in_layouts, operands))]
         if self.inside_manual or self.per_device:
             # Nested in another manual region: this thread is one device.
             device = _this_device(self)
-            results = [np.asarray(r) for r in callee.run(local_args(device))]
+            results = [np.asarray(r) for r in callee.run(_cut_operands(op, in_layouts, operands, device))]
             group = _manual_group(op, out_texts[0] if out_texts else "{replicated}",
                                   len(op.result_types[0].shape) if out_texts else 0,
                                   self.devices, device)
             shared = self.exchange(op, group, results)
         else:
-            shared = self.run_per_device(op, lambda device: callee.run(local_args(device)))
-        return [layout.assemble({d: np.asarray(values[i]) for d, values in shared.items()},
-                                tuple(t.shape), t.dtype, f"result {i} of {op.name}")
-                for i, (layout, t) in enumerate(zip(out_layouts, op.result_types))]
+            shared = self.run_per_device(
+                op, lambda device: callee.run(_cut_operands(op, in_layouts, operands, device)))
+        return _assemble_results(op, out_layouts, shared)
 
     def full_to_shard(self, op, operand) -> np.ndarray:
         """`@SPMDFullToShardShape`: this device's shard of the global operand."""
@@ -234,6 +220,19 @@ def _cached_layout(op, text: str, rank: int, devices) -> Layout:
     if layout is None:
         layout = op.cache[key] = parse_hlo_sharding(text, rank, devices)
     return layout
+
+
+def _cut_operands(op, layouts: list[Layout], operands, device: int) -> list[np.ndarray]:
+    """`device`'s local shard of each of the op's global operands."""
+    return [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
+            for i, (layout, x) in enumerate(zip(layouts, operands))]
+
+
+def _assemble_results(op, layouts: list[Layout], per_device: dict) -> list[np.ndarray]:
+    """Each of the op's global results, from {device: its local results}."""
+    return [layout.assemble({d: values[i] for d, values in per_device.items()},
+                            tuple(t.shape), t.dtype, f"result {i} of {op.name}")
+            for i, (layout, t) in enumerate(zip(layouts, op.result_types))]
 
 
 def _manual_group(op, text: str, rank: int, devices: list[int], device: int) -> list[int]:
