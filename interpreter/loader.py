@@ -91,7 +91,7 @@ def _sandbox_timeout() -> float:
         return 60.0
 
 
-def check_bytecode_in_child(data: bytes, work, fresh_command: list[str] | None = None) -> None:
+def check_bytecode_in_child(data: bytes, work, fresh_command: list[str]) -> None:
     """Run `work()` (parse + plan of MLIR bytecode) in a forked child first.
 
     MLIR's bytecode reader trusts its input: fuzzing found bytecode that makes
@@ -100,8 +100,9 @@ def check_bytecode_in_child(data: bytes, work, fresh_command: list[str] | None =
     None of that can be caught in-process, so bytecode (and portable
     artifacts) are first parsed in a `fork()`ed child. If the child dies by a
     signal, exits abnormally or takes longer than
-    PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60), the input is
-    rejected with INVALID_ARGUMENT; otherwise the caller parses it again
+    PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60; then once more in a
+    new interpreter, `fresh_command`), the input is rejected with
+    INVALID_ARGUMENT; otherwise the caller parses it again
     in-process. Python exceptions in the child are ignored here: the
     in-process parse raises them again. Text input is not checked (the text
     parser reports errors as diagnostics). PJRT_REF_BYTECODE_CHECK=0 turns
@@ -113,12 +114,10 @@ def check_bytecode_in_child(data: bytes, work, fresh_command: list[str] | None =
     # other threads hold a lock can, rarely, deadlock a child on good input
     # (a lock held at the fork stays held in the child), so the second try is
     # `fresh_command` (a new interpreter that inherits no lock; the same work,
-    # `data` on its stdin) when the caller gives one, else a second fork.
-    # Input that really makes the reader hang hangs again.
+    # `data` on its stdin). Input that really makes the reader hang hangs again.
     status = _status_of_child(work)
     if status is None:
-        status = (_status_of_fresh_process(fresh_command, data) if fresh_command
-                  else _status_of_child(work))
+        status = _status_of_fresh_process(fresh_command, data)
     if status is None:
         raise InvalidArgument(
             "MLIR bytecode rejected: parsing it did not finish within "
