@@ -1,7 +1,7 @@
 """pjrt-ref: a reference PJRT plugin written in Python.
 
 `library_path()` is the PJRT plugin to hand to a framework (JAX registers it
-through the `jax_plugins` entry point, see `pjrt_ref.jax_plugin`).
+through the `jax_plugins` entry point, see `pjrt_ref.frameworks.jax`).
 """
 from __future__ import annotations
 

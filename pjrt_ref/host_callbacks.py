@@ -19,7 +19,7 @@ How JAX calls Python from a running program depends on the backend
 pjrt-ref uses the second mechanism: it is the one the PJRT C API defines, so
 it works from any host (a C host passes its own callbacks), needs no
 registry of Python objects in the plugin, and jaxlib keeps the callables
-alive for as long as an execution that may call them runs. `jax_plugin.py`
+alive for as long as an execution that may call them runs. `frameworks/jax/plugin.py`
 makes JAX lower its callbacks that way for platform "pjrt_ref".
 
 This module is the runtime half, free of C: `HostTransfers` is the

@@ -39,7 +39,7 @@ def test_plugin_costs_little_at_startup():
         import dataclasses, sys, time
         import jax
         from jax._src import xla_bridge
-        import pjrt_ref.jax_plugin as plugin
+        import pjrt_ref.frameworks.jax as plugin
         spent = {}
         original = plugin.initialize
         def timed_initialize():

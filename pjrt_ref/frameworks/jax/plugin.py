@@ -47,7 +47,7 @@ def _named_in_environment() -> bool:
 def initialize() -> None:
     from jax._src import xla_bridge
 
-    from . import library_path
+    from ... import library_path
 
     if not _named_in_environment():     # an explicit PJRT_NAMES_AND_LIBRARY_PATHS entry wins
         xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path())
