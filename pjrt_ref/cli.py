@@ -6,6 +6,7 @@
     pjrt-ref profile TRACE.json [--top N]
     pjrt-ref cost PROGRAM.mlir [--top N]
     pjrt-ref conformance PATH... [--jobs N] [--json FILE] [-k SUBSTRING] [--timeout S]
+    pjrt-ref jax-tests PATH_TO_JAX_CHECKOUT [FILE ...] [--cases N] [--x64] [--devices N]
     pjrt-ref library-path
 
 Each subcommand lives in its own small function; the heavy imports (jaxlib's
@@ -78,6 +79,12 @@ def _conformance_command(argv: list[str]) -> int:
     return conformance_main(argv)
 
 
+def _jax_tests_command(argv: list[str]) -> int:
+    from .frameworks.jax.suite import main as suite_main
+
+    return suite_main(argv)
+
+
 def _library_path_command(argv: list[str]) -> int:
     from pjrt_ref import library_path
 
@@ -92,6 +99,7 @@ COMMANDS = {
     "profile": (_profile_command, "top ops and source lines of a PJRT_REF_PROFILE trace"),
     "cost": (_cost_command, "flops and bytes accessed per op of a program (cost_analysis)"),
     "conformance": (_conformance_command, "run StableHLO test files and report pass/fail"),
+    "jax-tests": (_jax_tests_command, "run JAX's own test files on cpu and on pjrt_ref, and compare"),
     "library-path": (_library_path_command, "print the path of the PJRT plugin library"),
 }
 

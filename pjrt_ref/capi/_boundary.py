@@ -274,7 +274,8 @@ def owned_text(owner: Any, key: Any, text: str) -> tuple[Any, int]:
 
 def owned_array(owner: Any, key: Any, ctype: str, values: list) -> Any:
     """A C array of `ctype` owned by `owner`, as a `void*` (assignable to any pointer field)."""
-    array = owned(owner, ("array", key), lambda: ffi.new(f"{ctype}[]", list(values) or [0]))
+    # An empty list still gets a (zeroed) element: C callers may read the pointer, never the value.
+    array = owned(owner, ("array", key), lambda: ffi.new(f"{ctype}[]", list(values) or 1))
     return ffi.cast("void*", array)
 
 

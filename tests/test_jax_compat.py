@@ -1,0 +1,22 @@
+"""What JAX's own test suite found pjrt_ref doing differently from XLA CPU (issue 12).
+
+Each test runs JAX on `pjrt_ref,cpu` in a child process and checks one cause;
+the project's suite must not need JAX's checkout, so the cases are restated
+here in a few lines each.
+"""
+from __future__ import annotations
+
+from test_jax_support import run_jax
+
+PJRT_REF_AND_CPU = {"JAX_PLATFORMS": "pjrt_ref,cpu"}
+
+
+def test_programs_without_results_compile_and_run():
+    """A jit with no outputs (None, or only a debug print) asks for zero output memory kinds."""
+    proc = run_jax("""
+        assert jax.jit(lambda x: None)(jnp.ones(3)) is None
+        jax.jit(lambda x: jax.debug.print("x={x}", x=x))(jnp.arange(3.0))
+        assert float(jax.grad(lambda x: (x ** 2).sum())(jnp.ones(3))[0]) == 2.0
+        print("done")
+    """, **PJRT_REF_AND_CPU)
+    assert "x=[0. 1. 2.]" in proc.stdout and "done" in proc.stdout
