@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgument
-from .loader import check_bytecode_in_child, is_bytecode, make_context, parse_module
+from .bytecode_guard import check_bytecode
+from .loader import is_bytecode, make_context, parse_module
 from .plan import ModulePlan
-from .registry import lookup
 from .types import TensorType, TokenType, TOKEN
 
 
@@ -21,13 +21,7 @@ class Program:
     def __init__(self, source: bytes | str, entry: str = "main", _checked: bool = False):
         if (not _checked and isinstance(source, (bytes, bytearray, memoryview))
                 and is_bytecode(bytes(source[:4]))):
-            data = bytes(source)
-            # Import every op family first: the parent needs them anyway, and
-            # the forked child then inherits them instead of importing them
-            # again (~0.1 s of the first compile in a process).
-            lookup("stablehlo.constant")
-            check_bytecode_in_child(data, lambda: _parse_and_plan_unoptimized(data, entry),
-                                    fresh_command=_fresh_check_command(entry))
+            check_bytecode(bytes(source), entry)     # raises if it crashes another process
         try:
             self._init(source, entry)
         except UnicodeDecodeError as error:
@@ -103,28 +97,6 @@ class Program:
                     f"{_shape_text(ttype.shape)}, got {_shape_text(array.shape)}")
             converted.append(array)
         return converted
-
-
-def _parse_and_plan_unoptimized(data: bytes, entry: str) -> None:
-    """The bytecode check's work, in the forked child: everything that reads
-    the MLIR objects (parse, verify, plan), but none of the plan-time
-    optimization, which reads only the finished plan and would compile or
-    load numba kernels the parent has to load again anyway."""
-    import os
-
-    os.environ["PJRT_REF_OPTIMIZE"] = "0"  # the child's own environment
-    Program(data, entry, _checked=True)
-
-
-def _fresh_check_command(entry: str) -> list[str]:
-    """The bytecode check's work in a new interpreter, reading the bytes from stdin."""
-    import sys
-
-    return [sys.executable, "-c",
-            "import sys; from pjrt_ref.interpreter.program import _parse_and_plan_unoptimized as check\n"
-            "try: check(sys.stdin.buffer.read(), sys.argv[1])\n"
-            "except Exception: pass  # Python errors are the in-process parse's to report",
-            entry]
 
 
 def _shape_text(shape) -> str:

@@ -42,7 +42,7 @@ class Executable:
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
         self.build_options = parse_compile_options(self.compile_options)
-        _limit_blas_threads_before_the_loader_forks()
+        _limit_blas_threads()
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
         if _PROFILING or live_profile.ACTIVE:
@@ -155,11 +155,10 @@ class LoadedExecutable:
         return [Buffer(_output_array(i, out, t), device) for i, (out, t) in enumerate(zip(outputs, exe.output_types))]
 
 
-def _limit_blas_threads_before_the_loader_forks() -> None:
-    """Apply the interpreter's OpenBLAS thread setting before `load` forks
-    (interpreter/jit/blas.py says why: set after a fork, it restarts an
-    OpenBLAS worker that busy-waits a core for ~0.1 s). Once per process,
-    whether or not the optimiser is on (the setting decides a product's bits)."""
+def _limit_blas_threads() -> None:
+    """Apply the interpreter's OpenBLAS thread setting before the first
+    program is loaded. Once per process, whether or not the optimiser is on
+    (the setting decides a product's bits)."""
     from .interpreter.jit import blas
 
     blas.limit_blas_threads()

@@ -251,25 +251,6 @@ def test_plugin_product_through_jax_uses_the_pool():
     assert out == ["pjrt_ref", "True", "True"]
 
 
-def test_compile_sets_blas_threads_before_the_loader_forks():
-    """Through JAX, the OpenBLAS setting is in place before the loader forks
-    to check the program's bytecode: applied after a fork, it restarts a
-    busy-waiting OpenBLAS worker (blas.py)."""
-    code = textwrap.dedent("""
-        import jax
-        from pjrt_ref.interpreter import loader
-        from pjrt_ref.interpreter.jit import blas
-        seen = []
-        fork = loader.os.fork
-        loader.os.fork = lambda: (seen.append(blas._BLAS_THREADS), fork())[1]
-        assert float(jax.jit(lambda x: x + 1)(1.0)) == 2.0
-        print(seen)
-    """)
-    out = _run_with_default_blas(code, drop=("PJRT_REF_BYTECODE_CHECK",),
-                                 JAX_PLATFORMS="pjrt_ref")
-    assert out == ["[1]"]
-
-
 _PRODUCT_BITS = textwrap.dedent("""
     import sys
     import numpy as np

@@ -1,0 +1,164 @@
+"""Read untrusted MLIR bytecode in another process before this one does.
+
+MLIR's bytecode reader trusts its input: fuzzing (tests/fuzz_loader.py)
+found bytecode that makes it abort (an uncaught C++ exception), corrupt the
+heap or loop forever. None of that can be caught in-process, so bytecode
+(and portable artifacts) is first parsed, verified and planned by a checker
+process; only if the checker survives does the caller parse it again
+in-process. A checker that dies by a signal, exits, or takes longer than
+PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets the input rejected
+with INVALID_ARGUMENT. Python exceptions in the checker are not verdicts:
+the in-process parse raises them again, with their own message.
+PJRT_REF_BYTECODE_CHECK=0 turns the check off.
+
+The checker is a fresh interpreter (`python -m pjrt_ref.interpreter.bytecode_guard`)
+started once and reused, never a `fork()` of this process: JAX runs many
+threads, and a forked child inherits the locks they hold at that instant,
+so it could crash or hang on good programs, which were then turned away.
+A fresh interpreter inherits nothing. It reads requests from its stdin
+(entry name and bytes, length-prefixed) and answers each with one byte.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+from ..errors import InvalidArgument
+
+_HEADER = struct.Struct("<II")     # entry length, data length
+_OK = b"\x01"
+
+
+def check_enabled() -> bool:
+    return os.environ.get("PJRT_REF_BYTECODE_CHECK", "1").strip() != "0"
+
+
+def timeout_seconds() -> float:
+    value = os.environ.get("PJRT_REF_BYTECODE_CHECK_TIMEOUT", "").strip()
+    try:
+        return float(value) if value else 60.0
+    except ValueError:
+        raise InvalidArgument(f"PJRT_REF_BYTECODE_CHECK_TIMEOUT={value!r} is not a number of seconds") from None
+
+
+class Checker:
+    """One checker process: `verdict(entry, data)` is None (survived) or why not."""
+
+    def __init__(self):
+        self.stderr = tempfile.TemporaryFile()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+                   PJRT_REF_OPTIMIZE="0", PJRT_REF_BYTECODE_CHECK="0")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.stderr, env=env, close_fds=True)
+        self.owner = os.getpid()
+
+    def verdict(self, entry: str, data: bytes, timeout: float) -> str | None:
+        name = entry.encode()
+        try:
+            self.process.stdin.write(_HEADER.pack(len(name), len(data)) + name + data)
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._death()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not ready:
+            self.close()
+            return f"parsing it did not finish within {timeout:g} s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)"
+        if self.process.stdout.read(1) == _OK:
+            return None
+        return self._death()
+
+    def _death(self) -> str:
+        code = self.process.wait()
+        self.stderr.seek(0)
+        last = [line for line in self.stderr.read().decode(errors="replace").splitlines() if line.strip()]
+        said = f": {last[-1][:300]}" if last else ""
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"it crashes MLIR's bytecode reader ({name}){said}"
+        return f"it crashes MLIR's bytecode reader (exit {code}){said}"
+
+    @property
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def close(self) -> None:
+        if self.owner != os.getpid():   # a forked copy: the process is our parent's
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.stderr.close()
+
+
+_LOCK = threading.Lock()
+_CHECKER: Checker | None = None
+
+
+def check_bytecode(data: bytes, entry: str) -> None:
+    """Raise InvalidArgument if parsing `data` crashes or hangs the checker process."""
+    global _CHECKER
+    if not check_enabled():
+        return
+    timeout = timeout_seconds()
+    with _LOCK:
+        if _CHECKER is None or not _CHECKER.alive:
+            _CHECKER = Checker()
+        why = _CHECKER.verdict(entry, data, timeout)
+        if why is not None:
+            _CHECKER.close()
+            _CHECKER = None
+    if why is not None:
+        raise InvalidArgument(f"MLIR bytecode rejected: {why}")
+
+
+@atexit.register
+def _stop_checker() -> None:
+    if _CHECKER is not None:
+        _CHECKER.close()
+
+
+def _read_exactly(stream, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def serve(requests, answers) -> None:
+    """The checker's loop: parse and plan each request; answer OK unless we die first."""
+    from .program import Program
+
+    while True:
+        header = _read_exactly(requests, _HEADER.size)
+        if header is None:
+            return                      # our parent closed the pipe (or died)
+        entry_size, data_size = _HEADER.unpack(header)
+        entry = _read_exactly(requests, entry_size)
+        data = _read_exactly(requests, data_size)
+        if entry is None or data is None:
+            return
+        try:
+            Program(data, entry.decode(), _checked=True)
+        except Exception:
+            pass                        # the in-process parse reports Python errors itself
+        answers.write(_OK)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)
