@@ -20,3 +20,16 @@ def test_programs_without_results_compile_and_run():
         print("done")
     """, **PJRT_REF_AND_CPU)
     assert "x=[0. 1. 2.]" in proc.stdout and "done" in proc.stdout
+
+
+def test_host_buffers_with_negative_strides():
+    """A flipped numpy view (negative byte strides) is copied as XLA copies it."""
+    run_jax("""
+        dev = jax.devices("pjrt_ref")[0]
+        x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+        for view in (x[::-1], x[:, ::-1, ::2], x[::-1, :, ::-1].transpose(2, 0, 1), x[::-1, ::-1, ::-1]):
+            assert view.strides != np.ascontiguousarray(view).strides
+            got = np.asarray(jax.device_put(view, dev))
+            assert np.array_equal(got, view), (view.strides, got)
+        print("ok")
+    """, **PJRT_REF_AND_CPU)

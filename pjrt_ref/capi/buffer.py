@@ -67,28 +67,37 @@ def _dense_strides(dims: list[int], itemsize: int) -> list[int]:
     return strides[::-1]
 
 
-def _extent(dims: list[int], strides: list[int], itemsize: int) -> int:
-    """Bytes spanned by an array with these (non-negative) strides."""
+def _span(dims: list[int], strides: list[int], itemsize: int) -> tuple[int, int]:
+    """Byte offsets (first, end) of the memory an array with these strides
+    touches, relative to its element [0, 0, ...]. Negative strides (a flipped
+    numpy view) reach below it; XLA accepts any byte strides, so do we."""
     if any(d == 0 for d in dims):
-        return 0
-    return itemsize + sum((d - 1) * s for d, s in zip(dims, strides))
+        return 0, 0
+    below = sum((d - 1) * s for d, s in zip(dims, strides) if s < 0)
+    above = sum((d - 1) * s for d, s in zip(dims, strides) if s > 0)
+    return below, above + itemsize
+
+
+def _strided_view(data, dtype: np.dtype, dims: list[int], strides: list[int]) -> np.ndarray | None:
+    """A numpy view of the caller's memory at `data` (None if it spans no bytes)."""
+    first, end = _span(dims, strides, dtype.itemsize)
+    if end == first:
+        return None
+    start = _boundary.ffi.cast("char*", data) + first
+    raw = np.frombuffer(_boundary.ffi.buffer(start, end - first), np.uint8)
+    return np.ndarray(shape=dims, dtype=dtype, buffer=raw, offset=-first, strides=strides)
 
 
 def host_to_array(data, dtype: np.dtype, dims: list[int], strides: list[int] | None) -> np.ndarray:
-    """Copy the caller's host memory (any non-negative strides) into a fresh array."""
+    """Copy the caller's host memory (any byte strides) into a fresh array."""
     if any(d < 0 for d in dims):
         raise InvalidArgument(f"negative dimension in {dims}")
     strides = strides if strides is not None else _dense_strides(dims, dtype.itemsize)
-    if any(s < 0 for s in strides):
-        raise Unimplemented("negative byte strides are not supported")
-    size = _extent(dims, strides, dtype.itemsize)
-    if size == 0:
+    if any(d == 0 for d in dims):
         return np.zeros(dims, dtype)
     if data == _boundary.NULL:
         raise InvalidArgument("host data pointer is NULL")
-    raw = np.frombuffer(_boundary.ffi.buffer(data, size), np.uint8)
-    typed = np.ndarray(shape=dims, dtype=dtype, buffer=raw, strides=strides)
-    return np.array(typed, copy=True, order="C")
+    return np.array(_strided_view(data, dtype, dims, strides), copy=True, order="C")
 
 
 def array_to_host(array: np.ndarray, dst, dst_size: int, strides: list[int] | None) -> None:
@@ -96,14 +105,14 @@ def array_to_host(array: np.ndarray, dst, dst_size: int, strides: list[int] | No
     itemsize = array.dtype.itemsize
     dims = list(array.shape)
     strides = strides if strides is not None else _dense_strides(dims, itemsize)
-    size = _extent(dims, strides, itemsize)
-    if dst_size < size:
-        raise InvalidArgument(f"destination has {dst_size} bytes, {size} needed")
-    if size == 0:
-        return
-    raw = np.frombuffer(_boundary.ffi.buffer(dst, size), np.uint8)
-    target = np.ndarray(shape=dims, dtype=array.dtype, buffer=raw, strides=strides)
-    target[...] = array
+    first, end = _span(dims, strides, itemsize)
+    if first < 0:
+        raise InvalidArgument(f"byte strides {strides} reach below the destination pointer")
+    if dst_size < end:
+        raise InvalidArgument(f"destination has {dst_size} bytes, {end} needed")
+    target = _strided_view(dst, array.dtype, dims, strides)
+    if target is not None:
+        target[...] = array
 
 
 # ------------------------------------------------------ host -> device
@@ -159,8 +168,8 @@ def buffer_to_host_buffer(args: Args) -> None:
     buffer = _buffer(args, "src")
     array = buffer.array
     strides = _strides_from_layout(args.host_layout, list(buffer.dims), buffer.dtype.itemsize)
-    needed = _extent(list(buffer.dims), strides or _dense_strides(list(buffer.dims), buffer.dtype.itemsize),
-                     buffer.dtype.itemsize)
+    needed = _span(list(buffer.dims), strides or _dense_strides(list(buffer.dims), buffer.dtype.itemsize),
+                   buffer.dtype.itemsize)[1]
     if args.dst == _boundary.NULL:
         args.dst_size = needed
         return
