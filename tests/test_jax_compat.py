@@ -33,3 +33,16 @@ def test_host_buffers_with_negative_strides():
             assert np.array_equal(got, view), (view.strides, got)
         print("ok")
     """, **PJRT_REF_AND_CPU)
+
+
+def test_dce_sink_and_index_typed_layout_attributes():
+    """`lax.dce_sink(..., prevent_mlir_dce=True)` lowers to a custom call whose
+    `operand_layouts` attribute has `index` elements."""
+    run_jax("""
+        from jax import lax
+        def f(x):
+            lax.dce_sink(jnp.sin(x), prevent_mlir_dce=True)
+            return x * 2
+        assert float(jax.jit(f)(1.5)) == 3.0
+        print("ok")
+    """, **PJRT_REF_AND_CPU)
