@@ -6,7 +6,9 @@ partition counts and the device assignment from its
 `executable_build_options`, so it reads the protobuf wire format by hand
 instead of depending on protobuf and XLA's generated classes:
 
-    CompileOptionsProto          3: executable_build_options (message)
+    CompileOptionsProto          3: executable_build_options (message),
+                                 7: env_option_overrides (map<string, OptionOverrideProto>)
+    OptionOverrideProto          1: string, 2: bool, 3: int64, 4: double (one of them)
     ExecutableBuildOptionsProto  4: num_replicas, 5: num_partitions (int64),
                                  6: use_spmd_partitioning (bool),
                                  9: device_assignment (message)
@@ -21,6 +23,7 @@ computation (partition), each listing the devices of its replicas.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
@@ -38,16 +41,21 @@ class BuildOptions:
     num_partitions: int = 0
     use_spmd_partitioning: bool = False
     device_assignment: DeviceAssignment | None = None
+    # `jit(..., compiler_options={...})`: (name, str | bool | int | float) pairs.
+    option_overrides: tuple = ()
 
 
 def parse_compile_options(blob: bytes) -> BuildOptions:
     """The build options in serialized CompileOptionsProto `blob` (empty: defaults)."""
     build = b""
-    for field, _, value in _fields(blob, "CompileOptionsProto"):
+    overrides = []
+    for field, _, value in wire_fields(blob, "CompileOptionsProto"):
         if field == 3:
             build = value
-    options = {}
-    for field, _, value in _fields(build, "ExecutableBuildOptionsProto"):
+        elif field == 7:
+            overrides.append(_option_override(value))
+    options: dict = {"option_overrides": tuple(overrides)}
+    for field, _, value in wire_fields(build, "ExecutableBuildOptionsProto"):
         if field == 4:
             options["num_replicas"] = _signed(value)
         elif field == 5:
@@ -59,11 +67,38 @@ def parse_compile_options(blob: bytes) -> BuildOptions:
     return BuildOptions(**options)
 
 
+def _option_override(entry: bytes) -> tuple[str, object]:
+    """One `env_option_overrides` map entry (1: key, 2: OptionOverrideProto) as (name, value)."""
+    name, value = "", None
+    for field, _, item in wire_fields(entry, "env_option_overrides entry"):
+        if field == 1:
+            name = item.decode(errors="replace")
+        elif field == 2:
+            value = _override_value(item)
+    if value is None:
+        raise InvalidArgument(f"compile option {name!r} has no value")
+    return name, value
+
+
+def _override_value(blob: bytes) -> object:
+    value = None
+    for field, _, item in wire_fields(blob, "OptionOverrideProto"):
+        if field == 1:
+            value = item.decode(errors="replace")
+        elif field == 2:
+            value = bool(item)
+        elif field == 3:
+            value = _signed(item)
+        elif field == 4:
+            value = struct.unpack("<d", item.to_bytes(8, "little"))[0]
+    return value
+
+
 def parse_device_assignment(blob: bytes) -> DeviceAssignment:
     """DeviceAssignmentProto bytes -> `assignment[replica][partition]`."""
     replica_count = computation_count = 0
     columns: list[list[int]] = []
-    for field, wire, value in _fields(blob, "DeviceAssignmentProto"):
+    for field, wire, value in wire_fields(blob, "DeviceAssignmentProto"):
         if field == 1:
             replica_count = _signed(value)
         elif field == 2:
@@ -90,7 +125,7 @@ def encode_device_assignment(assignment: DeviceAssignment) -> bytes:
 
 
 # ------------------------------------------------------------ wire format
-def _fields(data: bytes, what: str):
+def wire_fields(data: bytes, what: str):
     """(field number, wire type, value) of each field; LEN values are bytes."""
     position = 0
     while position < len(data):
@@ -127,7 +162,7 @@ def _read_varint(data: bytes, position: int, what: str) -> tuple[int, int]:
 def _repeated_ints(column: bytes) -> list[int]:
     """ComputationDevice.replica_device_ids, packed or one field per id."""
     ids: list[int] = []
-    for field, wire, value in _fields(column, "ComputationDevice"):
+    for field, wire, value in wire_fields(column, "ComputationDevice"):
         if field != 1:
             continue
         if wire == _LEN:

@@ -19,6 +19,7 @@ from . import multi_device, serialization
 from .buffer import Buffer
 from .debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
+from .xla_options import check_option_overrides
 from .dtypes import BufferType, from_numpy
 from .errors import Internal, InvalidArgument, Unimplemented
 
@@ -42,6 +43,8 @@ class Executable:
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
         self.build_options = parse_compile_options(self.compile_options)
+        if self.build_options.option_overrides:
+            check_option_overrides(self.build_options.option_overrides)
         _limit_blas_threads()
         self.program = load(self.code)
         self.name = _module_name(self.program.text)

@@ -46,3 +46,30 @@ def test_dce_sink_and_index_typed_layout_attributes():
         assert float(jax.jit(f)(1.5)) == 3.0
         print("ok")
     """, **PJRT_REF_AND_CPU)
+
+
+def test_compiler_options_are_checked_as_xla_checks_them():
+    """Known XLA options are accepted (and ignored); unknown names and values
+    of the wrong type are refused with XLA's messages."""
+    proc = run_jax("""
+        f = jax.jit(lambda x: jnp.sqrt(x ** 2) + 1.0)
+        lowered = f.lower(1.0)
+        lowered.compile(compiler_options={"xla_embed_ir_in_executable": True,
+                                          "xla_dump_max_hlo_modules": 200,
+                                          "xla_gpu_auto_spmd_partitioning_memory_budget_ratio": 0.5,
+                                          "xla_dump_to": "/nonexistent"})
+        jax.jit(lambda x: x + 1, compiler_options={"exec_time_optimization_effort": 0.0})(1.0)
+        for options in ({"invalid_key": "invalid_value"}, {"xla_embed_ir_in_executable": "invalid_value"},
+                        {"xla_dump_max_hlo_modules": 2.5}, {"exec_time_compilation_effort": 0.0}):
+            try:
+                lowered.compile(compiler_options=options)
+                print("accepted", options)
+            except jax.errors.JaxRuntimeError as error:
+                print(str(error).splitlines()[0])
+    """, **PJRT_REF_AND_CPU)
+    assert proc.stdout.splitlines() == [
+        "INVALID_ARGUMENT: No such compile option: 'invalid_key'",
+        "INVALID_ARGUMENT: While setting option xla_embed_ir_in_executable, 'invalid_value' is not a valid bool value.",
+        "INVALID_ARGUMENT: While setting option xla_dump_max_hlo_modules, '2.5' is not a valid int32 value.",
+        "INVALID_ARGUMENT: No such compile option: 'exec_time_compilation_effort'",
+    ]
