@@ -100,7 +100,6 @@ def convert_attribute(attr) -> Any:
 
 def dense_elements_to_numpy(attr) -> np.ndarray:
     """Read a DenseElementsAttr into a numpy array of the right dtype and shape."""
-    from jaxlib.mlir import ir
 
     if str(attr.type).endswith("index>"):
         return _index_elements(attr)

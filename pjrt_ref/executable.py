@@ -20,8 +20,9 @@ from .buffer import Buffer
 from .debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
 from .xla_options import check_option_overrides
-from .dtypes import BufferType, from_numpy
-from .errors import Internal, InvalidArgument, Unimplemented
+from .dtypes import BufferType
+from .errors import InvalidArgument, Unimplemented
+from .execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
 
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
 # PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py);
@@ -85,7 +86,7 @@ class Executable:
         return resolve_count("partitions", self.build_options.num_partitions, self.program.num_partitions)
 
     def output_buffer_types(self) -> list[BufferType]:
-        return [_buffer_type(t) for t in self.output_types]
+        return [buffer_type_of(t) for t in self.output_types]
 
     def output_dims(self) -> list[tuple[int, ...]]:
         return [tuple(-1 if d is None else int(d) for d in getattr(t, "shape", ())) for t in self.output_types]
@@ -143,6 +144,7 @@ class LoadedExecutable:
         if self.deleted:
             raise InvalidArgument("executable has been deleted")
         exe = self.executable
+        donated = donated_indices(exe, arguments, non_donatable)
         arrays = [buffer.array for buffer in arguments]
         start = time.perf_counter()
         # Under jax.profiler.trace: the plan with every op instrumented (debug/live_profile.py).
@@ -150,12 +152,9 @@ class LoadedExecutable:
         if _PROFILING or live_profile.ACTIVE:
             _profile_slice(f"execute {exe.name}", "execute", start,
                            {"arguments": [f"{a.dtype}{list(a.shape)}" for a in arrays]})
-        if len(outputs) != exe.num_outputs:
-            raise Internal(f"program returned {len(outputs)} results, signature says {exe.num_outputs}")
-        for index in exe.donor_indices:
-            if index < len(arguments) and index not in non_donatable:
-                arguments[index].delete()
-        return [Buffer(_output_array(i, out, t), device) for i, (out, t) in enumerate(zip(outputs, exe.output_types))]
+        buffers = output_buffers(exe, outputs, device, arrays)
+        delete_donated(arguments, donated)
+        return buffers
 
 
 def _limit_blas_threads() -> None:
@@ -185,21 +184,6 @@ def _static_signature(input_types) -> list[tuple[np.dtype, tuple[int, ...]]] | N
             return None
         signature.append((np.dtype(ttype.dtype), tuple(int(d) for d in ttype.shape)))
     return signature
-
-
-def _output_array(index: int, value, ttype) -> np.ndarray:
-    array = np.asarray(value)
-    expected = getattr(ttype, "dtype", None)
-    if expected is None:             # a token: a zero-size placeholder
-        return np.zeros((0,), np.bool_)
-    if array.dtype != expected:
-        raise Internal(f"result {index}: interpreter produced {array.dtype}, signature says {expected}")
-    return array
-
-
-def _buffer_type(ttype) -> BufferType:
-    dtype = getattr(ttype, "dtype", None)
-    return BufferType.TOKEN if dtype is None else from_numpy(dtype)
 
 
 def _nbytes(ttype) -> int:

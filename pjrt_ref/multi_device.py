@@ -37,6 +37,7 @@ from .buffer import Buffer
 from .compile_options import DeviceAssignment
 from .debug import live_profile
 from .errors import Internal, InvalidArgument
+from .execution_io import delete_donated, donated_indices, output_buffers
 
 
 # ------------------------------------------------------------- placement
@@ -82,6 +83,7 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
     if len(argument_lists) != len(loaded.devices):
         raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), "
                               f"got {len(argument_lists)} argument lists")
+    donated = [donated_indices(exe, row, non_donatable) for row in argument_lists]
     arrays = [[buffer.array for buffer in row] for row in argument_lists]
     start = time.perf_counter()
     outputs = runner_for(exe)(arrays, loaded.logical_ids())
@@ -90,21 +92,11 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
                                         {"devices": len(loaded.devices)})
     if len(outputs) != len(loaded.devices):
         raise Internal(f"{len(outputs)} output lists for {len(loaded.devices)} devices")
-    for row in argument_lists:
-        for index in exe.donor_indices:
-            if index < len(row) and index not in non_donatable:
-                row[index].delete()
-    return [device_outputs(exe, values, device) for values, device in zip(outputs, loaded.devices)]
-
-
-def device_outputs(exe, values: list, device) -> list[Buffer]:
-    """One device's results as buffers on `device` (element types checked)."""
-    from .executable import _output_array
-
-    if len(values) != exe.num_outputs:
-        raise Internal(f"program returned {len(values)} results, signature says {exe.num_outputs}")
-    return [Buffer(_output_array(i, value, t), device)
-            for i, (value, t) in enumerate(zip(values, exe.output_types))]
+    buffers = [output_buffers(exe, values, device, row)
+               for values, device, row in zip(outputs, loaded.devices, arrays)]
+    for row, indices in zip(argument_lists, donated):
+        delete_donated(row, indices)
+    return buffers
 
 
 # runner(per-device arrays, logical ids) -> per-device outputs

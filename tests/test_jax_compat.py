@@ -73,3 +73,49 @@ def test_compiler_options_are_checked_as_xla_checks_them():
         "INVALID_ARGUMENT: While setting option xla_dump_max_hlo_modules, '2.5' is not a valid int32 value.",
         "INVALID_ARGUMENT: No such compile option: 'exec_time_compilation_effort'",
     ]
+
+
+def test_each_result_buffer_owns_its_memory():
+    """As on XLA, a result never shares memory with an argument or another
+    result (an identity jit, jnp.array(copy=True), duplicated outputs)."""
+    run_jax("""
+        x = jnp.array([1, 2, 3])
+        pointer = lambda a: a.unsafe_buffer_pointer()
+        assert pointer(jax.jit(lambda x: x)(x)) != pointer(x)
+        assert pointer(jax.jit(lambda x: x.reshape(3, 1))(x)) != pointer(x)
+        assert pointer(jnp.array(x, copy=True)) != pointer(x)
+        z1, z2 = jax.jit(lambda x: (x, x))(x)
+        assert pointer(z1) != pointer(z2) and z1.tolist() == z2.tolist() == [1, 2, 3]
+        print("ok")
+    """, **PJRT_REF_AND_CPU)
+
+
+def test_donating_a_buffer_also_passed_again_is_refused():
+    proc = run_jax("""
+        f = jax.jit(lambda x, y: x + y, donate_argnums=(0,))
+        x = jnp.zeros((10,), jnp.float32)
+        try:
+            f(x, x).block_until_ready()
+        except RuntimeError as error:
+            print("refused:", str(error).splitlines()[0])
+        print("still readable:", float(x.sum()))
+        y = jnp.ones((10,), jnp.float32)
+        print(float(f(y, x).sum()), y.is_deleted())
+    """, **PJRT_REF_AND_CPU)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("refused: INVALID_ARGUMENT: argument 0 is donated and also passed as argument 1")
+    assert lines[1:] == ["still readable: 0.0", "10.0 True"]
+
+
+def test_a_token_buffer_is_not_an_array():
+    proc = run_jax("""
+        token = jax.lax.create_token()
+        try:
+            token._buf._value
+        except RuntimeError as error:
+            print(str(error).splitlines()[0])
+        _, out = jax.jit(lambda a, t: (a, t))(jnp.ones(3), token)
+        print(type(out).__name__)
+    """, **PJRT_REF_AND_CPU)
+    assert proc.stdout.splitlines() == [
+        "INVALID_ARGUMENT: Cannot convert a token-shape buffer to a numpy array.", "Token"]
