@@ -374,3 +374,30 @@ def test_clamp_propagates_nan():
     low = np.array([0.0, np.nan, 0.0], np.float32)
     high = np.array([1.0, 1.0, np.nan], np.float32)
     assert_bits_as_jax(lax.clamp, low, x, high)
+
+
+@pytest.mark.parametrize("width", [32, 64])
+def test_cbrt_of_complex_is_the_principal_root_as_the_reference_interpreter(width):
+    """Spec "cbrt" takes complex operands (JAX's lax.cbrt does not, so the
+    oracle is StableHLO's reference interpreter). The values are constants
+    of the program: the oracle's harness passes no complex arguments."""
+    values = [-8 + 0j, 1j, -1 - 1j, 0j, complex(-0.0, 0.0), 3 + 4j, 1e30 + 1e-30j, -2.5 - 0j,
+              complex(np.inf, 1), complex(-np.inf, np.inf), complex(np.nan, 1)]
+    n, f = len(values), f"f{width}"
+    def literal(x):
+        return "0x7FF8000000000000" if np.isnan(x) else f"{x:.17e}" if np.isfinite(x) \
+            else ("0x7FF0000000000000" if x > 0 else "0xFFF0000000000000")
+    consts = ", ".join(f"({literal(v.real)}, {literal(v.imag)})" for v in values)
+    text = f"""
+    func.func @main() -> (tensor<{n}x{f}>, tensor<{n}x{f}>) {{
+      %c = stablehlo.constant dense<[{consts}]> : tensor<{n}xcomplex<f64>>
+      %z = stablehlo.convert %c : (tensor<{n}xcomplex<f64>>) -> tensor<{n}xcomplex<{f}>>
+      %r = stablehlo.cbrt %z : tensor<{n}xcomplex<{f}>>
+      %re = stablehlo.real %r : (tensor<{n}xcomplex<{f}>>) -> tensor<{n}x{f}>
+      %im = stablehlo.imag %r : (tensor<{n}xcomplex<{f}>>) -> tensor<{n}x{f}>
+      return %re, %im : tensor<{n}x{f}>, tensor<{n}x{f}>
+    }}"""
+    ours = load(text)()
+    theirs = run_reference_interpreter(text, [])
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=4 * np.finfo(a.dtype).eps, atol=0, equal_nan=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import run_reference_interpreter
+from oracle import compare_with_jax, run_reference_interpreter
 from pjrt_ref.interpreter import load
 from test_ops_elementwise import assert_bits_as_jax, float_sample, integer_sample, same_bits
 
@@ -242,14 +242,35 @@ def test_bitcast_convert_scalar_to_vector():
                          ids=name_of)
 def test_reduce_precision(dtype):
     """Ties to even, overflow to inf, flush below the new normal range, NaN
-    kept (also with no mantissa bits)."""
-    formats = [(5, 10), (8, 7), (4, 3), (5, 2), (11, 52), (2, 0), (8, 0)]
+    kept (formats with no mantissa bits: next test)."""
+    formats = [(5, 10), (8, 7), (4, 3), (5, 2), (11, 52)]
     rounding = [1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-4, 65504.0,
                 65520.0, 1e5, 6e-5, 6.1e-5, 3e-8, 240.0, 248.0, 2.0**-14, 2.0**-15]
     x = np.concatenate([float_sample(np.float64, size=40), rounding, -np.array(rounding)])
     with np.errstate(over="ignore"):
         x = x.astype(dtype)
     assert_bits_as_jax(lambda a: tuple(lax.reduce_precision(a, e, m) for e, m in formats), x)
+
+
+def test_reduce_precision_without_mantissa_bits_as_the_reference_interpreter():
+    """A format with no mantissa bits has no NaN: NaN (of either sign)
+    becomes +inf, as in the spec's reference interpreter; everything else
+    rounds as on XLA."""
+    formats = [(2, 0), (8, 0)]
+    x = np.concatenate([float_sample(np.float32, size=40), [np.nan, -np.nan, 1.5, 2.5, 3.5]])
+    x = x.astype(np.float32)
+    for e, m in formats:
+        text = f"""
+        func.func @main(%x: tensor<{x.size}xf32>) -> tensor<{x.size}xf32> {{
+          %0 = stablehlo.reduce_precision %x, format = e{e}m{m} : tensor<{x.size}xf32>
+          return %0 : tensor<{x.size}xf32>
+        }}"""
+        (ours,) = load(text)(x)
+        same_bits(ours, run_reference_interpreter(text, [x])[0])
+        assert np.all(ours[np.isnan(x)] == np.inf)
+        keep = ~np.isnan(x)
+        (xla,) = compare_with_jax(lambda a: lax.reduce_precision(a, e, m), x[keep])[1]
+        same_bits(ours[keep], xla)
 
 
 def test_reduce_precision_of_f8_operands_via_the_reference_interpreter():

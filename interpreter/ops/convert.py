@@ -187,8 +187,9 @@ def reduce_precision_values(x: np.ndarray, exponent_bits: int, mantissa_bits: in
     """Round IEEE floats `x` to a format with the given bit counts and back,
     on their bit patterns: mantissa rounded to nearest even, then exponents
     beyond the new range overflow to +-inf or flush to +-0 (subnormals of
-    the new format included). NaN stays NaN, even when mantissa_bits = 0
-    (as on XLA CPU; the reference interpreter gives +inf there)."""
+    the new format included). NaN stays NaN; with mantissa_bits = 0 the
+    format has no NaN and it becomes +inf, as in the spec's reference
+    interpreter (XLA CPU keeps the NaN there)."""
     source_exponent, source_mantissa = _IEEE_LAYOUTS[x.dtype]
     bits = contiguous(x).view(np.dtype(f"u{x.dtype.itemsize}"))
     word = bits.dtype.type
@@ -208,7 +209,8 @@ def reduce_precision_values(x: np.ndarray, exponent_bits: int, mantissa_bits: in
         underflows = exponent <= word((source_bias - reduced_bias) << source_mantissa)
         bits = np.where(overflows, sign | exponent_mask, np.where(underflows, sign, bits))
     result = bits.view(x.dtype)
-    return np.where(np.isnan(x), x, result).astype(x.dtype, copy=False)
+    nan_becomes = x if mantissa_bits > 0 else x.dtype.type(np.inf)
+    return np.where(np.isnan(x), nan_becomes, result).astype(x.dtype, copy=False)
 
 
 def _validate_reduce_precision(op) -> None:
