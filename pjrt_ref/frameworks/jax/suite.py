@@ -17,6 +17,13 @@ pytest configuration instead, so a warning is a warning. With `--devices N`
 the cpu run gets N host devices (`--xla_force_host_platform_device_count`)
 and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`.
 
+JAX's tests pick by device which of them run and with what tolerances
+(`jtu.run_on_devices("cpu")`, `jtu.test_device_matches(["cpu"])`). pjrt_ref
+is a host-memory CPU backend, so by default the pjrt_ref run tells them the
+device under test is "cpu" (`JAX_TEST_DUT=cpu`): both runs then select the
+same tests with the same expectations, and none is skipped on pjrt_ref only
+because its platform name is not "cpu" (`--dut pjrt_ref` turns this off).
+
 The checkout must be of the tag matching the installed jax (e.g.
 `git archive jax-v0.10.2 tests conftest.py | tar -x -C DIR`); a checkout of
 another version runs, with a warning, since its tests may use APIs the
@@ -99,6 +106,8 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
     env["JAX_PLATFORMS"] = BACKENDS[backend]
     env["JAX_NUM_GENERATED_CASES"] = str(options.cases)
     env["JAX_ENABLE_X64"] = "1" if options.x64 else "0"
+    if backend == "pjrt_ref" and options.dut:
+        env["JAX_TEST_DUT"] = options.dut
     if options.devices > 1:
         if backend == "cpu":
             flag = f"--xla_force_host_platform_device_count={options.devices}"
@@ -197,6 +206,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--devices", type=int, default=1, help="devices on each backend (default 1)")
     parser.add_argument("--workers", type=int, default=2, help="xdist workers (default 2; 0: no xdist)")
     parser.add_argument("--only", choices=sorted(BACKENDS), help="run one backend only")
+    parser.add_argument("--dut", default="cpu",
+                        help="device under test JAX's tests assume on pjrt_ref (default cpu; '' for none)")
     parser.add_argument("--timeout", type=int, default=0, help="per-test timeout in s (pytest-timeout)")
     parser.add_argument("-k", help="pytest -k expression")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
