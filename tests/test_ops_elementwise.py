@@ -401,3 +401,18 @@ def test_cbrt_of_complex_is_the_principal_root_as_the_reference_interpreter(widt
     theirs = run_reference_interpreter(text, [])
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=4 * np.finfo(a.dtype).eps, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_tan_special_values_as_xla(dtype):
+    """tan(+-inf + 0i) and tan(NaN + 0i) are NaN + NaN i on XLA CPU and in
+    JAX's accuracy tests (C99 keeps the zero imaginary part); elsewhere on
+    the plane of special values the parts agree with XLA where it gives NaN,
+    and within a few ULP otherwise."""
+    parts = [-np.inf, -3.0, -0.0, 0.0, 3.0, np.inf, np.nan]
+    z = np.array([complex(a, b) for a in parts for b in parts], dtype)
+    ours, theirs = compare_with_jax(lax.tan, z)
+    for part in ("real", "imag"):
+        a, b = getattr(ours[0], part), getattr(theirs[0], part)
+        assert np.array_equal(np.isnan(a), np.isnan(b)), (z[np.isnan(a) != np.isnan(b)])
+        np.testing.assert_allclose(a, b, rtol=8 * np.finfo(a.dtype).eps, atol=0)

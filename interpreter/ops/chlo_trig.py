@@ -38,6 +38,7 @@ from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex, is_float
 from .chlo_numerics import correctly_rounded, cos, exp, expm1, fma, log, log1p, sin
+from .elementwise_unary import tan_values
 
 atan2 = correctly_rounded(np.arctan2)
 
@@ -266,14 +267,10 @@ COMPLEX_INVERSES = {"chlo.asin": _complex_asin, "chlo.acos": _complex_acos,
 # --- tan: the library function --------------------------------------------------
 
 def _tan(x: np.ndarray) -> np.ndarray:
-    """numpy's tan in double precision, rounded to XLA's precision. For
-    complex z = +-inf + 0i or NaN + 0i XLA gives NaN + NaN i, where C99 keeps
-    the zero imaginary part."""
+    """stablehlo.tan's values (`tan_values`) in double precision, rounded to
+    XLA's precision."""
     wide = x.astype(np.complex128 if is_complex(x.dtype) else np.float64)
-    result = np.tan(wide)
-    if is_complex(x.dtype):
-        result.imag = np.where((wide.imag == 0) & ~np.isfinite(wide.real), np.nan, result.imag)
-    return result.astype(xla_dtype(x.dtype))
+    return tan_values(wide).astype(xla_dtype(x.dtype))
 
 
 # --- the ops -------------------------------------------------------------------

@@ -20,7 +20,8 @@ and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`.
 JAX's tests pick by device which of them run and with what tolerances
 (`jtu.run_on_devices("cpu")`, `jtu.test_device_matches(["cpu"])`). pjrt_ref
 is a host-memory CPU backend, so by default the pjrt_ref run tells them the
-device under test is "cpu" (`JAX_TEST_DUT=cpu`): both runs then select the
+device under test is "cpu" (JAX's `jax_test_dut` flag, set by
+`suite_plugin.py`): both runs then select the
 same tests with the same expectations, and none is skipped on pjrt_ref only
 because its platform name is not "cpu" (`--dut pjrt_ref` turns this off).
 
@@ -107,7 +108,7 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
     env["JAX_NUM_GENERATED_CASES"] = str(options.cases)
     env["JAX_ENABLE_X64"] = "1" if options.x64 else "0"
     if backend == "pjrt_ref" and options.dut:
-        env["JAX_TEST_DUT"] = options.dut
+        env["PJRT_REF_JAX_TEST_DUT"] = options.dut
     if options.devices > 1:
         if backend == "cpu":
             flag = f"--xla_force_host_platform_device_count={options.devices}"
@@ -119,7 +120,8 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
 
 def pytest_command(files: list[str], junit: str, options: argparse.Namespace, ini: str) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", options.checkout,
-               "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+               "-p", "no:cacheprovider", "-p", "pjrt_ref.frameworks.jax.suite_plugin",
+               f"--junitxml={junit}", "-o", "junit_family=xunit1"]
     if options.workers > 0:
         command += ["-n", str(options.workers)]
     if options.k:
