@@ -12,21 +12,22 @@ import sys
 
 from ...run_file import ArgumentCountError, build_parser, program_arguments
 from .backend import DEFAULT_TIMEOUT, OtherBackendFailed
-from .compare import DEFAULT_ATOL, DEFAULT_RTOL
 from .differ import Divergence
 
 _DESCRIPTION = ("Run a StableHLO program on pjrt-ref and each of its ops on another backend too, "
                 "with the reference's own operand values; stop at the first op whose result differs.")
 _EPILOG = ("Floats agree when |other - pjrt-ref| <= atol + rtol * |pjrt-ref|; integers must be equal. "
-           "Under JAX, set PJRT_REF_DIFF=cpu|PLUGIN.so (and PJRT_REF_DIFF_RTOL, _ATOL).")
+           "Default (rtol, atol): f16 (1e-3, 1e-5), bf16 (1.6e-2, 1e-5), f32 (1.3e-6, 1e-5), f64 (1e-7, 1e-7), "
+           "smaller floats (epsilon, 1e-5). Under JAX, set PJRT_REF_DIFF=cpu|PLUGIN.so "
+           "(and PJRT_REF_DIFF_RTOL, _ATOL).")
 
 
 def parse(argv: list[str]):
     parser = build_parser("pjrt-ref diff", _EPILOG, _DESCRIPTION)
     parser.add_argument("--against", required=True, metavar="cpu|PLUGIN.so",
                         help="the other backend: `cpu` (XLA's CPU client in jaxlib) or a PJRT plugin library")
-    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help=f"relative tolerance (default {DEFAULT_RTOL:g})")
-    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
+    parser.add_argument("--rtol", type=float, help="relative tolerance for every float type (default: by type)")
+    parser.add_argument("--atol", type=float, help="absolute tolerance for every float type (default: by type)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds to wait for the other backend's answer (default {DEFAULT_TIMEOUT:g})")
     return parser.parse_args(argv)
@@ -36,8 +37,9 @@ def main(argv: list[str]) -> int:
     from ...interpreter import load
 
     options = parse(argv)
-    os.environ.update(PJRT_REF_DIFF=options.against, PJRT_REF_DIFF_RTOL=repr(options.rtol),
-                      PJRT_REF_DIFF_ATOL=repr(options.atol), PJRT_REF_DIFF_TIMEOUT=repr(options.timeout))
+    os.environ.update(PJRT_REF_DIFF=options.against, PJRT_REF_DIFF_TIMEOUT=repr(options.timeout),
+                      PJRT_REF_DIFF_RTOL="" if options.rtol is None else repr(options.rtol),
+                      PJRT_REF_DIFF_ATOL="" if options.atol is None else repr(options.atol))
     with open(options.program, "rb") as handle:
         program = load(handle.read(), entry=options.entry)
     try:

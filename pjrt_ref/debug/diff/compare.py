@@ -5,6 +5,13 @@ Floating-point elements agree when `|other - reference| <= atol + rtol *
 when both are NaN, or when both are the same infinity. Integers and
 booleans must be equal. Complex numbers are compared part by part.
 
+Unless given, rtol and atol depend on the element type, as in
+`torch.testing.assert_close` (a table many plugin authors know): f16
+1e-3/1e-5, bf16 1.6e-2/1e-5, f32 1.3e-6/1e-5, f64 1e-7/1e-7; the 8-, 6- and
+4-bit floats allow one rounding step (rtol = the type's epsilon) and 1e-5.
+Two backends that sum a dot product in different orders differ by more
+than a few ULPs near zero; atol is what lets those elements agree.
+
 The distance reported for floats is in ULPs (units in the last place): how
 many representable numbers of the element type lie between the two values,
 counted on the bit patterns, so it is exact and the same on every machine.
@@ -17,9 +24,39 @@ import numpy as np
 
 from ...interpreter.types import is_complex, is_float
 
-DEFAULT_RTOL = 1e-5
-DEFAULT_ATOL = 1e-6
 WORST_SHOWN = 5
+
+# (rtol, atol) by element type name: torch.testing.assert_close's defaults.
+_DEFAULT_TOLERANCES = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5),
+                       "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
+_SMALL_FLOAT_ATOL = 1e-5
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """rtol and atol given by the user (None: the element type's default)."""
+
+    rtol: float | None = None
+    atol: float | None = None
+
+    def for_dtype(self, dtype: np.dtype) -> tuple[float, float]:
+        """(rtol, atol) for floats (and complex numbers' parts) of `dtype`."""
+        import ml_dtypes
+
+        if is_complex(dtype):
+            dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+        default = _DEFAULT_TOLERANCES.get(dtype.name)
+        if default is None:
+            default = (float(ml_dtypes.finfo(dtype).eps), _SMALL_FLOAT_ATOL)
+        return (default[0] if self.rtol is None else self.rtol,
+                default[1] if self.atol is None else self.atol)
+
+    def __str__(self) -> str:
+        if self.rtol is None and self.atol is None:
+            return "the default tolerances"
+        given = [f"{name}={value:g}" for name, value in (("rtol", self.rtol), ("atol", self.atol))
+                 if value is not None]
+        return " ".join(given) + ("" if len(given) == 2 else " (default otherwise)")
 
 _UNSIGNED_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -31,8 +68,11 @@ class Comparison:
     reference: np.ndarray
     other: np.ndarray
     problem: str | None = None        # shapes or types differ: no element comparison
+    rtol: float = 0.0                 # the tolerances used (floats)
+    atol: float = 0.0
     differing: int = 0                # elements beyond tolerance
     max_ulp: int | None = None        # largest ULP distance (floats), over all elements
+    tolerance_used: float = 0.0       # largest |difference| / (atol + rtol * |reference|)
     worst: list[tuple] = field(default_factory=list)   # (index, reference, other, ulp or None)
 
     @property
@@ -71,15 +111,21 @@ def ulp_distance(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
     return np.where(either_nan, np.nan, distance)
 
 
-def _float_mismatch(reference: np.ndarray, other: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+def _float_mismatch(reference: np.ndarray, other: np.ndarray, rtol: float,
+                    atol: float) -> tuple[np.ndarray, float]:
+    """(where the elements differ beyond tolerance, the largest fraction of
+    the tolerance an agreeing element uses)."""
     wide_reference, wide_other = reference.astype(np.float64), other.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        close = np.abs(wide_other - wide_reference) <= atol + rtol * np.abs(wide_reference)
     same = (wide_reference == wide_other) | (np.isnan(wide_reference) & np.isnan(wide_other))
-    return ~(close | same)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        difference = np.abs(wide_other - wide_reference)
+        allowed = atol + rtol * np.abs(wide_reference)
+        close = difference <= allowed
+        used = np.where(same | ~close, 0.0, difference / allowed)
+    return ~(close | same), float(used.max()) if used.size else 0.0
 
 
-def compare(reference, other, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL) -> Comparison:
+def compare(reference, other, tolerance: Tolerance = Tolerance()) -> Comparison:
     """Compare one result; `reference` is pjrt-ref's value."""
     reference, other = np.asarray(reference), np.asarray(other)
     result = Comparison(reference, other)
@@ -90,8 +136,9 @@ def compare(reference, other, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_
         return result
     floats = is_float(reference.dtype) or is_complex(reference.dtype)
     if floats:
+        result.rtol, result.atol = tolerance.for_dtype(reference.dtype)
         ours, theirs = float_parts(reference), float_parts(other)
-        mismatch = _float_mismatch(ours, theirs, rtol, atol)
+        mismatch, result.tolerance_used = _float_mismatch(ours, theirs, result.rtol, result.atol)
         ulps = ulp_distance(ours, theirs)
         if ours.ndim > reference.ndim:     # complex: an element is as far as its farther part
             mismatch, ulps = mismatch.any(axis=-1), np.fmax.reduce(ulps, axis=-1)

@@ -27,7 +27,7 @@ from ...errors import Internal
 from ...interpreter.instrument import CONTROL_FLOW_OPS, summarize, summary_text, type_text
 from ...interpreter.plan import TERMINATORS
 from .backend import DEFAULT_TIMEOUT, shared_backend
-from .compare import DEFAULT_ATOL, DEFAULT_RTOL, Comparison, compare
+from .compare import Comparison, Tolerance, compare
 from .one_op import module_functions, one_op_module, why_not_comparable
 
 # Ops whose body's ops the reference runs as steps of their own (and so compares one by one).
@@ -44,15 +44,15 @@ class Stats:
 
     compared: dict = field(default_factory=dict)       # Unit -> runs compared
     not_compared: dict = field(default_factory=dict)   # Unit -> runs not compared
-    largest: tuple = (0, None)                          # (ULP distance, Unit)
+    closest: tuple = (0.0, 0, None)      # (fraction of the tolerance used, ULP distance, Unit)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_compared(self, unit: "Unit", comparisons: list[Comparison]) -> None:
         with self.lock:
             self.compared[unit] = self.compared.get(unit, 0) + 1
             for comparison in comparisons:
-                if comparison.max_ulp is not None and comparison.max_ulp > self.largest[0]:
-                    self.largest = (comparison.max_ulp, unit)
+                if comparison.tolerance_used > self.closest[0]:
+                    self.closest = (comparison.tolerance_used, comparison.max_ulp, unit)
 
     def add_not_compared(self, unit: "Unit") -> None:
         with self.lock:
@@ -93,7 +93,7 @@ class Unit:
         if len(theirs) != len(results):
             raise Internal(f"{differ.backend.description} returned {len(theirs)} results "
                            f"for {self.what}, which has {len(results)}")
-        comparisons = [compare(ours, other, differ.rtol, differ.atol) for ours, other in zip(results, theirs)]
+        comparisons = [compare(ours, other, differ.tolerance) for ours, other in zip(results, theirs)]
         if not all(c.agrees for c in comparisons):
             raise Divergence(self.report(arguments, comparisons), op=self.name, location=self.location)
         differ.stats.add_compared(self, comparisons)
@@ -129,10 +129,9 @@ def _headline(comparison: Comparison, differ: "Differ") -> str:
     if comparison.problem is not None:
         return (f"pjrt-ref gives {type_text(comparison.reference)}, the other backend "
                 f"{type_text(comparison.other)}")
-    text = (f"{comparison.differing} of {comparison.reference.size} elements differ "
-            f"beyond rtol={differ.rtol:g} atol={differ.atol:g}")
+    text = f"{comparison.differing} of {comparison.reference.size} elements differ"
     if comparison.max_ulp is not None:
-        text += f", by up to {comparison.max_ulp} ULP"
+        text += f" beyond rtol={comparison.rtol:g} atol={comparison.atol:g}, by up to {comparison.max_ulp} ULP"
     return text
 
 
@@ -146,11 +145,10 @@ def _as_a_whole(unit: Unit) -> str:
 class Differ:
     """Compares a program's ops with the backend `spec` ("cpu" or a plugin path)."""
 
-    def __init__(self, spec: str, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+    def __init__(self, spec: str, tolerance: Tolerance = Tolerance(),
                  timeout: float = DEFAULT_TIMEOUT) -> None:
         self.spec = spec
-        self.rtol = rtol
-        self.atol = atol
+        self.tolerance = tolerance
         self.backend = shared_backend(spec, timeout)
         self.stats = Stats()
 
@@ -158,9 +156,14 @@ class Differ:
     def from_environment(cls, spec: str) -> "Differ":
         """PJRT_REF_DIFF=spec, with PJRT_REF_DIFF_RTOL / _ATOL / _TIMEOUT if set."""
         environ = os.environ
-        return cls(spec, float(environ.get("PJRT_REF_DIFF_RTOL", DEFAULT_RTOL)),
-                   float(environ.get("PJRT_REF_DIFF_ATOL", DEFAULT_ATOL)),
-                   float(environ.get("PJRT_REF_DIFF_TIMEOUT", DEFAULT_TIMEOUT)))
+
+        def number(name: str):
+            text = environ.get(name)
+            return float(text) if text else None
+
+        timeout = number("PJRT_REF_DIFF_TIMEOUT")
+        return cls(spec, Tolerance(number("PJRT_REF_DIFF_RTOL"), number("PJRT_REF_DIFF_ATOL")),
+                   DEFAULT_TIMEOUT if timeout is None else timeout)
 
     def prepare(self, plan, func_op) -> dict[int, Unit]:
         """A Unit per step of `plan` (and of its control-flow bodies), keyed by
@@ -195,10 +198,11 @@ class Differ:
         """How the run went, for `pjrt-ref diff` (when no op differed)."""
         stats = self.stats
         lines = [f"all {len(stats.compared)} ops compared agree with {self.backend.description} "
-                 f"within rtol={self.rtol:g} atol={self.atol:g}"]
-        ulp, unit = stats.largest
+                 f"within {self.tolerance}"]
+        used, ulp, unit = stats.closest
         if unit is not None:
-            lines.append(f"  largest distance: {ulp} ULP, at {unit.what}")
+            lines.append(f"  closest to the tolerance: {unit.what}, using {used:.0%} of it "
+                         f"(up to {ulp} ULP apart)")
         reasons = Counter((unit.name, unit.reason) for unit in stats.not_compared)
         if reasons:
             lines.append(f"  not compared: {len(stats.not_compared)} ops")

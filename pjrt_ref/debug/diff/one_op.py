@@ -158,20 +158,40 @@ def captured_slots(step) -> list[int]:
 
 
 # ------------------------------------------------------------ the module
+def _defining_constant(value):
+    """The `stablehlo.constant` operation that defines `value`, or None."""
+    from jaxlib.mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.OpView):
+        owner = owner.operation
+    if isinstance(owner, ir.Operation) and owner.name == "stablehlo.constant":
+        return owner
+    return None
+
+
 def one_op_module(step, op, functions: dict) -> tuple[str, list[int]]:
     """The text of a module whose @main runs `op` alone (see the module doc),
     and the frame slots of the captured values it takes after the operands.
 
+    A captured constant is copied next to each use instead of becoming an
+    argument: a sort comparator or a reduce body must be self-contained for
+    XLA (JAX hoists constants out of them; XLA sinks them back before export).
     `step` is `op`'s planned step (for the slots its regions capture),
     `functions` the module's func.func operations by name."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import func
 
     captured = captured_slots(step)
-    capture_types = {}
+    capture_types, constants = {}, {}
     for inner, index, slot in _uses_in_regions(step, op):
-        if slot in captured:
-            capture_types.setdefault(slot, inner.operands[index].type)
+        if slot in captured and slot not in capture_types:
+            value = inner.operands[index]
+            capture_types[slot] = value.type
+            constant = _defining_constant(value)
+            if constant is not None:
+                constants[slot] = constant
+    captured = [slot for slot in captured if slot not in constants]
     with op.context, ir.Location.unknown():
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
@@ -182,11 +202,13 @@ def one_op_module(step, op, functions: dict) -> tuple[str, list[int]]:
                 clone = op.clone()
                 for index, argument in enumerate(block.arguments[:len(op.operands)]):
                     clone.operands[index] = argument
-                capture_arguments = dict(zip(captured, block.arguments[len(op.operands):]))
-                for inner, index, slot in _uses_in_regions(step, clone):
-                    if slot in capture_arguments:
-                        inner.operands[index] = capture_arguments[slot]
                 func.ReturnOp(list(clone.results))
+            capture_arguments = dict(zip(captured, block.arguments[len(op.operands):]))
+            for inner, index, slot in list(_uses_in_regions(step, clone)):
+                if slot in capture_arguments:
+                    inner.operands[index] = capture_arguments[slot]
+                elif slot in constants:
+                    inner.operands[index] = constants[slot].clone(ip=ir.InsertionPoint(inner)).results[0]
             for name in called_functions(op, functions):
                 functions[name].clone()
         module.operation.verify()
