@@ -21,7 +21,8 @@ import threading
 from ...errors import Unavailable
 from .protocol import Reader, write_message
 
-# Seconds to wait for the worker to load its backend, and for each answer.
+# Seconds to wait for each answer of the worker (and at least this long for
+# it to load its backend).
 DEFAULT_TIMEOUT = 300.0
 
 # pjrt-ref's own debug switches: the worker runs the other backend plainly
@@ -47,11 +48,16 @@ def program_key(module_text: str) -> str:
     return hashlib.sha256(module_text.encode()).hexdigest()[:24]
 
 
+def normalize_spec(spec: str) -> str:
+    """`cpu`, or the plugin's absolute path (dlopen searches the library path for a bare name)."""
+    return spec if spec == "cpu" else os.path.abspath(spec)
+
+
 class OtherBackend:
     """`spec` ("cpu" or a plugin path) behind a worker process."""
 
     def __init__(self, spec: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.spec = spec
+        self.spec = normalize_spec(spec)
         self.timeout = timeout
         self.description = spec          # "pjrt_ref 0.1.0 (PATH)" once the worker has said hello
         self._process: subprocess.Popen | None = None
@@ -69,7 +75,7 @@ class OtherBackend:
             env=worker_environment())
         self._reader = Reader(self._process.stdout.fileno())
         self._compiled = set()
-        hello = self._receive(f"loading {self.spec}")[0]
+        hello = self._receive(f"loading {self.spec}", max(self.timeout, DEFAULT_TIMEOUT))[0]
         if "error" in hello:
             self.close()
             raise OtherBackendFailed(f"cannot load the other backend {self.spec}: {hello['error']}")
@@ -93,19 +99,18 @@ class OtherBackend:
 
     def _failure(self, doing: str, reason: str) -> OtherBackendFailed:
         """The worker is unusable: stop it and describe what happened in one line."""
-        process = self._process
-        if process is not None and reason == "died":
+        process, self._process = self._process, None
+        if reason == "died":
             code = process.wait()
-            reason = (f"died ({signal.Signals(-code).name})" if code < 0 else f"exited with status {code}")
-            last = self._last_stderr_line()
-            if last:
-                reason += f"; its last words: {last}"
-        elif process is not None:
+            reason = f"died of {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        else:
             process.kill()
             process.wait()
-        self._process = None
-        return OtherBackendFailed(f"the {self.spec} worker (pid {process.pid if process else '?'}) "
-                                  f"{reason} while {doing}")
+        message = f"the other backend's worker (pid {process.pid}, {self.spec}) {reason} while {doing}"
+        last = self._last_stderr_line()
+        if last:
+            message += f"; its stderr ended with: {last}"
+        return OtherBackendFailed(message)
 
     def _last_stderr_line(self) -> str:
         self._stderr.seek(0)
@@ -113,13 +118,14 @@ class OtherBackend:
         lines = [line for line in lines if line]
         return lines[-1][:300] if lines else ""
 
-    def _receive(self, doing: str):
+    def _receive(self, doing: str, timeout: float | None = None):
+        timeout = self.timeout if timeout is None else timeout
         try:
-            return self._reader.read_message(self.timeout)
+            return self._reader.read_message(timeout)
         except EOFError:
             raise self._failure(doing, "died") from None
         except TimeoutError:
-            raise self._failure(doing, f"did not answer within {self.timeout:g} s") from None
+            raise self._failure(doing, f"did not answer within {timeout:g} s") from None
 
     # -- requests --------------------------------------------------------------
     def run(self, module_text: str, arguments: list, what: str) -> list:
@@ -155,6 +161,7 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_backend(spec: str, timeout: float = DEFAULT_TIMEOUT) -> OtherBackend:
     """The process's one OtherBackend for `spec` (its worker starts at first use)."""
+    spec = normalize_spec(spec)
     with _SHARED_LOCK:
         backend = _SHARED.get((spec, timeout))
         if backend is None:

@@ -120,7 +120,8 @@ def _float_mismatch(reference: np.ndarray, other: np.ndarray, rtol: float,
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         difference = np.abs(wide_other - wide_reference)
         allowed = atol + rtol * np.abs(wide_reference)
-        close = difference <= allowed
+        # (an infinity agrees only with the same infinity: `same` above)
+        close = (difference <= allowed) & np.isfinite(wide_reference) & np.isfinite(wide_other)
         used = np.where(same | ~close, 0.0, difference / allowed)
     return ~(close | same), float(used.max()) if used.size else 0.0
 

@@ -146,10 +146,12 @@ class Differ:
     """Compares a program's ops with the backend `spec` ("cpu" or a plugin path)."""
 
     def __init__(self, spec: str, tolerance: Tolerance = Tolerance(),
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, backend=None) -> None:
         self.spec = spec
         self.tolerance = tolerance
-        self.backend = shared_backend(spec, timeout)
+        # Anything with `description` and `run(module_text, arguments, what)`:
+        # normally the process's worker for `spec`.
+        self.backend = backend if backend is not None else shared_backend(spec, timeout)
         self.stats = Stats()
 
     @classmethod

@@ -26,16 +26,22 @@ PLUGIN_PLATFORM = "diff_other"
 
 def load_backend(spec: str):
     """jaxlib's client for `spec` (with 64-bit types on: arguments keep their types)."""
+    import logging
+
     import jax
 
     jax.config.update("jax_enable_x64", True)
     from jax._src import xla_bridge
 
+    # Not JAX's warning that a plugin platform is "experimental": a crash
+    # report quotes the last line of stderr, which should be the plugin's.
+    logging.getLogger(xla_bridge.__name__).setLevel(logging.ERROR)
+
     if spec == "cpu":
         platform = "cpu"
     else:
         if not os.path.isfile(spec):
-            raise FileNotFoundError(f"no such file: {spec}")
+            raise FileNotFoundError(f"no such file: {spec} (expected `cpu` or the path of a PJRT plugin library)")
         platform = PLUGIN_PLATFORM
         xla_bridge.register_plugin(platform, library_path=spec)
     jax.config.update("jax_platforms", platform)
@@ -43,13 +49,12 @@ def load_backend(spec: str):
 
 
 def describe(spec: str, backend) -> str:
-    """`XLA cpu (jaxlib 0.10.2)`, or `PLATFORM VERSION (PATH)` for a plugin."""
+    """`XLA cpu (jaxlib 0.10.2)`, or `PLATFORM (PATH)` for a plugin."""
     if spec == "cpu":
         import jaxlib
 
         return f"XLA cpu (jaxlib {jaxlib.__version__})"
-    version = " ".join(backend.platform_version.split())   # some span several lines
-    return f"{backend.platform}: {version} ({spec})"
+    return f"{backend.platform} ({spec})"
 
 
 def first_line(error: BaseException) -> str:
