@@ -203,7 +203,7 @@ class Differ:
                  f"within {self.tolerance}"]
         used, ulp, unit = stats.closest
         if unit is not None:
-            lines.append(f"  closest to the tolerance: {unit.what}, using {used:.0%} of it "
+            lines.append(f"  closest to the tolerance: {unit.what}, using {used:.1%} of it "
                          f"(up to {ulp} ULP apart)")
         reasons = Counter((unit.name, unit.reason) for unit in stats.not_compared)
         if reasons:
