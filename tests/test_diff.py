@@ -260,13 +260,21 @@ def pjrt_ref_diff(cwd, *args, fault: str | None = None, timeout: float = 300):
 
 
 def test_cli_names_the_planted_op_and_its_line(model_dir):
-    proc = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--rtol", "0", "--atol", "0", fault="planted")
+    proc = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--rtol", "0", "--atol", "0",
+                         "--save-op", "tanh_op", fault="planted")
     assert proc.returncode == 1, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first.startswith(f"pjrt-ref diff: first difference: 'stablehlo.tanh' at {model_dir}/model.py:4:"), first
     assert "elements differ beyond rtol=0 atol=0, by up to 1 ULP" in first
     assert "  worst elements of result 0 (pjrt-ref vs other):" in proc.stdout
     assert proc.stdout.count("(1 ULP)") == 5
+    # --save-op: the op alone, with the operands it was given, replays the reference's result
+    text = (model_dir / "tanh_op" / "op.mlir").read_text()
+    assert text.count(" = stablehlo.") == 1 and " = stablehlo.tanh %arg0 " in text
+    op = load(text)
+    x, w = np.load(model_dir / "x.npy"), np.load(model_dir / "w.npy")
+    (result,) = op(np.load(model_dir / "tanh_op" / "arg0.npy"))
+    np.testing.assert_array_equal(result, np.tanh(x @ w))
     # Without the planted bug, the same run agrees exactly.
     clean = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--rtol", "0", "--atol", "0")
     assert clean.returncode == 0, clean.stdout + clean.stderr

@@ -35,7 +35,13 @@ _BODIES_COMPARED_ALONE = CONTROL_FLOW_OPS + ("func.call", "stablehlo.composite")
 
 
 class Divergence(Internal):
-    """PJRT_REF_DIFF: an op's result on the other backend differs from the reference's."""
+    """PJRT_REF_DIFF: an op's result on the other backend differs from the reference's.
+
+    `module` is the one-op program and `arguments` the values it was run
+    on: what it takes to replay the op on the other backend alone."""
+
+    module: str = ""
+    arguments: tuple = ()
 
 
 @dataclass
@@ -95,7 +101,9 @@ class Unit:
                            f"for {self.what}, which has {len(results)}")
         comparisons = [compare(ours, other, differ.tolerance) for ours, other in zip(results, theirs)]
         if not all(c.agrees for c in comparisons):
-            raise Divergence(self.report(arguments, comparisons), op=self.name, location=self.location)
+            divergence = Divergence(self.report(arguments, comparisons), op=self.name, location=self.location)
+            divergence.module, divergence.arguments = self.module, tuple(arguments)
+            raise divergence
         differ.stats.add_compared(self, comparisons)
 
     # -- the message -----------------------------------------------------------
