@@ -80,9 +80,13 @@ class Unit:
         self.whole = bool(step.regions) or self.name in _BODIES_COMPARED_ALONE
 
     @property
+    def in_function(self) -> str:
+        """` (in @f)` for an op of a function other than @main."""
+        return "" if self.function == "main" else f" (in @{self.function})"
+
+    @property
     def what(self) -> str:
-        where = "" if self.function == "main" else f" (in @{self.function})"
-        return f"'{self.name}' at {self.location}{where}"
+        return f"'{self.name}' at {self.location}{self.in_function}"
 
     def check(self, operands, regions, results) -> None:
         """Run this op on the other backend with `operands` (and the values its
@@ -111,15 +115,15 @@ class Unit:
         """What differs, for the error message (its first line follows `'op' at loc: `)."""
         differ = self.differ
         index, first = next((i, c) for i, c in enumerate(comparisons) if not c.agrees)
-        where = "" if self.function == "main" else f" (in @{self.function})"
-        lines = [f"result {index} differs on the other backend{where}: {_headline(first, differ)} "
+        lines = [f"result {index} differs on the other backend{self.in_function}: {_headline(first)} "
                  "(PJRT_REF_DIFF)",
                  f"  other backend: {differ.backend.description}"]
         if self.whole:
             lines.append(f"  {_as_a_whole(self)}")
+        operand_count = len(arguments) - len(self.captured)
         for position, value in enumerate(arguments):
-            label = f"operand {position}" if position < len(arguments) - len(self.captured) else \
-                f"captured value {position - (len(arguments) - len(self.captured))}"
+            label = f"operand {position}" if position < operand_count else \
+                f"captured value {position - operand_count}"
             lines.append(f"  {label}: {summary_text(summarize(value))}")
         for position, comparison in enumerate(comparisons):
             mark = "" if comparison.agrees else "  <- differs"
@@ -133,7 +137,7 @@ class Unit:
         return "\n".join(lines)
 
 
-def _headline(comparison: Comparison, differ: "Differ") -> str:
+def _headline(comparison: Comparison) -> str:
     if comparison.problem is not None:
         return (f"pjrt-ref gives {type_text(comparison.reference)}, the other backend "
                 f"{type_text(comparison.other)}")
