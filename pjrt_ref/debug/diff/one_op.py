@@ -107,7 +107,7 @@ def why_not_comparable(op, functions: dict) -> str | None:
     if "main" in callees:
         return "calls @main (the one-op program's own name)"
     for inner in [*nested_operations(op), *(i for name in callees for i in nested_operations(functions[name]))]:
-        if inner.name in TERMINATORS or inner.name == "func.func":
+        if inner.name in TERMINATORS:
             continue
         reason = why_not_alone(inner)
         if reason is not None:
