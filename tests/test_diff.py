@@ -8,10 +8,12 @@ wrong by a `sitecustomize.py` on the worker's PYTHONPATH.
 """
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 import textwrap
 
+import jaxlib
 import ml_dtypes
 import numpy as np
 import pytest
@@ -315,7 +317,7 @@ def test_jax_raises_at_the_planted_op_and_prints_once(model_dir):
 def test_w4_like_training_step_agrees_with_xla_cpu(tmp_path):
     script = textwrap.dedent(f'''\
         import sys, numpy as np, jax
-        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         from jit_support import mlp_training_step
         step, args = mlp_training_step(np.random.default_rng(0), (784, 512, 512, 10), batch=128)
         open("step.mlir", "w").write(jax.jit(step).lower(*args).as_text(debug_info=True))
@@ -329,7 +331,7 @@ def test_w4_like_training_step_agrees_with_xla_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     first, closest = proc.stdout.splitlines()[:2]
     assert first.startswith("pjrt-ref diff: all ") and first.endswith(
-        "ops compared agree with XLA cpu (jaxlib " + __import__("jaxlib").__version__ + ") within the default tolerances")
+        f"ops compared agree with XLA cpu (jaxlib {jaxlib.__version__}) within the default tolerances")
     assert int(first.split()[3]) > 100                  # every op of the step, forward and backward
     assert closest.startswith("  closest to the tolerance: 'stablehlo.")
 
