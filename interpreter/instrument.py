@@ -1,6 +1,6 @@
 """Debug instrumentation: watch every op of a program as it runs.
 
-Three switches, read from the environment when a program is loaded:
+Four switches, read from the environment when a program is loaded:
 
     PJRT_REF_CHECK_NANS=1        stop at the first op whose result holds a NaN
                                  (or an Inf) that none of its operands held
@@ -9,6 +9,8 @@ Three switches, read from the environment when a program is loaded:
     PJRT_REF_TRACE=FILE.jsonl    write the same as JSON lines to FILE
     PJRT_REF_PROFILE=FILE.json   time each op into a Chrome trace-event file
                                  (see `pjrt_ref.debug.profile`)
+    PJRT_REF_DIFF=cpu|PLUGIN.so  run each op on another backend too and stop at
+                                 the first whose result differs (`pjrt_ref.debug.diff`)
 
 With none of them set, `from_environment()` returns None and the interpreter
 runs its plan untouched: nothing here costs anything. With one set, the
@@ -180,7 +182,7 @@ class Instrument:
     """What to do around each op; `apply(plan)` wraps a function's steps."""
 
     def __init__(self, check_nans: bool = False, trace: str | None = None,
-                 profile: str | None = None) -> None:
+                 profile: str | None = None, diff: str | None = None) -> None:
         self.check_nans = check_nans
         self.trace_file = None
         self.trace_log = False
@@ -195,6 +197,11 @@ class Instrument:
             from ..debug.profile import recorder
 
             self.profiler = recorder(profile)
+        self.differ = None
+        if diff:
+            from ..debug.diff import Differ
+
+            self.differ = Differ.from_environment(diff)
 
     @classmethod
     def from_environment(cls) -> "Instrument | None":
@@ -203,23 +210,32 @@ class Instrument:
         trace = environ.get("PJRT_REF_TRACE", "0")
         trace = None if trace in ("", "0") else trace
         profile = environ.get("PJRT_REF_PROFILE") or None
-        if not (check_nans or trace or profile):
+        diff = environ.get("PJRT_REF_DIFF") or None
+        if not (check_nans or trace or profile or diff):
             return None
-        return cls(check_nans, trace, profile)
+        return cls(check_nans, trace, profile, diff)
 
-    def apply(self, plan) -> None:
-        """Wrap every step of `plan` (and of its control-flow bodies)."""
-        self._apply_region(plan.body, plan.name)
+    def apply(self, plan, func_op=None) -> None:
+        """Wrap every step of `plan` (and of its control-flow bodies).
 
-    def _apply_region(self, region, function: str) -> None:
+        `func_op`, the MLIR function `plan` was planned from, is where
+        PJRT_REF_DIFF cuts out each op (once, now)."""
+        units = {}
+        if self.differ is not None and func_op is not None:
+            units = self.differ.prepare(plan, func_op)
+        self._apply_region(plan.body, plan.name, units)
+
+    def _apply_region(self, region, function: str, units: dict) -> None:
         for step in region.steps:
-            step.kernel = self.wrap(step.kernel, function)
+            step.kernel = self.wrap(step.kernel, function, units.get(id(step)))
             if step.op.name in CONTROL_FLOW_OPS:
                 for body in step.regions:
-                    self._apply_region(body, function)
+                    self._apply_region(body, function, units)
         region.runners = None
 
-    def wrap(self, kernel, function: str):
+    def wrap(self, kernel, function: str, diff_unit=None):
+        """`kernel` with this instrument's work around it; `diff_unit` is the
+        step's PJRT_REF_DIFF `Unit` (pjrt_ref/debug/diff), if any."""
         check_nans = self.check_nans
         trace_log, trace_file, profiler = self.trace_log, self.trace_file, self.profiler
         clock = time.perf_counter
@@ -242,6 +258,8 @@ class Instrument:
                     trace_file.write(json.dumps(record) + "\n")
             if check_nans and op.name not in _SOURCE_OPS:
                 check_non_finite(op, operands, results, function)
+            if diff_unit is not None:
+                diff_unit.check(operands, regions.get("regions"), results)
             return result
         return instrumented
 

@@ -245,7 +245,7 @@ class ModulePlan:
                 self._funcs[name] = op
         self.num_partitions = _module_int_attr(module, "mhlo.num_partitions", 1)
         self.num_replicas = _module_int_attr(module, "mhlo.num_replicas", 1)
-        # Debug switches (PJRT_REF_CHECK_NANS / _TRACE / _PROFILE), read once
+        # Debug switches (PJRT_REF_CHECK_NANS / _TRACE / _PROFILE / _DIFF), read once
         # per program: None unless one is set (interpreter/instrument.py).
         self.instrument = instrument_from_environment()
 
@@ -262,7 +262,7 @@ class ModulePlan:
             if self.instrument is None:
                 optimize_function(plan)  # plan-time rewrites (interpreter/jit)
             else:
-                self.instrument.apply(plan)  # every op visible, none fused
+                self.instrument.apply(plan, self._funcs[name])  # every op visible, none fused
             # Planning finished (callees were planned through `function`, and
             # recursive calls resolve lazily at run time).
             self.functions[name] = plan

@@ -2,6 +2,7 @@
 
     pjrt-ref run PROGRAM.mlir [--arg FILE.npy | --arg LITERAL ...] [--random-args]
     pjrt-ref trace PROGRAM.mlir [--jsonl FILE] [run's arguments]
+    pjrt-ref diff PROGRAM.mlir --against cpu|PLUGIN.so [--rtol R --atol A] [run's arguments]
     pjrt-ref explain SCRIPT.py [--jit NAME] [--log FILE] [SCRIPT ARGS...]
     pjrt-ref profile TRACE.json [--top N]
     pjrt-ref cost PROGRAM.mlir [--top N]
@@ -39,6 +40,12 @@ def _trace_command(argv: list[str]) -> int:
     os.environ["PJRT_REF_TRACE"] = options.jsonl or "1"
     return run_main(rest, prog="pjrt-ref trace",
                     epilog="Each op is logged to stderr as it runs; --jsonl FILE writes JSON lines instead.")
+
+
+def _diff_command(argv: list[str]) -> int:
+    from .debug.diff.cli import main as diff_main
+
+    return diff_main(argv)
 
 
 def _explain_command(argv: list[str]) -> int:
@@ -95,6 +102,7 @@ def _library_path_command(argv: list[str]) -> int:
 COMMANDS = {
     "run": (_run_command, "run a StableHLO program file and print its results"),
     "trace": (_trace_command, "run a program logging every op (PJRT_REF_TRACE)"),
+    "diff": (_diff_command, "run a program here and op by op on another backend; stop at the first difference"),
     "explain": (_explain_command, "run a JAX script on pjrt-ref and summarise its PJRT calls"),
     "profile": (_profile_command, "top ops and source lines of a PJRT_REF_PROFILE trace"),
     "cost": (_cost_command, "flops and bytes accessed per op of a program (cost_analysis)"),

@@ -15,9 +15,10 @@ import time
 import numpy as np
 
 
-def build_parser(prog: str = "pjrt-ref run", epilog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, epilog=epilog,
-                                     description="Run a StableHLO program and print its results.")
+def build_parser(prog: str = "pjrt-ref run", epilog: str | None = None,
+                 description: str = "Run a StableHLO program and print its results.") -> argparse.ArgumentParser:
+    """The arguments of `pjrt-ref run` (other commands add their own)."""
+    parser = argparse.ArgumentParser(prog=prog, epilog=epilog, description=description)
     parser.add_argument("program", help="StableHLO text, MLIR bytecode or a portable artifact")
     parser.add_argument("--arg", action="append", default=[], metavar="FILE.npy|LITERAL",
                         help="an argument: a .npy file or a Python literal; repeat in order")
@@ -55,6 +56,22 @@ def random_argument(ttype, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
+class ArgumentCountError(ValueError):
+    """--arg was given a number of times other than the entry function's arity."""
+
+
+def program_arguments(options: argparse.Namespace, program) -> list[np.ndarray]:
+    """The arguments `options` asks for (--arg ... or --random-args), typed for `program`."""
+    types = program.input_types
+    if options.random_args:
+        rng = np.random.default_rng(options.seed)
+        return [random_argument(t, rng) for t in types]
+    if len(options.arg) != len(types):
+        raise ArgumentCountError(f"@{program.entry} takes {len(types)} argument(s), "
+                                 f"{len(options.arg)} given (use --arg or --random-args)")
+    return [read_argument(text, t) for text, t in zip(options.arg, types)]
+
+
 def main(argv: list[str] | None = None, prog: str = "pjrt-ref run", epilog: str | None = None) -> int:
     from pjrt_ref.debug.profile import from_environment as profile_recorder
     from pjrt_ref.errors import PjrtRefError
@@ -70,16 +87,11 @@ def main(argv: list[str] | None = None, prog: str = "pjrt-ref run", epilog: str 
         if profiler is not None:
             profiler.slice(f"compile {options.program}", "compile", start, time.perf_counter(),
                            {"program_bytes": len(source)})
-        types = program.input_types
-        if options.random_args:
-            rng = np.random.default_rng(options.seed)
-            args = [random_argument(t, rng) for t in types]
-        else:
-            if len(options.arg) != len(types):
-                print(f"error: @{program.entry} takes {len(types)} argument(s), "
-                      f"{len(options.arg)} given (use --arg or --random-args)", file=sys.stderr)
-                return 2
-            args = [read_argument(text, t) for text, t in zip(options.arg, types)]
+        try:
+            args = program_arguments(options, program)
+        except ArgumentCountError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         start = time.perf_counter()
         results = program(*args)
         if profiler is not None:

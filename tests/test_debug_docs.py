@@ -42,6 +42,7 @@ def checked(line: str) -> bool:
 def test_tutorial_transcripts_are_true(tmp_path):
     text = DOC.read_text()
     for name, body in _FILE.findall(text):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(body)
     runs = sessions(text)
     assert len(runs) >= 10
