@@ -363,9 +363,10 @@ def test_a_crashing_plugin_is_one_line(model_dir):
 
 
 def test_a_hanging_plugin_is_one_line(model_dir):
-    proc = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--timeout", "3", fault="hanging")
+    # Long enough for the ops before tanh to compile on a loaded machine; tanh itself never answers.
+    proc = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--timeout", "15", fault="hanging")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert f"{plugin_path()}) did not answer within 3 s while running 'stablehlo.tanh'" in proc.stderr
+    assert f"{plugin_path()}) did not answer within 15 s while running 'stablehlo.tanh'" in proc.stderr
 
 
 def test_a_crashing_plugin_under_jax_is_an_exception_and_the_process_lives(model_dir):
