@@ -1,0 +1,108 @@
+"""Starting the processes of a multi-process job on this machine, bounded in time.
+
+`run_job(...)` starts `num_processes` copies of tests/distributed_programs.py
+(each `jax.distributed.initialize`s with a free loopback port), waits for
+all of them at most `timeout` seconds (then kills what is left) and returns
+each process's outcome. MPI and Gloo are kept on this machine: MPICH's UCX
+moves data through shared memory only (`UCX_TLS=self,sm`, no network
+interface), JAX's coordinator listens on 127.0.0.1, and the XLA CPU oracle
+binds Gloo to `lo` (distributed_programs.use_loopback_gloo).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "distributed_programs.py")
+
+# MPICH (the `mpich` wheel) on one machine, no network: UCX's shared memory.
+LOOPBACK_MPI = {"UCX_TLS": "self,sm", "MPIR_CVAR_CH4_NETMOD": "ucx"}
+
+
+def mpi_missing_reason() -> str | None:
+    """Why multi-process pjrt-ref cannot run here, or None."""
+    for module in ("mpi4py",):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (pip install -e '.[mpi]')"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Outcome:
+    """One process's end: exit code (None: killed at the timeout) and output."""
+
+    process_id: int
+    returncode: int | None
+    output: str
+    seconds: float
+
+    def describe(self) -> str:
+        return (f"--- process {self.process_id}: exit {self.returncode} after "
+                f"{self.seconds:.1f} s\n{self.output[-6000:]}")
+
+
+def job_environment(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(LOOPBACK_MPI)
+    env.pop("JAX_PLATFORMS", None)
+    env.setdefault("PJRT_REF_COLLECTIVE_TIMEOUT", "60")
+    env.update(extra or {})
+    return env
+
+
+def run_job(backend: str, num_processes: int, devices: int, out: str, *, timeout: float = 240,
+            programs: str = "all", env: dict | None = None,
+            extra_arguments: dict[int, list[str]] | None = None) -> list[Outcome]:
+    """Run the job; every process's outcome (in process order)."""
+    port = free_port()
+    environment = job_environment(env)
+    started = time.monotonic()
+    processes = []
+    for process_id in range(num_processes):
+        command = [sys.executable, PROGRAMS, "--backend", backend, "--process-id", str(process_id),
+                   "--num-processes", str(num_processes), "--port", str(port),
+                   "--devices", str(devices), "--out", out, "--programs", programs,
+                   *(extra_arguments or {}).get(process_id, [])]
+        processes.append(subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    return [_finish(i, p, started, timeout) for i, p in enumerate(processes)]
+
+
+def _finish(process_id: int, process: subprocess.Popen, started: float, timeout: float) -> Outcome:
+    remaining = max(1.0, timeout - (time.monotonic() - started))
+    try:
+        output, _ = process.communicate(timeout=remaining)
+        code = process.returncode
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        code = None
+    return Outcome(process_id, code, output, time.monotonic() - started)
+
+
+def results(out: str, backend: str, num_processes: int) -> list[dict[str, np.ndarray]]:
+    """Each process's saved results."""
+    loaded = []
+    for process_id in range(num_processes):
+        with np.load(os.path.join(out, f"{backend}_{process_id}.npz")) as data:
+            loaded.append({name: data[name] for name in data.files})
+    return loaded
+
+
+def check_all_succeeded(outcomes: list[Outcome]) -> None:
+    failed = [o for o in outcomes if o.returncode != 0]
+    assert not failed, "\n".join(o.describe() for o in failed)

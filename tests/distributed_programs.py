@@ -1,0 +1,233 @@
+"""One process of a multi-process JAX job: the programs of tests/test_distributed.py.
+
+Run as a script, once per process (tests/distributed_launch.py starts them):
+
+    python tests/distributed_programs.py --backend pjrt_ref --process-id 0 \
+        --num-processes 2 --port 12345 --devices 2 --out DIR [--programs pmap,jit]
+
+Every process calls `jax.distributed.initialize` with explicit arguments,
+runs the same programs on its own devices and saves what its devices hold
+of each result into DIR/<backend>_<process id>.npz: an array stacked over
+its addressable devices (in device order), so that joining the processes'
+arrays gives the single-process run's. `--backend cpu` is the oracle: XLA
+CPU's own multi-process run, its collectives over Gloo bound to loopback.
+
+Inputs are global arrays every process makes from the same seed; each
+takes its own devices' part.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse_arguments(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["pjrt_ref", "cpu"], required=True)
+    parser.add_argument("--process-id", type=int, default=None,
+                        help="default: detect (mpiexec: jax's mpi4py cluster detection)")
+    parser.add_argument("--num-processes", type=int, default=None)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--devices", type=int, default=1, help="devices per process")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--programs", default="all", help="comma-separated names, or all")
+    parser.add_argument("--fault", default="", help="a fault to inject (tests of failures)")
+    return parser.parse_args(argv)
+
+
+def start_jax(options: argparse.Namespace):
+    """jax with `options.devices` devices of `options.backend` in this process, distributed."""
+    os.environ["JAX_PLATFORMS"] = options.backend
+    os.environ["PJRT_REF_NUM_DEVICES"] = str(options.devices)
+    import jax
+
+    if options.backend == "cpu":
+        jax.config.update("jax_num_cpu_devices", options.devices)
+    if options.process_id is None:       # launched by mpiexec
+        jax.distributed.initialize(cluster_detection_method="mpi4py")
+    else:
+        jax.distributed.initialize(coordinator_address=f"127.0.0.1:{options.port}",
+                                   num_processes=options.num_processes,
+                                   process_id=options.process_id)
+    if options.backend == "cpu":
+        use_loopback_gloo(jax)
+    return jax
+
+
+def use_loopback_gloo(jax) -> None:
+    """XLA CPU's client with Gloo collectives on the loopback interface (JAX's
+    default lets Gloo pick the host's address)."""
+    from jax._src import distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    def factory():
+        gloo = _jax.make_gloo_tcp_collectives(distributed_client=distributed.global_state.client,
+                                              interface="lo")
+        return xla_bridge.make_cpu_client(collectives=gloo)
+
+    xla_bridge.register_backend_factory("cpu", factory, priority=0)
+
+
+def local_value(array) -> np.ndarray:
+    """What this process's devices hold of `array`, stacked in device order."""
+    shards = sorted(array.addressable_shards, key=lambda shard: shard.device.id)
+    return np.stack([np.asarray(shard.data) for shard in shards])
+
+
+def global_input(shape: tuple, seed: int, dtype=np.float32) -> np.ndarray:
+    """The same array in every process."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# --------------------------------------------------------------------- pmap
+def pmap_programs(jax, process_id: int):
+    """Each collective pmap emits, over every device of the job."""
+    from jax import lax
+
+    n, local = jax.device_count(), jax.local_device_count()
+    x = global_input((n, n * 2, 3), seed=1)[process_id * local:(process_id + 1) * local]
+    shift = [(i, (i + 1) % n) for i in range(n)]
+    programs = {
+        "psum": lambda v: lax.psum(v, "i"),
+        "pmean": lambda v: lax.pmean(v, "i"),
+        "pmax": lambda v: lax.pmax(v, "i"),
+        "all_gather": lambda v: lax.all_gather(v, "i"),
+        "ppermute": lambda v: lax.ppermute(v, "i", shift),
+        "psum_scatter": lambda v: lax.psum_scatter(v, "i", tiled=True),
+        "all_to_all": lambda v: lax.all_to_all(v, "i", 0, 0, tiled=True),
+        "axis_index": lambda v: v * lax.axis_index("i"),
+    }
+    return {f"pmap/{name}": local_value(jax.pmap(f, axis_name="i")(x)) for name, f in programs.items()}
+
+
+# ---------------------------------------------------------------------- jit
+def global_mesh(jax, devices_per_process: int):
+    """A 2-D mesh ("procs", "local") of every device, processes along the first axis."""
+    from jax.sharding import Mesh
+
+    devices = np.array(jax.devices()).reshape(-1, devices_per_process)
+    return Mesh(devices, ("procs", "local"))
+
+
+def jit_programs(jax, devices_per_process: int):
+    """jax.jit over global NamedShardings; inputs made both ways JAX offers."""
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = global_mesh(jax, devices_per_process)
+    rows = NamedSharding(mesh, P(("procs", "local")))
+    n = jax.device_count()
+    x_global = global_input((n * 4, 6), seed=2)
+    w = jnp.asarray(global_input((6, 5), seed=3))
+    x = from_process_local_data(jax, rows, x_global)
+    y = from_single_device_arrays(jax, rows, x_global)
+
+    results = {
+        "jit/matmul": jax.jit(lambda a: jnp.tanh(a @ w), out_shardings=rows)(x),
+        "jit/column_sums": jax.jit(lambda a: a.sum(axis=0))(x),
+        "jit/mixed": jax.jit(lambda a, b: a * b.mean() - jnp.roll(b, 1, axis=0),
+                             out_shardings=NamedSharding(mesh, P(None, "local")))(x, y),
+        "jit/transpose": jax.jit(lambda a: a.T @ a, out_shardings=NamedSharding(mesh, P()))(y),
+    }
+    return {name: local_value(value) for name, value in results.items()}
+
+
+def from_process_local_data(jax, sharding, global_array: np.ndarray):
+    """`jax.make_array_from_process_local_data`: this process's rows of `global_array`."""
+    process_id, count = jax.process_index(), jax.process_count()
+    rows = len(global_array) // count
+    return jax.make_array_from_process_local_data(
+        sharding, global_array[process_id * rows:(process_id + 1) * rows], global_array.shape)
+
+
+def from_single_device_arrays(jax, sharding, global_array: np.ndarray):
+    """`jax.make_array_from_single_device_arrays`: one array per addressable device."""
+    index_of = sharding.addressable_devices_indices_map(global_array.shape)
+    arrays = [jax.device_put(global_array[index], device) for device, index in index_of.items()]
+    return jax.make_array_from_single_device_arrays(global_array.shape, sharding, arrays)
+
+
+# ---------------------------------------------------------------- shard_map
+def shard_map_programs(jax, devices_per_process: int):
+    """shard_map bodies with collectives over every device, over the processes
+    only, and over each process's devices only."""
+    from jax import lax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = global_mesh(jax, devices_per_process)
+    both = ("procs", "local")
+    n = jax.device_count()
+    x = from_process_local_data(jax, NamedSharding(mesh, P(both)), global_input((n * n, 4), seed=4))
+    shift = [(i, (i + 1) % jax.process_count()) for i in range(jax.process_count())]
+    bodies = {
+        "psum": (lambda v: lax.psum(v, both), P()),
+        "pmean_procs": (lambda v: lax.pmean(v, "procs"), P("local")),
+        "all_gather": (lambda v: lax.all_gather(v, both, tiled=True), P()),
+        "ppermute_procs": (lambda v: lax.ppermute(v, "procs", shift), P(both)),
+        "psum_scatter": (lambda v: lax.psum_scatter(v, both, tiled=True), P(both)),
+        "all_to_all": (lambda v: lax.all_to_all(v, both, 0, 0, tiled=True), P(both)),
+        "psum_local": (lambda v: lax.psum(v, "local"), P("procs")),
+    }
+    return {f"shard_map/{name}": local_value(jax.jit(jax.shard_map(
+                body, mesh=mesh, in_specs=P(both), out_specs=out_spec, check_vma=False))(x))
+            for name, (body, out_spec) in bodies.items()}
+
+
+# ----------------------------------------------------------------- training
+def training_program(jax, devices_per_process: int, steps: int = 3):
+    """Data-parallel SGD on tests/jit_support.py's MLP: each device's batch
+    shard gives gradients, pmean'd over every device (shard_map), then the
+    same update everywhere. Returns the loss of each step on each device."""
+    sys.path.insert(0, HERE)
+    from jit_support import mlp_data, mlp_loss
+    from jax import lax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = global_mesh(jax, devices_per_process)
+    both = ("procs", "local")
+    params, x_global, labels_global = mlp_data(np.random.default_rng(5), (8, 16, 4),
+                                               batch=4 * jax.device_count())
+    x = from_process_local_data(jax, NamedSharding(mesh, P(both)), x_global)
+    labels = from_process_local_data(jax, NamedSharding(mesh, P(both)), labels_global)
+
+    def step(params, x, labels):
+        loss, grads = jax.value_and_grad(mlp_loss)(params, x, labels)
+        loss, grads = lax.pmean((loss, grads), both)
+        return loss, jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+
+    train = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P(both), P(both)),
+                                  out_specs=(P(), P()), check_vma=False))
+    losses = []
+    for _ in range(steps):
+        loss, params = train(params, x, labels)
+        losses.append(local_value(loss))
+    return {"train/losses": np.stack(losses)}
+
+
+PROGRAMS = {
+    "pmap": lambda jax, options: pmap_programs(jax, jax.process_index()),
+    "jit": lambda jax, options: jit_programs(jax, options.devices),
+    "shard_map": lambda jax, options: shard_map_programs(jax, options.devices),
+    "train": lambda jax, options: training_program(jax, options.devices),
+}
+
+
+def main(argv=None) -> None:
+    options = parse_arguments(argv)
+    jax = start_jax(options)
+    names = list(PROGRAMS) if options.programs == "all" else options.programs.split(",")
+    results = {}
+    for name in names:
+        results.update(PROGRAMS[name](jax, options))
+    os.makedirs(options.out, exist_ok=True)
+    np.savez(os.path.join(options.out, f"{options.backend}_{jax.process_index()}.npz"), **results)
+    print(f"process {jax.process_index()}: {len(results)} results", flush=True)
+
+
+if __name__ == "__main__":
+    main()
