@@ -34,6 +34,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-processes", type=int, default=None)
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--devices", type=int, default=1, help="devices per process")
+    parser.add_argument("--mesh-rows", type=int, default=None,
+                        help="rows of the ('procs', 'local') mesh (default: the process count); "
+                             "a single process given P rows runs the P-process job's programs")
     parser.add_argument("--out", required=True)
     parser.add_argument("--programs", default="all", help="comma-separated names, or all")
     parser.add_argument("--fault", default="", help="a fault to inject (tests of failures)")
@@ -106,20 +109,19 @@ def pmap_programs(jax, process_id: int):
 
 
 # ---------------------------------------------------------------------- jit
-def global_mesh(jax, devices_per_process: int):
-    """A 2-D mesh ("procs", "local") of every device, processes along the first axis."""
+def global_mesh(jax, rows: int):
+    """A 2-D mesh ("procs", "local") of every device: `rows` rows (one per process)."""
     from jax.sharding import Mesh
 
-    devices = np.array(jax.devices()).reshape(-1, devices_per_process)
-    return Mesh(devices, ("procs", "local"))
+    return Mesh(np.array(jax.devices()).reshape(rows, -1), ("procs", "local"))
 
 
-def jit_programs(jax, devices_per_process: int):
+def jit_programs(jax, rows: int):
     """jax.jit over global NamedShardings; inputs made both ways JAX offers."""
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    mesh = global_mesh(jax, devices_per_process)
+    mesh = global_mesh(jax, rows)
     rows = NamedSharding(mesh, P(("procs", "local")))
     n = jax.device_count()
     x_global = global_input((n * 4, 6), seed=2)
@@ -153,17 +155,17 @@ def from_single_device_arrays(jax, sharding, global_array: np.ndarray):
 
 
 # ---------------------------------------------------------------- shard_map
-def shard_map_programs(jax, devices_per_process: int):
+def shard_map_programs(jax, rows: int):
     """shard_map bodies with collectives over every device, over the processes
     only, and over each process's devices only."""
     from jax import lax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    mesh = global_mesh(jax, devices_per_process)
+    mesh = global_mesh(jax, rows)
     both = ("procs", "local")
     n = jax.device_count()
     x = from_process_local_data(jax, NamedSharding(mesh, P(both)), global_input((n * n, 4), seed=4))
-    shift = [(i, (i + 1) % jax.process_count()) for i in range(jax.process_count())]
+    shift = [(i, (i + 1) % rows) for i in range(rows)]
     bodies = {
         "psum": (lambda v: lax.psum(v, both), P()),
         "pmean_procs": (lambda v: lax.pmean(v, "procs"), P("local")),
@@ -179,7 +181,7 @@ def shard_map_programs(jax, devices_per_process: int):
 
 
 # ----------------------------------------------------------------- training
-def training_program(jax, devices_per_process: int, steps: int = 3):
+def training_program(jax, rows: int, steps: int = 3):
     """Data-parallel SGD on tests/jit_support.py's MLP: each device's batch
     shard gives gradients, pmean'd over every device (shard_map), then the
     same update everywhere. Returns the loss of each step on each device."""
@@ -188,7 +190,7 @@ def training_program(jax, devices_per_process: int, steps: int = 3):
     from jax import lax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    mesh = global_mesh(jax, devices_per_process)
+    mesh = global_mesh(jax, rows)
     both = ("procs", "local")
     params, x_global, labels_global = mlp_data(np.random.default_rng(5), (8, 16, 4),
                                                batch=4 * jax.device_count())
@@ -210,10 +212,10 @@ def training_program(jax, devices_per_process: int, steps: int = 3):
 
 
 PROGRAMS = {
-    "pmap": lambda jax, options: pmap_programs(jax, jax.process_index()),
-    "jit": lambda jax, options: jit_programs(jax, options.devices),
-    "shard_map": lambda jax, options: shard_map_programs(jax, options.devices),
-    "train": lambda jax, options: training_program(jax, options.devices),
+    "pmap": lambda jax, rows: pmap_programs(jax, jax.process_index()),
+    "jit": jit_programs,
+    "shard_map": shard_map_programs,
+    "train": training_program,
 }
 
 
@@ -222,8 +224,9 @@ def main(argv=None) -> None:
     jax = start_jax(options)
     names = list(PROGRAMS) if options.programs == "all" else options.programs.split(",")
     results = {}
+    rows = options.mesh_rows or jax.process_count()
     for name in names:
-        results.update(PROGRAMS[name](jax, options))
+        results.update(PROGRAMS[name](jax, rows))
     os.makedirs(options.out, exist_ok=True)
     np.savez(os.path.join(options.out, f"{options.backend}_{jax.process_index()}.npz"), **results)
     print(f"process {jax.process_index()}: {len(results)} results", flush=True)

@@ -1,0 +1,81 @@
+"""Multi-process pjrt-ref (JAX multi-controller) against XLA CPU's multi-process run.
+
+Each test starts P processes on this machine (tests/distributed_launch.py),
+each running tests/distributed_programs.py: pmap collectives over every
+device, jax.jit over global NamedShardings, shard_map collectives, and a
+data-parallel training loop. The expected values are XLA CPU's own
+multi-process run of the same programs (Gloo collectives); pjrt-ref's
+multi-process run must also equal, bit for bit, pjrt-ref's single-process
+run of the same programs on as many devices (the process grid's semantics
+do not depend on where the devices live).
+
+P = 2 runs by default; P = 4 only with PJRT_REF_SLOW_TESTS=1 (each job
+starts 4 JAX processes on a 2-core machine).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from distributed_launch import check_all_succeeded, mpi_missing_reason, results, run_job
+
+pytestmark = pytest.mark.skipif(mpi_missing_reason() is not None,
+                                reason=f"multi-process pjrt-ref needs the [mpi] extra: {mpi_missing_reason()}")
+
+SLOW = pytest.mark.skipif(os.environ.get("PJRT_REF_SLOW_TESTS") != "1",
+                          reason="4-process jobs run with PJRT_REF_SLOW_TESTS=1")
+JOBS = [pytest.param(2, 1, id="P2-D1"), pytest.param(2, 2, id="P2-D2"),
+        pytest.param(4, 1, id="P4-D1", marks=SLOW), pytest.param(4, 2, id="P4-D2", marks=SLOW)]
+
+_RUNS: dict = {}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """job(backend, P, D, single=False) -> each process's results, run once per module.
+    `single`: pjrt-ref in ONE process with P x D devices, running the P-process programs."""
+    def run(backend: str, num_processes: int, devices: int, single: bool = False):
+        key = (backend, num_processes, devices, single)
+        if key not in _RUNS:
+            out = str(tmp_path_factory.mktemp(f"{backend}-P{num_processes}-D{devices}-{single}"))
+            if single:
+                outcomes = run_job(backend, 1, num_processes * devices, out,
+                                   extra_arguments={0: ["--mesh-rows", str(num_processes)]})
+            else:
+                outcomes = run_job(backend, num_processes, devices, out)
+            check_all_succeeded(outcomes)
+            _RUNS[key] = results(out, backend, len(outcomes))
+        return _RUNS[key]
+    return run
+
+
+@pytest.mark.parametrize("num_processes,devices", JOBS)
+def test_every_process_matches_xla_cpu(job, num_processes, devices):
+    expected = job("cpu", num_processes, devices)
+    ours = job("pjrt_ref", num_processes, devices)
+    for process_id, (theirs, mine) in enumerate(zip(expected, ours)):
+        assert sorted(mine) == sorted(theirs)
+        for name in theirs:
+            # XLA may sum a group's values in another order: a few ulps.
+            np.testing.assert_allclose(mine[name], theirs[name], rtol=2e-6, atol=1e-6,
+                                       err_msg=f"process {process_id}: {name}")
+
+
+@pytest.mark.parametrize("num_processes,devices", JOBS)
+def test_training_losses_agree_in_every_process(job, num_processes, devices):
+    losses = [process["train/losses"] for process in job("pjrt_ref", num_processes, devices)]
+    every_device = np.concatenate(losses, axis=1)        # steps x devices
+    assert np.all(every_device == every_device[:, :1]), every_device
+    assert np.all(np.diff(every_device[:, 0]) < 0), "SGD lowers the loss"
+
+
+@pytest.mark.parametrize("num_processes,devices", JOBS)
+def test_processes_together_equal_the_single_process_run(job, num_processes, devices):
+    single = job("pjrt_ref", num_processes, devices, single=True)[0]
+    spread = job("pjrt_ref", num_processes, devices)
+    for name, value in single.items():
+        joined = np.concatenate([process[name] for process in spread],
+                                axis=1 if name == "train/losses" else 0)
+        np.testing.assert_array_equal(joined, value, err_msg=name)
