@@ -243,10 +243,29 @@ class PartitionedRunner:
 
         grid = ProcessGrid(self.num_replicas, self.num_partitions,
                            placement=placement.child("argument shards"))
+        what = f"@{_module_name(self.program.text)}: gathering the argument shards"
         shared = share_among_hosts(grid, "shards", {self._process_id(d): v for d, v in shards.items()},
-                                   "gathering the argument shards")
-        return {replica * self.num_partitions + partition: value
-                for (replica, partition), value in shared.items()}
+                                   what)
+        every = {replica * self.num_partitions + partition: value
+                 for (replica, partition), value in shared.items()}
+        self.check_shard_types(every, grid, what)
+        return every
+
+    def check_shard_types(self, shards: dict, grid, what: str) -> None:
+        """Every device's shards must be what this program expects: processes
+        that compiled different programs (other shapes) meet here first. The
+        error names both processes."""
+        expected = [(tuple(shape), getattr(t, "dtype", None)) for shape, t in
+                    zip(self.argument_shard_shapes(0), self.program.input_types)]
+        here = grid.describe(self._process_id(next(d for d in shards if grid.is_local(self._process_id(d)))))
+        for device, values in shards.items():
+            got = [(tuple(np.shape(v)), np.asarray(v).dtype) for v in values]
+            for i, ((shape, dtype), (got_shape, got_dtype)) in enumerate(zip(expected, got)):
+                if dtype is not None and (shape != got_shape or np.dtype(dtype) != got_dtype):
+                    raise InvalidArgument(
+                        f"{what}: argument {i}: {grid.describe(self._process_id(device))} brought "
+                        f"{got_dtype}{list(got_shape)} but {here} runs a program that takes "
+                        f"{np.dtype(dtype)}{list(shape)}: the processes do not run the same program")
 
     def _process_id(self, device: int) -> tuple[int, int]:
         return divmod(device, self.num_partitions)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -39,13 +40,19 @@ def parse_arguments(argv=None) -> argparse.Namespace:
                              "a single process given P rows runs the P-process job's programs")
     parser.add_argument("--out", required=True)
     parser.add_argument("--programs", default="all", help="comma-separated names, or all")
-    parser.add_argument("--fault", default="", help="a fault to inject (tests of failures)")
+    parser.add_argument("--fault", choices=["die", "late", "mismatch"], default=None,
+                        help="run the fault program with this fault (tests of failures)")
+    parser.add_argument("--late-by", type=float, default=0.0, help="seconds, for --fault late")
+    parser.add_argument("--linger", type=float, default=0.0,
+                        help="seconds to stay after the fault program, for --fault")
     return parser.parse_args(argv)
 
 
 def start_jax(options: argparse.Namespace):
     """jax with `options.devices` devices of `options.backend` in this process, distributed."""
-    os.environ["JAX_PLATFORMS"] = options.backend
+    # pjrt_ref first (the default backend); cpu beside it is where JAX puts host
+    # callbacks' operands (the issue's own setting: JAX_PLATFORMS=pjrt_ref,cpu).
+    os.environ["JAX_PLATFORMS"] = "pjrt_ref,cpu" if options.backend == "pjrt_ref" else "cpu"
     os.environ["PJRT_REF_NUM_DEVICES"] = str(options.devices)
     import jax
 
@@ -57,8 +64,7 @@ def start_jax(options: argparse.Namespace):
         jax.distributed.initialize(coordinator_address=f"127.0.0.1:{options.port}",
                                    num_processes=options.num_processes,
                                    process_id=options.process_id)
-    if options.backend == "cpu":
-        use_loopback_gloo(jax)
+    use_loopback_gloo(jax)          # the oracle's backend, and pjrt_ref's neighbour
     return jax
 
 
@@ -211,6 +217,54 @@ def training_program(jax, rows: int, steps: int = 3):
     return {"train/losses": np.stack(losses)}
 
 
+# ------------------------------------------------------------------- faults
+def fault_program(jax, fault: str, delay: float):
+    """A psum over every device (shard_map) that process 1 spoils (--fault):
+    `die`: it exits inside the program, before the psum; `late`: it reaches
+    the psum `delay` s late; `mismatch`: it brings an operand of another shape.
+    Returns (compiled program, its argument)."""
+    from jax import lax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    spoiled = jax.process_index() == 1
+
+    def spoil(v):             # a host callback: runs in each process, on its devices' values
+        if spoiled and fault == "die":
+            os._exit(0)
+        if spoiled and fault == "late":
+            time.sleep(delay)
+        return v
+
+    def body(v):
+        v = jax.pure_callback(spoil, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
+        return lax.psum(v, ("procs", "local"))
+
+    mesh = global_mesh(jax, jax.process_count())
+    rows = 6 if spoiled and fault == "mismatch" else 4
+    x = from_process_local_data(jax, NamedSharding(mesh, P(("procs", "local"))),
+                                np.ones((rows * jax.device_count(), 3), np.float32))
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(("procs", "local")), out_specs=P(),
+                              check_vma=False))
+    return f.lower(x).compile(), x
+
+
+def run_failing(jax, options) -> None:
+    """Run the fault program; print how it failed and how long its execution took,
+    stay `--linger` s (for a late peer to hear of it), then leave at once (JAX's
+    exit would wait for every process at a shutdown barrier)."""
+    compiled, x = fault_program(jax, options.fault, options.late_by)
+    start = time.monotonic()
+    try:
+        compiled(x).block_until_ready()
+        print(f"SUCCEEDED after {time.monotonic() - start:.2f} s", flush=True)
+        code = 0
+    except Exception as error:   # the failure under test
+        print(f"FAILED after {time.monotonic() - start:.2f} s: {error}", flush=True)
+        code = 1
+    time.sleep(options.linger)
+    os._exit(code)
+
+
 PROGRAMS = {
     "pmap": lambda jax, rows: pmap_programs(jax, jax.process_index()),
     "jit": jit_programs,
@@ -222,6 +276,8 @@ PROGRAMS = {
 def main(argv=None) -> None:
     options = parse_arguments(argv)
     jax = start_jax(options)
+    if options.fault:
+        run_failing(jax, options)
     names = list(PROGRAMS) if options.programs == "all" else options.programs.split(",")
     results = {}
     rows = options.mesh_rows or jax.process_count()

@@ -79,3 +79,62 @@ def test_processes_together_equal_the_single_process_run(job, num_processes, dev
         joined = np.concatenate([process[name] for process in spread],
                                 axis=1 if name == "train/losses" else 0)
         np.testing.assert_array_equal(joined, value, err_msg=name)
+
+
+# ------------------------------------------------------------------- faults
+FAULT_TIMEOUT = 5.0      # PJRT_REF_COLLECTIVE_TIMEOUT of the fault jobs, seconds
+
+
+def run_fault(tmp_path, fault: str, late_by: float = 0.0, linger: float = 0.0):
+    """A 2-process job whose process 1 spoils a psum (distributed_programs.fault_program);
+    each process's (exit code, seconds its execution took to fail, output). Process 0
+    hosts JAX's coordinator: it stays `linger` s after failing."""
+    arguments = ["--fault", fault, "--late-by", str(late_by)]
+    outcomes = run_job("pjrt_ref", 2, 1, str(tmp_path), timeout=120,
+                       env={"PJRT_REF_COLLECTIVE_TIMEOUT": str(FAULT_TIMEOUT)},
+                       extra_arguments={0: arguments + ["--linger", str(linger)], 1: arguments})
+    return [(o.returncode, _seconds_to_fail(o.output), o.output) for o in outcomes]
+
+
+def _seconds_to_fail(output: str) -> float | None:
+    for line in output.splitlines():
+        if line.startswith("FAILED after "):
+            return float(line.split()[2])
+    return None
+
+
+def test_a_process_that_dies_fails_its_peer_within_the_timeout(tmp_path):
+    (code, seconds, output), (code_1, _, output_1) = run_fault(tmp_path, "die")
+    assert code == 1 and code_1 == 0, output + output_1
+    assert FAULT_TIMEOUT <= seconds < FAULT_TIMEOUT + 3, output
+    for part in ("DEADLINE_EXCEEDED", "'stablehlo.all_reduce' at ", "distributed_programs.py",
+                 f"timed out after {FAULT_TIMEOUT:g} s",
+                 "waiting for process (0, 1) (replica, partition) on host process 1"):
+        assert part in output, (part, output)
+
+
+def test_a_late_process_fails_both(tmp_path):
+    (code_0, seconds_0, output_0), (code_1, seconds_1, output_1) = run_fault(
+        tmp_path, "late", late_by=FAULT_TIMEOUT + 3, linger=10)
+    assert code_0 == code_1 == 1, output_0 + output_1
+    assert FAULT_TIMEOUT <= seconds_0 < FAULT_TIMEOUT + 3, output_0
+    assert "waiting for process (0, 1) (replica, partition) on host process 1" in output_0, output_0
+    # Process 1 reaches the psum after process 0 gave up: it hears of the failure
+    # as soon as it arrives (its execution took the delay plus a little).
+    assert seconds_1 < FAULT_TIMEOUT + 3 + 2, output_1
+    assert "another process failed: host process 0" in output_1, output_1
+
+
+def test_processes_with_different_shapes_at_one_collective_fail_naming_both(tmp_path):
+    outcomes = run_fault(tmp_path, "mismatch")
+    for code, seconds, output in outcomes:
+        assert code == 1, output
+        assert seconds < FAULT_TIMEOUT, output
+    # The devices' argument shards meet first (pjrt_ref/spmd.py): that is where
+    # the different shapes show.
+    message = outcomes[0][2]
+    for part in ("gathering the argument shards", "argument 0",
+                 "process (0, 1) (replica, partition) on host process 1 brought float32[6, 3]",
+                 "process (0, 0) (replica, partition) on host process 0 runs a program that takes "
+                 "float32[4, 3]", "do not run the same program"):
+        assert part in message, (part, message)
