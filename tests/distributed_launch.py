@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,6 +81,28 @@ def run_job(backend: str, num_processes: int, devices: int, out: str, *, timeout
         processes.append(subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
     return [_finish(i, p, started, timeout) for i, p in enumerate(processes)]
+
+
+def mpiexec_path() -> str | None:
+    """The `mpiexec` of the MPI that mpi4py uses (the mpich wheel puts it beside python)."""
+    beside_python = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside_python if os.access(beside_python, os.X_OK) else shutil.which("mpiexec")
+
+
+def run_mpiexec_job(backend: str, num_processes: int, devices: int, out: str, *,
+                    timeout: float = 240) -> Outcome:
+    """`mpiexec -n P python distributed_programs.py ...`: JAX finds the processes
+    through mpi4py (`cluster_detection_method="mpi4py"`), pjrt-ref's MPI transport
+    uses MPI_COMM_WORLD. Hydra's control traffic stays on `lo` (HYDRA_IFACE), and
+    JAX's coordinator on 127.0.0.1 (JAX_COORDINATOR_ADDRESS)."""
+    environment = job_environment({"HYDRA_IFACE": "lo",
+                                   "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}"})
+    command = [mpiexec_path(), "-n", str(num_processes), sys.executable, PROGRAMS,
+               "--backend", backend, "--devices", str(devices), "--out", out]
+    started = time.monotonic()
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    return _finish(0, process, started, timeout)
 
 
 def _finish(process_id: int, process: subprocess.Popen, started: float, timeout: float) -> Outcome:

@@ -252,7 +252,12 @@ def run_failing(jax, options) -> None:
     """Run the fault program; print how it failed and how long its execution took,
     stay `--linger` s (for a late peer to hear of it), then leave at once (JAX's
     exit would wait for every process at a shutdown barrier)."""
+    from jax._src import distributed
+
     compiled, x = fault_program(jax, options.fault, options.late_by)
+    # Start together (JAX's own barrier, through its coordinator): the timeout
+    # under test then measures the fault, not how long a process took to compile.
+    distributed.global_state.client.wait_at_barrier("fault program compiled", 60_000)
     start = time.monotonic()
     try:
         compiled(x).block_until_ready()

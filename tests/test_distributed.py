@@ -19,7 +19,8 @@ import os
 import numpy as np
 import pytest
 
-from distributed_launch import check_all_succeeded, mpi_missing_reason, results, run_job
+from distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path, results,
+                                run_job, run_mpiexec_job)
 
 pytestmark = pytest.mark.skipif(mpi_missing_reason() is not None,
                                 reason=f"multi-process pjrt-ref needs the [mpi] extra: {mpi_missing_reason()}")
@@ -79,6 +80,17 @@ def test_processes_together_equal_the_single_process_run(job, num_processes, dev
         joined = np.concatenate([process[name] for process in spread],
                                 axis=1 if name == "train/losses" else 0)
         np.testing.assert_array_equal(joined, value, err_msg=name)
+
+
+@pytest.mark.skipif(mpiexec_path() is None, reason="no mpiexec (the mpich wheel brings one)")
+def test_a_job_launched_by_mpiexec_matches_xla_cpu(job, tmp_path):
+    """`mpiexec -n 2 python ...`: the processes meet in MPI_COMM_WORLD."""
+    outcome = run_mpiexec_job("pjrt_ref", 2, 2, str(tmp_path))
+    check_all_succeeded([outcome])
+    for process_id, (theirs, mine) in enumerate(zip(job("cpu", 2, 2), results(str(tmp_path), "pjrt_ref", 2))):
+        for name in theirs:
+            np.testing.assert_allclose(mine[name], theirs[name], rtol=2e-6, atol=1e-6,
+                                       err_msg=f"process {process_id}: {name}")
 
 
 # ------------------------------------------------------------------- faults
