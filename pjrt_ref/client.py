@@ -58,11 +58,13 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
     if kv_store is None:
         raise InvalidArgument(f"num_nodes={num_nodes}: a client of several processes needs "
                               "the key-value store callbacks of PJRT_Client_Create")
+    from .debug.process_files import set_process_index
     from .distributed import join
     from .interpreter.ops.collective_grid import collective_timeout
 
     cluster = join(kv_store, int(options.get("node_id", 0)), num_nodes, device_count(options),
                    platform_version(), collective_timeout())
+    set_process_index(cluster.process_index)    # PJRT_REF_TRACE / _PROFILE: a file per process
     return Client(options, cluster)
 
 

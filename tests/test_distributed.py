@@ -150,3 +150,35 @@ def test_processes_with_different_shapes_at_one_collective_fail_naming_both(tmp_
                  "process (0, 0) (replica, partition) on host process 0 runs a program that takes "
                  "float32[4, 3]", "do not run the same program"):
         assert part in message, (part, message)
+
+
+# ---------------------------------------------------------------- debugging
+def test_trace_and_profile_write_a_file_per_process_and_merge(tmp_path):
+    """PJRT_REF_TRACE / PJRT_REF_PROFILE in a 2-process job (2 devices each): one
+    file per process; `pjrt-ref profile` merges the profiles into one Chrome
+    trace with a row group per process and a row per device."""
+    import json
+    import subprocess
+    import sys
+
+    outcomes = run_job("pjrt_ref", 2, 2, str(tmp_path / "out"), programs="shard_map",
+                       env={"PJRT_REF_TRACE": str(tmp_path / "trace.jsonl"),
+                            "PJRT_REF_PROFILE": str(tmp_path / "profile.json")})
+    check_all_succeeded(outcomes)
+    for process_id in (0, 1):
+        lines = (tmp_path / f"trace.process{process_id}.jsonl").read_text().splitlines()
+        assert any(json.loads(line)["op"] == "stablehlo.all_reduce" for line in lines)
+    profiles = [str(tmp_path / f"profile.process{i}.json") for i in (0, 1)]
+    merged_path = tmp_path / "merged.json"
+    report = subprocess.run([sys.executable, "-m", "pjrt_ref.cli", "profile", *profiles,
+                             "--merged", str(merged_path)], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "stablehlo.all_reduce" in report.stdout
+    events = json.loads(merged_path.read_text())["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in events if e["ph"] == "M"}
+    assert {(0, "pjrt-ref process 0"), (1, "pjrt-ref process 1")} <= names
+    device_rows = {(0, "pjrt_ref process (0, 0)"), (0, "pjrt_ref process (0, 1)"),
+                   (1, "pjrt_ref process (0, 2)"), (1, "pjrt_ref process (0, 3)")}
+    assert device_rows <= names, names
+    reduced_in = {e["pid"] for e in events if e["ph"] == "X" and e["name"] == "all_reduce"}
+    assert reduced_in == {0, 1}
