@@ -100,11 +100,15 @@ class Client:
         self.handle = None
 
     def _new_device(self, device_id: int, local_index: int, process_index: int) -> Device:
-        memory = Memory(id=device_id)
+        """A device; another process's has no memory here (as in XLA, a
+        non-addressable device has no memory spaces)."""
         device = Device(description=DeviceDescription.virtual(device_id, process_index),
-                        local_hardware_id=local_index, memories=[memory], client=self,
+                        local_hardware_id=local_index, client=self,
                         is_addressable=process_index == self.process_index)
-        memory.devices.append(device)
+        if device.is_addressable:
+            memory = Memory(id=device_id)
+            device.memories.append(memory)
+            memory.devices.append(device)
         return device
 
     def close(self) -> None:

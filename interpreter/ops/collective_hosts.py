@@ -15,7 +15,7 @@ The interpreter never sees how values travel. `links` is any object with
     this_host: int                        # this OS process's index
     store: MailStore                      # where values sent to this host land
     send(host, namespace, key, value, readers)   # post on `host`'s store
-    fail(hosts, namespace, error)         # fail `namespace` on those hosts
+    fail(hosts, namespace, error_text)    # fail `namespace` on those hosts
 
 (pjrt-ref's is the MPI transport of `pjrt_ref/distributed/`).
 
