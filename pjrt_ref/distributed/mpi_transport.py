@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 
-from ..errors import DeadlineExceeded, FailedPrecondition, Internal
+from ..errors import DeadlineExceeded, FailedPrecondition, Internal, Unavailable
 
 # Every message of the transport carries this tag on its communicator.
 _TAG = 1606
@@ -67,9 +67,16 @@ def connect(MPI, store, process_index: int, num_processes: int, descriptions: li
     """An intra-communicator of the `num_processes` processes, rank i = process i."""
     if all(d["mpi_world_size"] == num_processes for d in descriptions):
         return MPI.COMM_WORLD.Split(0, process_index)       # launched by mpiexec
-    return _bounded(lambda: join_through_port(MPI, store, process_index, num_processes,
-                                              timeout_seconds),
-                    timeout_seconds, "connecting the processes through an MPI port")
+    try:
+        return _bounded(lambda: join_through_port(MPI, store, process_index, num_processes,
+                                                  timeout_seconds),
+                        timeout_seconds, "connecting the processes through an MPI port")
+    except MPI.Exception as error:
+        raise Unavailable(
+            f"connecting the processes through an MPI port failed ({MPI.Get_library_version().splitlines()[0]}): "
+            f"{error}. Processes started on their own need an MPI whose singletons can connect: "
+            "the `mpich` wheel before 5.0 (5.0.x cannot, pmodels/mpich#7805; Open MPI's wheel "
+            "needs a PMIx server); or start them together with mpiexec") from None
 
 
 def join_through_port(MPI, store, process_index: int, num_processes: int,
