@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ..errors import Internal
 from .kv_store import KeyValueStore, ScopedStore
 from .topology_exchange import (GlobalDevice, check_same_plugin, exchange_local_topologies,
                                 global_devices)
@@ -68,5 +69,7 @@ def join(store: KeyValueStore, process_index: int, num_processes: int, local_dev
         check_same_plugin(descriptions, name)
     comm = mpi_transport.connect(MPI, scoped, process_index, num_processes, descriptions,
                                  timeout_seconds)
+    if comm.Get_rank() != process_index:     # the transport's host i must be JAX's process i
+        raise Internal(f"process {process_index} got MPI rank {comm.Get_rank()}")
     transport = mpi_transport.MpiTransport(MPI, comm, MailStore())
     return Cluster(process_index, num_processes, global_devices(descriptions), transport)
