@@ -95,6 +95,7 @@ def test_a_job_launched_by_mpiexec_matches_xla_cpu(job, tmp_path):
 
 # ------------------------------------------------------------------- faults
 FAULT_TIMEOUT = 5.0      # PJRT_REF_COLLECTIVE_TIMEOUT of the fault jobs, seconds
+SLACK = 8.0              # what a loaded 2-core machine may add to a wait, seconds
 
 
 def run_fault(tmp_path, fault: str, late_by: float = 0.0, linger: float = 0.0):
@@ -118,7 +119,7 @@ def _seconds_to_fail(output: str) -> float | None:
 def test_a_process_that_dies_fails_its_peer_within_the_timeout(tmp_path):
     (code, seconds, output), (code_1, _, output_1) = run_fault(tmp_path, "die")
     assert code == 1 and code_1 == 0, output + output_1
-    assert FAULT_TIMEOUT <= seconds < FAULT_TIMEOUT + 3, output
+    assert FAULT_TIMEOUT <= seconds < FAULT_TIMEOUT + SLACK, output
     for part in ("DEADLINE_EXCEEDED", "'stablehlo.all_reduce' at ", "distributed_programs.py",
                  f"timed out after {FAULT_TIMEOUT:g} s",
                  "waiting for process (0, 1) (replica, partition) on host process 1"):
@@ -129,11 +130,11 @@ def test_a_late_process_fails_both(tmp_path):
     (code_0, seconds_0, output_0), (code_1, seconds_1, output_1) = run_fault(
         tmp_path, "late", late_by=FAULT_TIMEOUT + 3, linger=10)
     assert code_0 == code_1 == 1, output_0 + output_1
-    assert FAULT_TIMEOUT <= seconds_0 < FAULT_TIMEOUT + 3, output_0
+    assert FAULT_TIMEOUT <= seconds_0 < FAULT_TIMEOUT + SLACK, output_0
     assert "waiting for process (0, 1) (replica, partition) on host process 1" in output_0, output_0
     # Process 1 reaches the psum after process 0 gave up: it hears of the failure
     # as soon as it arrives (its execution took the delay plus a little).
-    assert seconds_1 < FAULT_TIMEOUT + 3 + 2, output_1
+    assert seconds_1 < FAULT_TIMEOUT + 3 + SLACK, output_1
     assert "another process failed: host process 0" in output_1, output_1
 
 
