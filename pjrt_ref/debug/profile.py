@@ -54,8 +54,7 @@ class Recorder:
         thread = threading.get_native_id()
         if thread not in self._named_threads:
             self._named_threads.add(thread)
-            self.events.append({"name": "thread_name", "ph": "M", "pid": self.pid, "tid": thread,
-                                "args": {"name": threading.current_thread().name}})
+            self.events.append(_metadata("thread_name", self.pid, thread, threading.current_thread().name))
         event = {"name": name, "cat": category, "ph": "X", "ts": self._micros(start),
                  "dur": round((end - start) * 1e6, 3), "pid": self.pid, "tid": thread}
         if args:
@@ -81,6 +80,11 @@ def op_args(op, operands, results) -> dict:
     return {"op": op.name, "location": op.location,
             "operands": [type_text(v) for v in operands],
             "results": [type_text(v) for v in results]}
+
+
+def _metadata(kind: str, pid, tid, name: str) -> dict:
+    """A Chrome metadata event naming a row group (`process_name`) or a row (`thread_name`)."""
+    return {"name": kind, "cat": "__metadata", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
 
 
 def recorder(path: str) -> Recorder:
@@ -149,8 +153,7 @@ def merge(paths: list[str]) -> dict:
     start = min(origin for _, origin, _ in loaded)
     events = []
     for index, origin, file_events in sorted(loaded, key=lambda item: item[0]):
-        events.append({"name": "process_name", "ph": "M", "pid": index, "tid": 0,
-                       "args": {"name": f"pjrt-ref process {index}"}})
+        events.append(_metadata("process_name", index, 0, f"pjrt-ref process {index}"))
         for event in file_events:
             event = dict(event, pid=index)
             if "ts" in event:
