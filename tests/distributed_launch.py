@@ -78,8 +78,8 @@ def run_job(backend: str, num_processes: int, devices: int, out: str, *, timeout
                    "--num-processes", str(num_processes), "--port", str(port),
                    "--devices", str(devices), "--out", out, "--programs", programs,
                    *(extra_arguments or {}).get(process_id, [])]
-        processes.append(subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
+        processes.append(subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return [_finish(i, p, started, timeout) for i, p in enumerate(processes)]
 
 
@@ -100,8 +100,8 @@ def run_mpiexec_job(backend: str, num_processes: int, devices: int, out: str, *,
     command = [mpiexec_path(), "-n", str(num_processes), sys.executable, PROGRAMS,
                "--backend", backend, "--devices", str(devices), "--out", out]
     started = time.monotonic()
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return _finish(0, process, started, timeout)
 
 
