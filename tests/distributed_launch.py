@@ -70,17 +70,12 @@ def run_job(backend: str, num_processes: int, devices: int, out: str, *, timeout
             extra_arguments: dict[int, list[str]] | None = None) -> list[Outcome]:
     """Run the job; every process's outcome (in process order)."""
     port = free_port()
-    environment = job_environment(env)
-    started = time.monotonic()
-    processes = []
-    for process_id in range(num_processes):
-        command = [sys.executable, PROGRAMS, "--backend", backend, "--process-id", str(process_id),
-                   "--num-processes", str(num_processes), "--port", str(port),
-                   "--devices", str(devices), "--out", out, "--programs", programs,
-                   *(extra_arguments or {}).get(process_id, [])]
-        processes.append(subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return [_finish(i, p, started, timeout) for i, p in enumerate(processes)]
+    commands = [[sys.executable, PROGRAMS, "--backend", backend, "--process-id", str(process_id),
+                 "--num-processes", str(num_processes), "--port", str(port),
+                 "--devices", str(devices), "--out", out, "--programs", programs,
+                 *(extra_arguments or {}).get(process_id, [])]
+                for process_id in range(num_processes)]
+    return _run_all(commands, job_environment(env), out, timeout)
 
 
 def mpiexec_path() -> str | None:
@@ -99,21 +94,34 @@ def run_mpiexec_job(backend: str, num_processes: int, devices: int, out: str, *,
                                    "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{free_port()}"})
     command = [mpiexec_path(), "-n", str(num_processes), sys.executable, PROGRAMS,
                "--backend", backend, "--devices", str(devices), "--out", out]
+    return _run_all([command], environment, out, timeout)[0]
+
+
+def _run_all(commands: list[list[str]], environment: dict, out: str, timeout: float) -> list[Outcome]:
+    """Start every command at once, each writing its output to a file (a pipe
+    nobody reads could block a process that its peers wait for); wait for all
+    of them at most `timeout` seconds in total, killing what is left."""
+    os.makedirs(out, exist_ok=True)
     started = time.monotonic()
-    process = subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return _finish(0, process, started, timeout)
+    running = []
+    for index, command in enumerate(commands):
+        log = open(os.path.join(out, f"output_{index}.log"), "w+")
+        running.append((subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT), log))
+    return [_finish(index, process, log, started, timeout)
+            for index, (process, log) in enumerate(running)]
 
 
-def _finish(process_id: int, process: subprocess.Popen, started: float, timeout: float) -> Outcome:
-    remaining = max(1.0, timeout - (time.monotonic() - started))
+def _finish(process_id: int, process: subprocess.Popen, log, started: float, timeout: float) -> Outcome:
     try:
-        output, _ = process.communicate(timeout=remaining)
-        code = process.returncode
+        code = process.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         process.kill()
-        output, _ = process.communicate()
+        process.wait()
         code = None
+    log.seek(0)
+    output = log.read()
+    log.close()
     return Outcome(process_id, code, output, time.monotonic() - started)
 
 
