@@ -141,12 +141,17 @@ GONE_ACTIONS = {
 }
 
 
+# Calls that must not fail while Python exits: jaxlib's process-info watcher
+# thread LOG(FATAL)s if PJRT_Client_UpdateGlobalProcessInfo returns an error.
+SUCCEED_WHEN_GONE = frozenset({"PJRT_Client_UpdateGlobalProcessInfo"})
+
+
 def slot_wrapper(name: str) -> str:
     """The C function in the PJRT_Api table for `name`: guard, then the Python callback."""
     ret = "void" if name in RETURNS_VOID else "PJRT_Error*"
     if name in GONE_ACTIONS:
         gone = GONE_ACTIONS[name]
-    elif name.endswith("_Destroy"):
+    elif name.endswith("_Destroy") or name in SUCCEED_WHEN_GONE:
         gone = "return NULL;"
     else:
         gone = "return PJRT_REF_GONE;"

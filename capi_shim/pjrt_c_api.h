@@ -246,12 +246,12 @@ typedef struct PJRT_Client_Create_Args {
   PJRT_Extension_Base* extension_start;
   const PJRT_NamedValue* create_options;
   size_t num_options;
-  void* kv_get_callback;        /* PJRT_KeyValueGetCallback (unused here) */
+  void* kv_get_callback;        /* PJRT_KeyValueGetCallback ("multi-process", below) */
   void* kv_get_user_arg;
-  void* kv_put_callback;        /* PJRT_KeyValuePutCallback (unused here) */
+  void* kv_put_callback;        /* PJRT_KeyValuePutCallback */
   void* kv_put_user_arg;
   PJRT_Client* client;          /* out */
-  void* kv_try_get_callback;    /* PJRT_KeyValueTryGetCallback (unused here) */
+  void* kv_try_get_callback;    /* PJRT_KeyValueTryGetCallback */
   void* kv_try_get_user_arg;
 } PJRT_Client_Create_Args;
 
@@ -1342,5 +1342,86 @@ typedef struct PJRT_ExecuteContext_Destroy_Args {
   PJRT_Extension_Base* extension_start;
   PJRT_ExecuteContext* context;
 } PJRT_ExecuteContext_Destroy_Args;
+
+/* ------------------------------------------------------- multi-process
+ * A framework running one process per host (JAX's multi-controller mode)
+ * hands PJRT_Client_Create a key-value store shared by all processes, as
+ * three callbacks (the Create Args keep them as void*; these are their
+ * types), and later tells the client how its peers are doing through
+ * PJRT_Client_UpdateGlobalProcessInfo. pjrt-ref exchanges its topology and
+ * its MPI rendezvous through the store (pjrt_ref/distributed/). */
+
+/* Frees the value a get callback returned; the plugin copies it first. */
+typedef void (*PJRT_KeyValueGetCallback_ValueDeleter)(char* value);
+
+typedef struct PJRT_KeyValueGetCallback_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* key;
+  size_t key_size;
+  int timeout_in_ms;
+  PJRT_CallbackError* callback_error;
+  void* user_arg;
+  char* value;                  /* out */
+  size_t value_size;            /* out */
+  PJRT_KeyValueGetCallback_ValueDeleter value_deleter_callback;  /* out */
+} PJRT_KeyValueGetCallback_Args;
+
+/* Blocks until `key` exists or the timeout passes (then an error). */
+typedef PJRT_Error* (*PJRT_KeyValueGetCallback)(PJRT_KeyValueGetCallback_Args* args);
+
+typedef struct PJRT_KeyValueTryGetCallback_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* key;
+  size_t key_size;
+  PJRT_CallbackError* callback_error;
+  void* user_arg;
+  char* value;                  /* out */
+  size_t value_size;            /* out */
+  PJRT_KeyValueGetCallback_ValueDeleter value_deleter_callback;  /* out */
+} PJRT_KeyValueTryGetCallback_Args;
+
+/* Returns at once: NOT_FOUND if `key` is not there yet. */
+typedef PJRT_Error* (*PJRT_KeyValueTryGetCallback)(PJRT_KeyValueTryGetCallback_Args* args);
+
+typedef struct PJRT_KeyValuePutCallback_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* key;
+  size_t key_size;
+  const char* value;            /* only alive during the call */
+  size_t value_size;
+  PJRT_CallbackError* callback_error;
+  void* user_arg;
+} PJRT_KeyValuePutCallback_Args;
+
+typedef PJRT_Error* (*PJRT_KeyValuePutCallback)(PJRT_KeyValuePutCallback_Args* args);
+
+typedef enum {
+  PJRT_ProcessState_kUnspecified = 0,
+  PJRT_ProcessState_kUninitialized = 1,
+  PJRT_ProcessState_kDisconnected = 2,
+  PJRT_ProcessState_kConnected = 3,
+  PJRT_ProcessState_kError = 4,
+} PJRT_ProcessState;
+
+typedef struct PJRT_ProcessInfo {
+  size_t struct_size;
+  int task_id;                  /* the process index */
+  uint64_t incarnation_id;      /* changes when the process restarts */
+  PJRT_ProcessState state;
+  int error_code;
+  const char* error_message;
+  size_t error_message_size;
+} PJRT_ProcessInfo;
+
+typedef struct PJRT_Client_UpdateGlobalProcessInfo_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_ProcessInfo* process_infos;
+  size_t num_process_infos;
+} PJRT_Client_UpdateGlobalProcessInfo_Args;
 
 #endif  /* PJRT_REF_PJRT_C_API_H_ */

@@ -55,14 +55,28 @@ def _explain_command(argv: list[str]) -> int:
 
 
 def _profile_command(argv: list[str]) -> int:
-    from .debug.profile import report
+    import json
+
+    from .debug.profile import merge, report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref profile",
-                                     description="Top ops and source lines of a PJRT_REF_PROFILE file.")
-    parser.add_argument("trace", help="a Chrome trace-event file written with PJRT_REF_PROFILE=FILE")
+                                     description="Top ops and source lines of PJRT_REF_PROFILE files; "
+                                                 "several files (one per process of a job) are merged.")
+    parser.add_argument("traces", nargs="+",
+                        help="Chrome trace-event files written with PJRT_REF_PROFILE=FILE "
+                             "(a job's processes write FILE.process<i>.json)")
     parser.add_argument("--top", type=int, default=10, help="rows per table (default 10)")
+    parser.add_argument("--merged", metavar="OUT.json",
+                        help="write the merged trace here: a row per process and device")
     options = parser.parse_args(argv)
-    print(report(options.trace, options.top))
+    if len(options.traces) == 1 and not options.merged:
+        print(report(options.traces[0], options.top))
+        return 0
+    merged = merge(options.traces)
+    if options.merged:
+        with open(options.merged, "w", encoding="utf-8") as f:
+            json.dump(merged, f)
+    print(report(" + ".join(options.traces), options.top, merged["traceEvents"]))
     return 0
 
 

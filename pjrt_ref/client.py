@@ -42,34 +42,79 @@ def device_count(options: dict | None = None) -> int:
     return count
 
 
-class Client:
-    """A pjrt-ref client: `device_count(options)` virtual devices in one process.
+def make_client(options: dict | None = None, kv_store=None) -> "Client":
+    """The client PJRT_Client_Create makes.
 
-    Every device is CPU-like, has its own memory (numpy arrays in host RAM)
-    and is addressable; device i has id i, local hardware id i and memory i.
-    Executables run on several devices concurrently, one thread each
+    JAX's multi-controller mode passes `node_id` and `num_nodes` (its
+    process index and count, `jax.distributed.initialize`) with the
+    distributed runtime's key-value store; with more than one node this
+    process joins the others (`pjrt_ref.distributed.join`: the topology
+    through the store, collectives over MPI) before its client exists.
+    """
+    options = dict(options or {})
+    num_nodes = int(options.get("num_nodes", 1))
+    if num_nodes <= 1:
+        return Client(options)
+    if kv_store is None:
+        raise InvalidArgument(f"num_nodes={num_nodes}: a client of several processes needs "
+                              "the key-value store callbacks of PJRT_Client_Create")
+    from .debug.process_files import set_process_index
+    from .distributed import join
+    from .interpreter.ops.collective_grid import collective_timeout
+
+    cluster = join(kv_store, int(options.get("node_id", 0)), num_nodes, device_count(options),
+                   platform_version(), collective_timeout())
+    set_process_index(cluster.process_index)    # PJRT_REF_TRACE / _PROFILE: a file per process
+    return Client(options, cluster)
+
+
+class Client:
+    """A pjrt-ref client: `device_count(options)` virtual devices in this process.
+
+    Every device is CPU-like and has its own memory (numpy arrays in host
+    RAM); device i has id i, local hardware id i and memory i. Executables
+    run on several devices concurrently, one thread each
     (`pjrt_ref/multi_device.py`).
+
+    With a `cluster` (one process of a multi-process job, see `make_client`)
+    the client also lists the other processes' devices, numbered in process
+    order; only its own are addressable, and executions that span processes
+    meet them through the cluster's transport.
     """
 
-    def __init__(self, options: dict | None = None) -> None:
+    def __init__(self, options: dict | None = None, cluster=None) -> None:
         self.options = dict(options or {})
         self.platform_name = PLATFORM_NAME
         self.platform_version = platform_version()
-        self.process_index = 0
-        count = device_count(self.options)
-        self.devices: list[Device] = [self._new_device(i) for i in range(count)]
-        self.addressable_devices: list[Device] = list(self.devices)
-        self.memories: list[Memory] = [d.default_memory for d in self.devices]
+        self.cluster = cluster
+        if cluster is None:
+            self.process_index = 0
+            self.devices: list[Device] = [self._new_device(i, i, 0) for i in range(device_count(self.options))]
+        else:
+            self.process_index = cluster.process_index
+            self.devices = [self._new_device(d.id, d.local_index, d.process_index) for d in cluster.devices]
+        self.addressable_devices: list[Device] = [d for d in self.devices if d.is_addressable]
+        self.memories: list[Memory] = [d.default_memory for d in self.addressable_devices]
         self.topology = Topology(PLATFORM_NAME, self.platform_version,
                                  [d.description for d in self.devices], owned_by_client=True)
         self.handle = None
 
-    def _new_device(self, index: int) -> Device:
-        memory = Memory(id=index)
-        device = Device(description=DeviceDescription.virtual(index), local_hardware_id=index,
-                        memories=[memory], client=self)
-        memory.devices.append(device)
+    def _new_device(self, device_id: int, local_index: int, process_index: int) -> Device:
+        """A device; another process's has no memory here (as in XLA, a
+        non-addressable device has no memory spaces)."""
+        device = Device(description=DeviceDescription.virtual(device_id, process_index),
+                        local_hardware_id=local_index, client=self,
+                        is_addressable=process_index == self.process_index)
+        if device.is_addressable:
+            memory = Memory(id=device_id)
+            device.memories.append(memory)
+            memory.devices.append(device)
         return device
+
+    def close(self) -> None:
+        """PJRT_Client_Destroy: a process of a job stops its transport."""
+        if self.cluster is not None:
+            self.cluster.close()
 
     # -- lookups ---------------------------------------------------------------
     def lookup_device(self, device_id: int) -> Device:

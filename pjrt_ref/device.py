@@ -24,10 +24,11 @@ class DeviceDescription:
     handle: object = None          # our PJRT_DeviceDescription*
 
     @classmethod
-    def virtual(cls, index: int) -> "DeviceDescription":
-        """Virtual device `index`. Its attributes (PJRT_DeviceDescription_Attributes)
-        place it on a line: `coords` = [index], as a 1-D mesh of devices."""
-        return cls(id=index, attributes={"coords": [index]})
+    def virtual(cls, index: int, process_index: int = 0) -> "DeviceDescription":
+        """Virtual device `index` (of process `process_index`). Its attributes
+        (PJRT_DeviceDescription_Attributes) place it on a line: `coords` =
+        [index], as a 1-D mesh of devices."""
+        return cls(id=index, process_index=process_index, attributes={"coords": [index]})
 
     @property
     def debug_string(self) -> str:
@@ -53,4 +54,8 @@ class Device:
 
     @property
     def default_memory(self) -> Memory:
+        if not self.memories:
+            from .errors import InvalidArgument
+            raise InvalidArgument(f"device {self.id} belongs to process {self.description.process_index}: "
+                                  "it has no memory in this process")
         return self.memories[0]

@@ -119,16 +119,23 @@ class LoadedExecutable:
     def __init__(self, executable: Executable, client) -> None:
         self.executable = executable
         self.client = client
-        # assignment[replica][partition] = device id; devices in logical_ids order.
+        # assignment[replica][partition] = device id; `devices`: the addressable ones,
+        # in logical_ids order (in a multi-process job the others run elsewhere).
         self.assignment = multi_device.device_assignment(executable, client)
-        self.devices = multi_device.assigned_devices(self.assignment, client)
+        placed = multi_device.assigned_devices(self.assignment, client)
+        every_id = multi_device.logical_ids(self.assignment)
+        self.devices = [d for d in placed if d.is_addressable]
+        self._logical_ids = [i for i, d in zip(every_id, placed) if d.is_addressable]
+        # (replica, partition) -> the process that runs it; "spans processes" when several do.
+        self.hosts = {i: d.description.process_index for i, d in zip(every_id, placed)}
+        self.spans_processes = len(set(self.hosts.values())) > 1
         self.deleted = False
         self.handle = None            # our PJRT_LoadedExecutable*
         self._lock = threading.Lock()
 
     def logical_ids(self) -> list[tuple[int, int]]:
         """(replica, partition) of each addressable device, in `devices` order."""
-        return multi_device.logical_ids(self.assignment)
+        return list(self._logical_ids)
 
     def device_assignment_proto(self) -> bytes:
         """xla.DeviceAssignmentProto of `assignment` (see compile_options.py)."""

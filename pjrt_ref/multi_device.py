@@ -86,7 +86,7 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
     donated = [donated_indices(exe, row, non_donatable) for row in argument_lists]
     arrays = [[buffer.array for buffer in row] for row in argument_lists]
     start = time.perf_counter()
-    outputs = runner_for(exe)(arrays, loaded.logical_ids())
+    outputs = runner_for(exe)(arrays, loaded.logical_ids(), host_placement(loaded))
     if live_profile.recording():    # PJRT_REF_PROFILE / jax.profiler.trace (pjrt_ref/debug/live_profile.py)
         live_profile.record_and_profile(f"execute {exe.name}", "execute", start, time.perf_counter(),
                                         {"devices": len(loaded.devices)})
@@ -99,8 +99,27 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
     return buffers
 
 
-# runner(per-device arrays, logical ids) -> per-device outputs
-Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]]], list[list[np.ndarray]]]
+def host_placement(loaded):
+    """Where the devices of an execution that spans processes run, and the
+    transport between them (interpreter/ops/collective_hosts.py); None when
+    every device is in this process.
+
+    The execution's grids are named by how many executions over the same
+    processes came before it: every process of a multi-controller job
+    launches the same executions in the same order.
+    """
+    if not loaded.spans_processes:
+        return None
+    from .interpreter.ops.collective_hosts import HostPlacement
+
+    cluster = loaded.client.cluster
+    number = cluster.next_execution(frozenset(loaded.hosts.values()))
+    return HostPlacement(cluster.transport, dict(loaded.hosts), ("execution", number))
+
+
+# runner(this process's per-device arrays, their logical ids, host placement or None)
+#   -> per-device outputs
+Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]], object], list[list[np.ndarray]]]
 
 
 def runner_for(exe) -> Runner:
@@ -110,17 +129,20 @@ def runner_for(exe) -> Runner:
 
     partitioned = spmd.runner_for_executable(exe)       # made once per executable
     if partitioned is not None:
-        return lambda arrays, ids: partitioned(arrays)
-    return lambda arrays, ids: run_per_device(exe.program, exe.num_replicas, exe.num_partitions,
-                                              arrays, ids)
+        return lambda arrays, ids, placement: partitioned(arrays, ids, placement)
+    return lambda arrays, ids, placement: run_per_device(
+        exe.program, exe.num_replicas, exe.num_partitions, arrays, ids, placement)
 
 
 def run_per_device(program, num_replicas: int, num_partitions: int,
-                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]]) -> list[list[np.ndarray]]:
+                   arrays: list[list[np.ndarray]], ids: list[tuple[int, int]],
+                   placement=None) -> list[list[np.ndarray]]:
     """Run `program` once per device, concurrently, device i as process `ids[i]`.
 
     Every device's arguments are checked against the signature first, so a
-    bad argument fails the call before any device starts.
+    bad argument fails the call before any device starts. With a
+    `placement`, `ids` are this process's devices and the grid's other
+    processes run in other processes.
     """
     from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
 
@@ -130,5 +152,5 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
     def job(index: int) -> Callable[[], list]:
         return lambda: function.run(checked[index])
 
-    grid = ProcessGrid(num_replicas, num_partitions)
+    grid = ProcessGrid(num_replicas, num_partitions, placement=placement)
     return run_processes(grid, [(Process(logical_id, grid), job(i)) for i, logical_id in enumerate(ids)])

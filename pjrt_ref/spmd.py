@@ -201,25 +201,78 @@ class PartitionedRunner:
         return self._optimized_text
 
     # -- execute -----------------------------------------------------------
-    def __call__(self, per_device_arguments: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
-        """Each device's argument shards -> each device's output shards."""
-        if len(per_device_arguments) != len(self.devices):
-            raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
-                                  f"got arguments for {len(per_device_arguments)}")
-        global_arguments = self.assemble_arguments(per_device_arguments)
-        if self.per_device_program is None:
-            run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions)
-            results = run_with(run, lambda: _run_program(self.global_program, global_arguments))
-            per_device_results = [results] * len(self.devices)
-        else:
-            per_device_results = self.run_on_every_device(global_arguments)
-        return [[layout.cut(np.asarray(result), device, f"result {i}")
-                 for i, (layout, result) in enumerate(zip(self.result_layouts, results))]
-                for device, results in zip(self.devices, per_device_results)]
+    def __call__(self, per_device_arguments: list[list[np.ndarray]], ids=None,
+                 placement=None) -> list[list[np.ndarray]]:
+        """Each device's argument shards -> each device's output shards.
 
-    def run_on_every_device(self, global_arguments: list) -> list[list]:
-        """GSPMD manual regions: the whole program on every device, one thread each
-        (see `spmd_manual`); every device's results."""
+        `ids` are the (replica, partition) of the devices whose arguments are
+        given (default: every device, in order). With a `placement` (the
+        devices are spread over processes, see multi_device.host_placement)
+        they are this process's devices: the processes first share their
+        shards, then each runs the global program and keeps its devices'
+        shards of the results.
+        """
+        devices = (self.devices if ids is None
+                   else [replica * self.num_partitions + partition for replica, partition in ids])
+        if len(per_device_arguments) != len(devices):
+            raise InvalidArgument(f"the partitioned program runs on {len(devices)} devices here, "
+                                  f"got arguments for {len(per_device_arguments)}")
+        shards = dict(zip(devices, per_device_arguments))
+        if placement is not None:
+            shards = self.shards_of_every_device(shards, placement)
+        if sorted(shards) != self.devices:
+            raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
+                                  f"got arguments for {len(shards)}")
+        global_arguments = self.assemble_arguments([shards[d] for d in self.devices])
+        if self.per_device_program is None:
+            run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
+                                 placement=placement)
+            results = run_with(run, lambda: _run_program(self.global_program, global_arguments))
+            per_device_results = {d: results for d in devices}
+        else:
+            per_device_results = self.run_on_every_device(global_arguments, placement)
+        return [[layout.cut(np.asarray(result), device, f"result {i}")
+                 for i, (layout, result) in enumerate(zip(self.result_layouts, per_device_results[device]))]
+                for device in devices]
+
+    def shards_of_every_device(self, shards: dict, placement) -> dict:
+        """{device: its argument shards} for every device, from this process's
+        (the processes send theirs to each other through the placement's transport)."""
+        from .interpreter.ops.collective_grid import ProcessGrid
+        from .interpreter.ops.collective_hosts import share_among_hosts
+
+        grid = ProcessGrid(self.num_replicas, self.num_partitions,
+                           placement=placement.child("argument shards"))
+        what = f"@{_module_name(self.program.text)}: gathering the argument shards"
+        shared = share_among_hosts(grid, "shards", {self._process_id(d): v for d, v in shards.items()},
+                                   what)
+        every = {replica * self.num_partitions + partition: value
+                 for (replica, partition), value in shared.items()}
+        self.check_shard_types(every, grid, what)
+        return every
+
+    def check_shard_types(self, shards: dict, grid, what: str) -> None:
+        """Every device's shards must be what this program expects: processes
+        that compiled different programs (other shapes) meet here first. The
+        error names both processes."""
+        expected = [(tuple(shape), getattr(t, "dtype", None)) for shape, t in
+                    zip(self.argument_shard_shapes(0), self.program.input_types)]
+        here = grid.describe(self._process_id(next(d for d in shards if grid.is_local(self._process_id(d)))))
+        for device, values in shards.items():
+            got = [(tuple(np.shape(v)), np.asarray(v).dtype) for v in values]
+            for i, ((shape, dtype), (got_shape, got_dtype)) in enumerate(zip(expected, got)):
+                if dtype is not None and (shape != got_shape or np.dtype(dtype) != got_dtype):
+                    raise InvalidArgument(
+                        f"{what}: argument {i}: {grid.describe(self._process_id(device))} brought "
+                        f"{got_dtype}{list(got_shape)} but {here} runs a program that takes "
+                        f"{np.dtype(dtype)}{list(shape)}: the processes do not run the same program")
+
+    def _process_id(self, device: int) -> tuple[int, int]:
+        return divmod(device, self.num_partitions)
+
+    def run_on_every_device(self, global_arguments: list, placement=None) -> dict:
+        """GSPMD manual regions: the whole program on every device (of this
+        process), one thread each (see `spmd_manual`); {device: its results}."""
         program = self.per_device_program
         arguments = program.check_arguments(global_arguments)
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
@@ -229,7 +282,7 @@ class PartitionedRunner:
         def job() -> list:
             return run_with(run, lambda: function.run(list(arguments)))
         return run_on_grid(None, self.num_replicas, self.num_partitions,
-                           [job for _ in self.devices])
+                           [job for _ in self.devices], placement)
 
     def assemble_arguments(self, per_device_arguments) -> list[np.ndarray]:
         """Each global argument, from the shards of the devices that hold its tiles."""

@@ -47,13 +47,18 @@ class PartitionedRun:
     """The state of one partitioned execute that manual regions need."""
 
     def __init__(self, meshes: dict, num_replicas: int, num_partitions: int, *,
-                 per_device: bool = False, inside_manual: bool = False) -> None:
+                 per_device: bool = False, inside_manual: bool = False, placement=None) -> None:
         self.meshes = meshes
         self.num_replicas = num_replicas
         self.num_partitions = num_partitions
         self.per_device = per_device          # the whole program runs on every device
         self.inside_manual = inside_manual    # this thread runs a manual body
         self.devices = range(num_replicas * num_partitions)
+        # Devices spread over processes (collective_hosts.HostPlacement), or None;
+        # each manual region run gets its own grid, named by how often the
+        # program met that op before (the same in every process).
+        self.placement = placement
+        self._manual_runs: dict = {}
 
     # -- Shardy ---------------------------------------------------------------
     def run_manual_computation(self, op, operands, body) -> list[np.ndarray]:
@@ -96,7 +101,8 @@ class PartitionedRun:
 
     def run_per_device(self, op, work) -> dict:
         """`work(device)` as every process of a fresh grid, one thread each,
-        marked as inside a manual region; {device: its results}."""
+        marked as inside a manual region; {device: its results} for every
+        device (those of other processes come through the transport)."""
         inner = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
                                inside_manual=True)
 
@@ -106,9 +112,16 @@ class PartitionedRun:
                 with np.errstate(all="ignore"):
                     return work(device)
             return run
-        outcomes = run_on_grid(op, self.num_replicas, self.num_partitions,
-                               [job(d) for d in self.devices])
-        return dict(zip(self.devices, outcomes))
+        return run_on_grid(op, self.num_replicas, self.num_partitions,
+                           [job(d) for d in self.devices], self._manual_placement(op), everywhere=True)
+
+    def _manual_placement(self, op):
+        """The placement of this run of manual region `op`'s grid (None in one process)."""
+        if self.placement is None:
+            return None
+        key = (op.name, op.location)
+        run = self._manual_runs[key] = self._manual_runs.get(key, 0) + 1
+        return self.placement.child("manual region", op.name, op.location, run)
 
     # -- GSPMD ----------------------------------------------------------------
     def run_manual_call(self, op, operands) -> list[np.ndarray]:
@@ -161,12 +174,14 @@ class PartitionedRun:
         from .interpreter.ops.collective_grid import current_process
 
         process = current_process()
-        key = ("spmd exchange", id(op))
+        grid = process.grid
+        # The op by name and location (its MLIR object differs between processes).
+        key = ("spmd exchange", op.name, op.location)
         key = key + (process.next_run(key),)
-        mailbox = process.grid.mailbox
-        mailbox.post(key + (process.id,), value, readers=len(group))
-        return {d: mailbox.take(key + (divmod(d, self.num_partitions),), op.name, op)
-                for d in group}
+        peers = [divmod(d, self.num_partitions) for d in group]
+        grid.share(key + (process.id,), value, readers=peers)
+        return {d: grid.mailbox.take(key + (peer,), op.name, op, waiting_for=grid.describe(peer))
+                for d, peer in zip(group, peers)}
 
 
 _PARTITIONED_RUN: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_partitioned_run",
@@ -178,17 +193,24 @@ def current_partitioned_run() -> PartitionedRun | None:
     return _PARTITIONED_RUN.get()
 
 
-def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list) -> list:
+def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placement=None,
+                everywhere: bool = False) -> dict:
     """Run `jobs[d]()` as process `divmod(d, num_partitions)` of a fresh grid,
-    one thread each (`collective_grid.run_processes`); their results in order.
-    `op` (or None) names the failure if a job raises something other than a
-    pjrt-ref error."""
-    from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
+    one thread each (`collective_grid.run_processes`); {d: its result}.
 
-    grid = ProcessGrid(num_replicas, num_partitions)
+    With a `placement` only this process's devices run here, and the result
+    has theirs, or, if `everywhere`, every device's (the processes send
+    their results to each other). `op` (or None) names the failure if a job
+    raises something other than a pjrt-ref error.
+    """
+    from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
+    from .interpreter.ops.collective_hosts import share_among_hosts
+
+    grid = ProcessGrid(num_replicas, num_partitions, placement=placement)
+    local = [d for d in range(len(jobs)) if grid.is_local(divmod(d, num_partitions))]
     try:
-        return run_processes(grid, [(Process(divmod(d, num_partitions), grid), job)
-                                    for d, job in enumerate(jobs)])
+        outcomes = run_processes(grid, [(Process(divmod(d, num_partitions), grid), jobs[d])
+                                        for d in local])
     except PjrtRefError:
         raise
     except Exception as error:
@@ -196,6 +218,12 @@ def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list) -> list:
         if op is None:
             raise Internal(message) from error
         raise op.error(message) from error
+    results = dict(zip(local, outcomes))
+    if placement is None or not everywhere:
+        return results
+    shared = share_among_hosts(grid, "results", {divmod(d, num_partitions): r for d, r in results.items()},
+                               f"{op.name if op else 'manual region'}: gathering the devices' results")
+    return {replica * num_partitions + partition: value for (replica, partition), value in shared.items()}
 
 
 def run_with(run: PartitionedRun, work):

@@ -39,27 +39,37 @@ def ordered(values: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
 
 
+def mlp_loss(params, x, labels):
+    """Softmax cross-entropy of an MLP (ReLU layers) with `params` [(w, b), ...]."""
+    import jax
+    import jax.numpy as jnp
+
+    h = x
+    for w, b in params[:-1]:
+        h = jax.nn.relu(h @ w + b)
+    logp = jax.nn.log_softmax(h @ params[-1][0] + params[-1][1])
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+
+def mlp_data(rng: np.random.Generator, sizes: tuple, batch: int):
+    """(params, x, labels) for `mlp_loss`: layer widths `sizes`, `batch` examples."""
+    params = [(rng.standard_normal((m, n)).astype(np.float32) / np.float32(np.sqrt(m)),
+               np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    labels = rng.integers(0, sizes[-1], batch).astype(np.int32)
+    return params, x, labels
+
+
 def mlp_training_step(rng: np.random.Generator, sizes: tuple, batch: int):
     """The benchmarks' W4 in any size: value_and_grad of softmax
     cross-entropy for an MLP with layer widths `sizes` on `batch` examples,
     plus an SGD update. Returns (step, (params, x, labels))."""
     import jax
-    import jax.numpy as jnp
 
-    params = [(rng.standard_normal((m, n)).astype(np.float32) / np.float32(np.sqrt(m)),
-               np.zeros(n, np.float32)) for m, n in zip(sizes[:-1], sizes[1:])]
-    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
-    labels = rng.integers(0, sizes[-1], batch).astype(np.int32)
-
-    def loss(params, x, labels):
-        h = x
-        for w, b in params[:-1]:
-            h = jax.nn.relu(h @ w + b)
-        logp = jax.nn.log_softmax(h @ params[-1][0] + params[-1][1])
-        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+    params, x, labels = mlp_data(rng, sizes, batch)
 
     def step(params, x, labels):
-        value, grads = jax.value_and_grad(loss)(params, x, labels)
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, labels)
         return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
 
     return step, (params, x, labels)

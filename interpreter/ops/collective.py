@@ -131,16 +131,34 @@ def exchange(op, process, group, values):
     """Every process of `group` shares `values`; returns theirs in group order."""
     key = (op.name, channel_id(op), tuple(group))
     key = key + (process.next_run(key),)
-    mailbox = process.grid.mailbox
-    mailbox.post(key + (process.id,), values, readers=len(group))
-    return [take(op, process, key + (peer,), peer) for peer in group]
+    process.grid.share(key + (process.id,), values, readers=group)
+    shared = [take(op, process, key + (peer,), peer) for peer in group]
+    check_same_types(op, process, group, values, shared)
+    return shared
 
 
 def take(op, process, key, peer):
     """The value `peer` posted under `key`; DEADLINE_EXCEEDED naming both if it never comes."""
-    return process.grid.mailbox.take(
-        key, op.name, op, waiting_for=f"process {tuple(peer)} (replica, partition) "
-                                      f"[this is process {tuple(process.id)}]")
+    grid = process.grid
+    return grid.mailbox.take(key, op.name, op,
+                             waiting_for=f"{grid.describe(peer)} [this is {grid.describe(process.id)}]")
+
+
+def check_same_types(op, process, group, values, shared) -> None:
+    """The peers' operands must have this process's shapes and element types:
+    processes that run different programs (possible across hosts) meet at one
+    collective with different operands. The error names both processes."""
+    mine = [(np.shape(v), np.asarray(v).dtype) for v in values]
+    for peer, theirs in zip(group, shared):
+        if [(np.shape(v), np.asarray(v).dtype) for v in theirs] != mine:
+            grid = process.grid
+            raise op.error(f"{grid.describe(peer)} brought {_types_text(theirs)} but "
+                           f"{grid.describe(process.id)} brought {_types_text(values)}: "
+                           "the processes do not run the same program", cls=InvalidArgument)
+
+
+def _types_text(values) -> str:
+    return ", ".join(f"{np.asarray(v).dtype}{list(np.shape(v))}" for v in values)
 
 
 def reduce_across(region, dtype, values: list[np.ndarray]) -> np.ndarray:
@@ -241,14 +259,15 @@ def collective_permute(op, operand):
                            unique=False) if pairs else []
     key = (op.name, channel_id(op), tuple(map(tuple, pairs)))
     key = key + (process.next_run(key),)
-    mailbox = process.grid.mailbox
     for source, target in links:
         if source == process.id:
-            mailbox.post(key + (source,), operand, readers=1)
+            process.grid.share(key + (source,), operand, readers=[target])
     source = next((s for s, t in links if t == process.id), None)
     if source is None:
         return zeros(op.result_type)
-    return take(op, process, key + (source,), source)
+    received = take(op, process, key + (source,), source)
+    check_same_types(op, process, [source], [operand], [[received]])
+    return received
 
 
 @register("stablehlo.collective_broadcast")
@@ -263,8 +282,10 @@ def collective_broadcast(op, *operands):
     key = (op.name, channel_id(op), tuple(group))
     key = key + (process.next_run(key),)
     if process.id == group[0]:
-        process.grid.mailbox.post(key, operands, readers=len(group))
-    return as_results(op, take(op, process, key, group[0]))
+        process.grid.share(key, operands, readers=group)
+    received = take(op, process, key, group[0])
+    check_same_types(op, process, group[:1], operands, [received])
+    return as_results(op, received)
 
 
 @register("stablehlo.replica_id")

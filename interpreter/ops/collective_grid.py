@@ -48,47 +48,79 @@ def collective_timeout() -> float:
     return seconds
 
 
+class MailStore:
+    """Values posted under keys, each to be taken by a known number of readers.
+
+    One store can serve many grids, each in its own namespace: the grids of
+    an OS process whose programs span several processes share the store
+    their transport delivers remote values into (see `collective_hosts`).
+    A namespace marked failed wakes its readers with that error.
+    """
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.boxes: dict = {}
+        self.failures: dict = {}        # namespace -> the error that failed it
+        self.broken = None              # an error that fails every namespace (a dead transport)
+
+    def post(self, namespace, key, value, readers: int) -> None:
+        with self.condition:
+            self.boxes[(namespace, key)] = [value, readers]
+            self.condition.notify_all()
+
+    def fail(self, namespace, error) -> None:
+        with self.condition:
+            self.failures.setdefault(namespace, error)
+            self.condition.notify_all()
+
+    def fail_all(self, error) -> None:
+        with self.condition:
+            self.broken = error
+            self.condition.notify_all()
+
+
 class Mailbox:
-    """Values posted under a key, each to be taken by a known number of readers.
+    """A grid's view of a `MailStore`: its namespace, its timeout.
 
     A reader that waits longer than `timeout` seconds gets DEADLINE_EXCEEDED
     (a peer never arrived); once any process fails, every waiting reader
     wakes up with an error instead of waiting out its timeout.
     """
 
-    def __init__(self, timeout: float | None = None):
-        self._condition = threading.Condition()
-        self._boxes: dict = {}
-        self.failed: BaseException | None = None
+    def __init__(self, timeout: float | None = None, store: MailStore | None = None,
+                 namespace: tuple = ()):
+        self.store = store if store is not None else MailStore()
+        self.namespace = namespace
         self.timeout = WAIT_SECONDS if timeout is None else timeout
 
+    @property
+    def failed(self) -> BaseException | None:
+        return self.store.failures.get(self.namespace) or self.store.broken
+
     def post(self, key, value, readers: int) -> None:
-        with self._condition:
-            self._boxes[key] = [value, readers]
-            self._condition.notify_all()
+        self.store.post(self.namespace, key, value, readers)
 
     def take(self, key, what: str, op=None, waiting_for: str = "another process"):
         """The value posted under `key`; `what`/`op` name the waiting op in errors."""
-        with self._condition:
-            ready = self._condition.wait_for(
-                lambda: key in self._boxes or self.failed is not None, self.timeout)
+        store, full_key = self.store, (self.namespace, key)
+        with store.condition:
+            ready = store.condition.wait_for(
+                lambda: full_key in store.boxes or self.failed is not None, self.timeout)
             if self.failed is not None:
                 raise _error(op, what, f"another process failed: {self.failed}", InvalidArgument)
             if not ready:
                 raise _error(op, what, f"timed out after {self.timeout:g} s waiting for "
                              f"{waiting_for} (it never arrived at this collective; set "
                              f"{TIMEOUT_VARIABLE} to wait longer)", DeadlineExceeded)
-            box = self._boxes[key]
+            box = store.boxes[full_key]
             box[1] -= 1
             if box[1] == 0:
-                del self._boxes[key]
+                del store.boxes[full_key]
             return box[0]
 
     def fail(self, error: BaseException) -> None:
         """Wake every waiting process: one of them failed."""
-        with self._condition:
-            self.failed = error
-            self._condition.notify_all()
+        self.store.fail(self.namespace, error)
 
 
 def _error(op, what: str, message: str, cls) -> PjrtRefError:
@@ -99,15 +131,52 @@ def _error(op, what: str, message: str, cls) -> PjrtRefError:
 
 @dataclass
 class ProcessGrid:
-    """`num_replicas x num_partitions` processes and what they share."""
+    """`num_replicas x num_partitions` processes and what they share.
+
+    `placement` (see `collective_hosts`) is set when the grid's processes
+    live in several OS processes ("hosts", JAX's multi-controller mode):
+    only this host's processes run here, and values for the others travel
+    through the placement's transport. Without it every process is local.
+    """
 
     num_replicas: int = 1
     num_partitions: int = 1
     infeed_queue: list = field(default_factory=list)
     outfeed_values: list = field(default_factory=list)
-    mailbox: Mailbox = field(default_factory=lambda: Mailbox(collective_timeout()))
+    placement: object = None
+    mailbox: Mailbox = None
     _channels: dict = field(default_factory=lambda: collections.defaultdict(queue.Queue))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.mailbox is None:
+            self.mailbox = (self.placement.mailbox(collective_timeout()) if self.placement is not None
+                            else Mailbox(collective_timeout()))
+
+    def is_local(self, process_id) -> bool:
+        """Whether process `process_id` runs in this OS process."""
+        return self.placement is None or self.placement.is_local(process_id)
+
+    def share(self, key, value, readers: list) -> None:
+        """Post `value` under `key` for the processes `readers` (each takes it once),
+        wherever they run."""
+        if self.placement is None:
+            self.mailbox.post(key, value, readers=len(readers))
+        else:
+            self.placement.share(self.mailbox, key, value, readers)
+
+    def fail(self, error: BaseException) -> None:
+        """Wake every process of the grid, here and on other hosts: one of them failed."""
+        if self.mailbox.failed is not None:     # already failed (this is a peer's echo)
+            return
+        self.mailbox.fail(error)
+        if self.placement is not None:
+            self.placement.fail_elsewhere(error)
+
+    def describe(self, process_id) -> str:
+        """`process (r, p)`, with its host when the grid spans several."""
+        text = f"process {tuple(process_id)} (replica, partition)"
+        return text if self.placement is None else text + self.placement.where(process_id)
 
     # HostChannel (see side_effects): what the grid's processes read and write.
     def infeed(self, config: str, result_types: tuple) -> list:
@@ -191,7 +260,7 @@ def run_processes(grid: ProcessGrid, jobs: list[tuple[Process, Callable[[], list
             outcomes[index] = run_as(process, job)
         except BaseException as error:  # reported below, after every thread ends
             outcomes[index] = error
-            grid.mailbox.fail(error)
+            grid.fail(error)
 
     # Each thread starts from a copy of the caller's context (host channel,
     # settings held in context variables), then sets its own process.
@@ -203,7 +272,7 @@ def run_processes(grid: ProcessGrid, jobs: list[tuple[Process, Callable[[], list
         for thread in threads:
             thread.join()
     except BaseException as interrupted:   # Ctrl-C while waiting: wake the processes, then stop
-        grid.mailbox.fail(interrupted)
+        grid.fail(interrupted)
         raise
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:

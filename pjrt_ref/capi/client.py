@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from .. import handles
-from ..client import Client
+from ..client import Client, make_client
 from ..executable import Executable
 from ..errors import InvalidArgument
+from ..distributed.cluster import ProcessState
 from . import _boundary
+from .kv_store import CallbackKeyValueStore
 from ._boundary import (Args, bytes_arg, entry_point, owned_array, owned_text, read_named_values,
                         require_array, text_arg)
 
@@ -45,20 +47,59 @@ def device_list(owner, key: str, devices: list):
 def client_create(args: Args) -> None:
     """PJRT_Client_Create: `num_devices` (int64) sets the number of virtual devices
     (default: $PJRT_REF_NUM_DEVICES, else 1); other options are recorded.
-    KV-store callbacks are unused: pjrt-ref is one process.
 
     JAX passes these options from `xla_bridge.register_plugin(..., options=...)`.
+    After `jax.distributed.initialize` it also passes `node_id` and
+    `num_nodes` and its key-value store (the kv callbacks): with more than
+    one node, the processes agree on the global topology through the store
+    and connect over MPI (`client.make_client`, `pjrt_ref/distributed/`).
     """
     options = {}
     if args.get("num_options", 0):
         options = read_named_values(args.create_options, args.num_options)
-    args.client = register_client(Client(options))
+    store = CallbackKeyValueStore(args) if CallbackKeyValueStore.given(args) else None
+    args.client = register_client(make_client(options, store))
 
 
 @entry_point("PJRT_Client_Destroy")
 def client_destroy(args: Args) -> None:
-    """PJRT_Client_Destroy: drops the client's device/memory/topology handles too."""
-    unregister_client(client_of(args))
+    """PJRT_Client_Destroy: drops the client's device/memory/topology handles too,
+    and stops a multi-process client's transport."""
+    client = client_of(args)
+    unregister_client(client)
+    client.close()
+
+
+# PJRT_ProcessState values (pjrt_c_api.h), as names.
+_PROCESS_STATES = {0: "unspecified", 1: "uninitialized", 2: "disconnected", 3: "connected",
+                   4: "error"}
+
+
+@entry_point("PJRT_Client_UpdateGlobalProcessInfo")
+def client_update_global_process_info(args: Args) -> None:
+    """PJRT_Client_UpdateGlobalProcessInfo: the framework's news about every process
+    (JAX's coordination service: connected, disconnected, in error, restarted).
+
+    jaxlib's C API client aborts the process if this call fails
+    (`PjRtCApiClient::UpdateGlobalProcessInfo` LOG(FATAL)s), so it always
+    succeeds: a single-process client has nothing to do; a multi-process one
+    records the states (`Cluster.process_states`). A process that is gone
+    shows up to its peers as a collective that times out.
+    """
+    client = client_of(args)
+    count = args.num_process_infos
+    infos = require_array(args.process_infos, count, "process_infos") if count else []
+    if client.cluster is None:
+        return
+    states = {}
+    for i in range(count):
+        info = infos[i]
+        message = (_boundary.ffi.unpack(info.error_message, info.error_message_size).decode("utf-8", "replace")
+                   if info.error_message != _boundary.NULL else "")
+        states[int(info.task_id)] = ProcessState(int(info.incarnation_id),
+                                                 _PROCESS_STATES.get(int(info.state), str(int(info.state))),
+                                                 message)
+    client.cluster.update_process_states(states)
 
 
 @entry_point("PJRT_Client_PlatformName")

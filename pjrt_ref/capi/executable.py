@@ -278,7 +278,7 @@ def loaded_executable_execute(args: Args) -> None:
         device = handles.get(execute_device, type(device), "PJRT_Device")
     # Which inputs the caller keeps matters only to a program that donates some.
     non_donatable = _non_donatable(args.options) if loaded.executable.donor_indices else set()
-    if num_devices > 1:
+    if num_devices > 1 or loaded.spans_processes:   # a multi-process program may have one device here
         return _execute_on_devices(args, loaded, non_donatable)
     _execute_on_one_device(args, loaded, device, non_donatable)
 

@@ -48,7 +48,8 @@ def callback_error(code: int, message, message_size: int):
         return _boundary.new_error(ErrorCode.UNKNOWN, "a host callback failed (its message was unreadable)")
 
 
-def _callback_error_pointer():
+def callback_error_pointer():
+    """The `PJRT_CallbackError*` we hand to every framework callback that may fail."""
     global _CALLBACK_ERROR
     if _CALLBACK_ERROR is None:
         _CALLBACK_ERROR = _boundary.ffi.new("PJRT_CallbackError*", _boundary.lib.pjrt_ref_callback_error)
@@ -76,7 +77,7 @@ def _sender(info) -> Sender:
         ffi.memmove(chunk.data, data, len(data))
         chunk.size = len(data)
         chunk.deleter = ffi.addressof(lib, "pjrt_ref_chunk_free")
-        error = function(chunk, _callback_error_pointer(), len(data), True, user_arg)
+        error = function(chunk, callback_error_pointer(), len(data), True, user_arg)
         if error != _boundary.NULL:
             raise _taken_error(error, channel_id)
 

@@ -25,13 +25,25 @@ _LOCK = threading.Lock()
 
 
 class Recorder:
-    """Collects trace events for one output file."""
+    """Collects trace events for one output file.
+
+    Each thread that records gets a name row (Chrome's `thread_name`
+    metadata): a device's thread is named after its process of the
+    StableHLO grid, `pjrt_ref process (replica, partition)`. The file also
+    says when it started (Unix time) and, in a multi-process job, which
+    process wrote it, so that `merge` can line several files up.
+    """
 
     def __init__(self, path: str) -> None:
+        from .process_files import process_index
+
         self.path = path
         self.events: list[dict] = []
         self.origin = time.perf_counter()
+        self.origin_unix_us = time.time() * 1e6
+        self.process_index = process_index()
         self.pid = os.getpid()
+        self._named_threads: set[int] = set()
         atexit.register(self.flush)
 
     def _micros(self, seconds: float) -> float:
@@ -39,9 +51,12 @@ class Recorder:
 
     def slice(self, name: str, category: str, start: float, end: float, args: dict | None = None) -> None:
         """A complete event from `start` to `end` (time.perf_counter seconds)."""
+        thread = threading.get_native_id()
+        if thread not in self._named_threads:
+            self._named_threads.add(thread)
+            self.events.append(_metadata("thread_name", self.pid, thread, threading.current_thread().name))
         event = {"name": name, "cat": category, "ph": "X", "ts": self._micros(start),
-                 "dur": round((end - start) * 1e6, 3), "pid": self.pid,
-                 "tid": threading.get_native_id()}
+                 "dur": round((end - start) * 1e6, 3), "pid": self.pid, "tid": thread}
         if args:
             event["args"] = args
         self.events.append(event)
@@ -53,7 +68,9 @@ class Recorder:
         with _LOCK:
             events = list(self.events)
         with open(self.path, "w", encoding="utf-8") as f:
-            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms",
+                       "otherData": {"origin_unix_us": self.origin_unix_us,
+                                     "process_index": self.process_index}}, f)
 
 
 def op_args(op, operands, results) -> dict:
@@ -65,8 +82,17 @@ def op_args(op, operands, results) -> dict:
             "results": [type_text(v) for v in results]}
 
 
+def _metadata(kind: str, pid, tid, name: str) -> dict:
+    """A Chrome metadata event naming a row group (`process_name`) or a row (`thread_name`)."""
+    return {"name": kind, "cat": "__metadata", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
 def recorder(path: str) -> Recorder:
-    """The process's recorder for `path` (one per file, shared by programs)."""
+    """The process's recorder for `path` (one per file, shared by programs; in a
+    multi-process job, process i writes `path` with `.process<i>` added)."""
+    from .process_files import per_process
+
+    path = per_process(path)
     with _LOCK:
         found = _RECORDERS.get(path)
         if found is None:
@@ -112,11 +138,37 @@ def self_times(events: list[dict]) -> list[tuple[dict, float]]:
     return result
 
 
-def report(path: str, top: int = 10) -> str:
-    """Top ops and top source lines by self time, as text."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    events = data["traceEvents"] if isinstance(data, dict) else data
+def merge(paths: list[str]) -> dict:
+    """One Chrome trace from the files of a job's processes: a row group per
+    process (named `pjrt-ref process i`), a row per device thread inside it,
+    times shifted onto one clock (each file's start in Unix time)."""
+    loaded = []
+    for order, path in enumerate(paths):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        other = data.get("otherData", {}) if isinstance(data, dict) else {}
+        index = other.get("process_index")
+        loaded.append((order if index is None else index, other.get("origin_unix_us", 0.0),
+                       data["traceEvents"] if isinstance(data, dict) else data))
+    start = min(origin for _, origin, _ in loaded)
+    events = []
+    for index, origin, file_events in sorted(loaded, key=lambda item: item[0]):
+        events.append(_metadata("process_name", index, 0, f"pjrt-ref process {index}"))
+        for event in file_events:
+            event = dict(event, pid=index)
+            if "ts" in event:
+                event["ts"] = round(event["ts"] + origin - start, 3)
+            events.append(event)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def report(path: str, top: int = 10, events: list | None = None) -> str:
+    """Top ops and top source lines by self time, as text (of `path`'s events,
+    or of `events` when given, `path` then naming them)."""
+    if events is None:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        events = data["traceEvents"] if isinstance(data, dict) else data
     timed = self_times(events)
     totals = {cat: sum(e["dur"] for e, _ in timed if e.get("cat") == cat) for cat in ("compile", "execute")}
     ops = [(e, t) for e, t in timed if e.get("cat") == "op"]
