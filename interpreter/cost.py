@@ -293,9 +293,17 @@ def unfused_plan(module_plan, name: str):
     return _FunctionPlanner(module_plan, module_plan._funcs[name]).plan()
 
 
+def planning_module(program):
+    """A ModulePlan of the program's MLIR again (the program's own plan has
+    let its MLIR go): what the unfused plans are made from."""
+    from .plan import ModulePlan
+
+    return ModulePlan(program.mlir_module())
+
+
 def cost_analysis(program) -> dict[str, float]:
     """XLA-style cost properties of an `interpreter.Program`'s entry function."""
-    cost = ProgramCost(program.module_plan).function(program.entry)
+    cost = ProgramCost(planning_module(program)).function(program.entry)
     out = {key: float(value) for key, value in sorted(cost.items())}
     for key in ("flops", "transcendentals", "bytes accessed"):
         out.setdefault(key, 0.0)
@@ -306,7 +314,7 @@ def cost_analysis(program) -> dict[str, float]:
 def temp_bytes(program) -> int:
     """Peak bytes of intermediates alive at once in the entry function (unfused, no reuse
     inside an op): a value lives from the step that makes it to its last use."""
-    body = unfused_plan(program.module_plan, program.entry).body
+    body = unfused_plan(planning_module(program), program.entry).body
     last_use: dict[int, int] = {}
     for index, step in enumerate(body.steps):
         for slot in step.operands:
@@ -326,8 +334,8 @@ def temp_bytes(program) -> int:
 
 def per_op(program) -> list[tuple[str, str, Cost]]:
     """(op name, location, cost) of each op of the entry function, regions folded in."""
-    costs = ProgramCost(program.module_plan)
-    body = unfused_plan(program.module_plan, program.entry).body
+    costs = ProgramCost(planning_module(program))
+    body = unfused_plan(costs.module_plan, program.entry).body
     return [(step.op.name, step.op.location, op_cost(step, costs)) for step in body.steps]
 
 

@@ -272,6 +272,11 @@ class ModulePlan:
         for name in self._funcs:
             self.function(name)
 
+    def release_mlir(self) -> None:
+        """Forget the MLIR functions once every one is planned: the plans
+        hold none of them, and they keep the whole module alive."""
+        self._funcs = dict.fromkeys(self.functions)
+
 
 def _module_int_attr(module, name: str, default: int) -> int:
     attrs = module.operation.attributes

@@ -1,6 +1,8 @@
 """`load(source)` -> `Program`: the interpreter's public face."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..errors import InvalidArgument
@@ -48,8 +50,23 @@ class Program:
         # Plan every function now, so unknown ops fail at load, not half way.
         self.module_plan.plan_all()
         self.text = str(module)
-        self._context = context  # keeps parsed types alive; never used at run time
-        self._module = module
+        self.entry_argument_attributes = _argument_attribute_names(module, entry)
+        # The plan holds no MLIR object; the module and its context (about a
+        # megabyte even for a tiny program) are let go, and the few tools that
+        # need MLIR again (partitioner, profiler, cost analysis) parse this.
+        self._bytecode = _bytecode_of(module)
+        self.module_plan.release_mlir()
+        self._reparsed = None
+        self._reparse_lock = threading.Lock()
+
+    def mlir_module(self):
+        """The program's verified module, parsed again from the bytecode kept
+        at load (locations included); cached."""
+        with self._reparse_lock:
+            if self._reparsed is None:
+                context = make_context()
+                self._reparsed = (context, parse_module(self._bytecode, context))
+            return self._reparsed[1]
 
     @property
     def input_types(self) -> tuple:
@@ -97,6 +114,26 @@ class Program:
                     f"{_shape_text(ttype.shape)}, got {_shape_text(array.shape)}")
             converted.append(array)
         return converted
+
+
+def _bytecode_of(module) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
+def _argument_attribute_names(module, entry: str) -> list[frozenset[str]]:
+    """The names of each entry-function parameter's attributes
+    (`jax.buffer_donor`, `tf.aliasing_output`, `mhlo.sharding`, ...)."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and op.attributes["sym_name"].value == entry:
+            if "arg_attrs" not in op.attributes:
+                return []
+            return [frozenset(attr.name for attr in arg) for arg in op.attributes["arg_attrs"]]
+    return []
 
 
 def _shape_text(shape) -> str:

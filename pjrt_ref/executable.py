@@ -209,27 +209,9 @@ def _module_name(text: str) -> str:
 
 
 def _donor_indices(program) -> frozenset[int]:
-    """Entry-function parameters marked donatable (`tf.aliasing_output`, `jax.buffer_donor`).
-
-    Read from the parsed module once, at compile time.
-    """
-    module = getattr(program, "_module", None)
-    if module is None:
-        return frozenset()
-    try:
-        for op in module.body.operations:
-            if op.operation.name != "func.func":
-                continue
-            if op.attributes["sym_name"].value != program.entry:
-                continue
-            if "arg_attrs" not in op.attributes:
-                return frozenset()
-            arg_attrs = op.attributes["arg_attrs"]
-            return frozenset(i for i in range(len(arg_attrs))
-                             if any(name in arg_attrs[i] for name in _DONOR_ATTRIBUTES))
-    except Exception:  # pragma: no cover - donation is an optimisation; never fail compile on it
-        return frozenset()
-    return frozenset()
+    """Entry-function parameters marked donatable (`tf.aliasing_output`, `jax.buffer_donor`)."""
+    return frozenset(i for i, names in enumerate(program.entry_argument_attributes)
+                     if any(name in names for name in _DONOR_ATTRIBUTES))
 
 
 def check_program_format(fmt: str) -> None:

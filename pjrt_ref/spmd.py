@@ -49,7 +49,7 @@ What this module does with it, correct by construction rather than fast:
 Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
 
     runner = make_partitioned_runner(program, num_partitions=N, num_replicas=1)
-    # at compile/load time: reads the annotations from `program._module`
+    # at compile/load time: reads the annotations from `program.mlir_module()`
     outputs = runner(per_device_arguments)
     # per_device_arguments[d] = device d's argument shards, d = replica * N + partition
     # outputs[d] = device d's output shards (numpy arrays)
@@ -139,7 +139,7 @@ class PartitionedRunner:
                 self.per_device_program = load(annotate_full_to_shard(text))
             else:
                 self.global_program = load(text)
-        module = program._module
+        module = program.mlir_module()
         self.meshes = _read_meshes(module)
         func = _entry_function(module, program.entry)
         arg_attrs = _attr_dicts(func, "arg_attrs", len(program.input_types))
@@ -451,7 +451,7 @@ def _signature_stub(program, num_partitions: int, output: str, parameters: list[
     makes zeros: for a program XLA's converter cannot read (see
     `_converts_to_hlo`), the shardings are what the client needs; the
     module attribute `pjrt_ref.note` says the body is not the program."""
-    func = _entry_function(program._module, program.entry)
+    func = _entry_function(program.mlir_module(), program.entry)
     ftype = func.attributes["function_type"].value
     inputs = [str(t) for t in ftype.inputs]
     results = [str(t) for t in ftype.results]
