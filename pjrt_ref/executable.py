@@ -20,7 +20,7 @@ from .buffer import Buffer
 from .debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
 from .dtypes import BufferType, from_numpy
-from .errors import Internal, InvalidArgument, Unimplemented
+from .errors import Internal, InvalidArgument
 
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
 # PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py);
@@ -237,10 +237,3 @@ def _donor_indices(program) -> frozenset[int]:
     except Exception:  # pragma: no cover - donation is an optimisation; never fail compile on it
         return frozenset()
     return frozenset()
-
-
-def check_program_format(fmt: str) -> None:
-    if fmt == "hlo":
-        raise Unimplemented("PJRT_Program format 'hlo' (HloModuleProto) is not supported; send StableHLO ('mlir')")
-    if fmt != "mlir":
-        raise InvalidArgument(f"unknown PJRT_Program format {fmt!r} (expected 'mlir')")
