@@ -102,6 +102,8 @@ def dense_elements_to_numpy(attr) -> np.ndarray:
     """Read a DenseElementsAttr into a numpy array of the right dtype and shape."""
     from jaxlib.mlir import ir
 
+    if isinstance(attr.type.element_type, ir.IndexType):   # e.g. XLA's `result_layout` hints
+        return np.array([int(v) for v in ir.DenseIntElementsAttr(attr)], np.int64).reshape(attr.type.shape)
     ttype = convert_type(attr.type)
     assert isinstance(ttype, TensorType)
     shape = tuple(ttype.shape)
