@@ -77,3 +77,27 @@ def test_other_formats_are_refused_naming_what_is_accepted(fmt, code, says):
     assert caught.value.code == code and says in caught.value.message
     assert "'mlir' and 'hlo'" in caught.value.message
     api.call("PJRT_Client_Destroy", client=client)
+
+
+def test_what_xlas_hlo_importer_leaves_in_stablehlo_runs():
+    # HLO's erf has no StableHLO op (the importer writes mhlo.erf), and a
+    # transpose into a non-default layout carries a `result_layout` of index
+    # type (a physical layout: the logical result is the same). Expected values
+    # from JAX's cpu backend.
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    api = Api()
+    client = api.client()
+    erf = _hlo_module(jax.scipy.special.erf, x)
+    outputs, _ = _run(api, client, erf, "hlo", [x])
+    np.testing.assert_allclose(api.to_host(outputs[0], np.float32, x.shape),
+                               np.asarray(jax.jit(jax.scipy.special.erf)(x)), atol=2e-7)
+    transpose = """
+    func.func @main(%x: tensor<3x4xf32>) -> tensor<4x3xf32> {
+      %0 = stablehlo.transpose %x, dims = [1, 0] {result_layout = dense<[0, 1]> : tensor<2xindex>,
+                                                   xla_shape = "f32[4,3]{0,1}"} : (tensor<3x4xf32>) -> tensor<4x3xf32>
+      return %0 : tensor<4x3xf32>
+    }
+    """
+    outputs, _ = _run(api, client, transpose.encode(), "mlir", [x])
+    np.testing.assert_array_equal(api.to_host(outputs[0], np.float32, (4, 3)), x.T)
+    api.call("PJRT_Client_Destroy", client=client)
