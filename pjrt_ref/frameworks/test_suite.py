@@ -26,9 +26,6 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from typing import Callable
 
-CANDIDATE = "pjrt_ref"     # the backend under test; the other one is the reference
-
-
 @dataclass
 class Outcome:
     """One test id's result on one backend: passed, failed, error or skipped, and why."""
@@ -153,34 +150,50 @@ def report(files: list[str], reference: Run, candidate: Run) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser, default_files: tuple[str, ...], backends: tuple[str, ...],
-                  workers: int) -> None:
-    """The options every `pjrt-ref *-tests` command has."""
-    parser.add_argument("files", nargs="*", help=f"test files (default: {' '.join(default_files)})")
+@dataclass(frozen=True)
+class Suite:
+    """One framework's `pjrt-ref *-tests` command: what it runs, and how each backend is chosen."""
+    command: str                                   # "pjrt-ref torch-tests"
+    description: str
+    checkout: str                                  # what the checkout argument must be
+    default_files: tuple[str, ...]
+    backends: tuple[str, str]                      # (reference, "pjrt_ref")
+    environment: Callable[[str, argparse.Namespace], dict[str, str]]
+    check_version: Callable[[str], None]           # warns about a checkout of another version
+    workers: int = 0                               # default pytest-xdist workers
+    add_options: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=suite.command, description=suite.description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkout", help=suite.checkout)
+    parser.add_argument("files", nargs="*", help=f"test files (default: {' '.join(suite.default_files)})")
     parser.add_argument("--devices", type=int, default=1, help="devices on each backend (default 1)")
-    parser.add_argument("--workers", type=int, default=workers,
-                        help=f"pytest-xdist workers (default {workers}; 0: no xdist)")
-    parser.add_argument("--only", choices=sorted(backends), help="run one backend only")
+    parser.add_argument("--workers", type=int, default=suite.workers,
+                        help=f"pytest-xdist workers (default {suite.workers}; 0: no xdist)")
+    parser.add_argument("--only", choices=sorted(suite.backends), help="run one backend only")
     parser.add_argument("--timeout", type=int, default=0, help="per-test timeout in s (pytest-timeout)")
     parser.add_argument("-k", help="pytest -k expression")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
     parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
-
-
-def finish_arguments(options: argparse.Namespace, default_files: tuple[str, ...]) -> argparse.Namespace:
+    if suite.add_options:
+        suite.add_options(parser)
+    options = parser.parse_args(argv)
     options.checkout = os.path.abspath(options.checkout)
-    options.files = options.files or list(default_files)
+    options.files = options.files or list(suite.default_files)
     return options
 
 
-def compare(options: argparse.Namespace, backends: tuple[str, ...],
-            environment: Callable[[str, argparse.Namespace], dict[str, str]]) -> int:
-    """Run `options.files` on each backend (reference first, then pjrt_ref) and print the comparison."""
+def main(suite: Suite, argv: list[str] | None = None) -> int:
+    """The command: run the files on each backend (the reference first) and print the comparison."""
+    options = parse_args(suite, list(sys.argv[1:] if argv is None else argv))
+    suite.check_version(options.checkout)
     scratch = options.keep or tempfile.mkdtemp(prefix="pjrt-ref-tests-")
     os.makedirs(scratch, exist_ok=True)
-    chosen = [options.only] if options.only else list(backends)
-    runs = {backend: run_backend(backend, environment(backend, options), options.files, options, scratch)
+    chosen = [options.only] if options.only else list(suite.backends)
+    runs = {backend: run_backend(backend, suite.environment(backend, options), options.files, options, scratch)
             for backend in chosen}
     if options.json:
         with open(options.json, "w") as handle:
@@ -188,7 +201,7 @@ def compare(options: argparse.Namespace, backends: tuple[str, ...],
                                  "outcomes": {k: vars(v) for k, v in run.outcomes.items()}}
                        for backend, run in runs.items()}, handle, indent=1)
     if len(runs) == 2:
-        reference, candidate = (runs[b] for b in backends)
+        reference, candidate = (runs[b] for b in suite.backends)
         print(report(options.files, reference, candidate))
         return 0
     run = runs[chosen[0]]

@@ -29,7 +29,7 @@ import argparse
 import os
 import sys
 
-from ..test_suite import add_arguments, compare, finish_arguments
+from ..test_suite import Suite, main as run_suite
 
 DEFAULT_FILES = ("tests/lax_test.py", "tests/lax_numpy_test.py", "tests/lax_numpy_indexing_test.py",
                  "tests/lax_control_flow_test.py", "tests/linalg_test.py")
@@ -63,20 +63,19 @@ def check_version(checkout: str) -> None:
         print(f"warning: {checkout} may not be jax {jax.__version__}'s checkout", file=sys.stderr)
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pjrt-ref jax-tests", description=__doc__.split("\n\n")[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkout", help="a checkout of JAX's repository (its tests/ at least)")
-    add_arguments(parser, DEFAULT_FILES, BACKENDS, workers=2)
+def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", type=int, default=1, help="JAX_NUM_GENERATED_CASES (default 1)")
     parser.add_argument("--x64", action="store_true", help="JAX_ENABLE_X64=1")
-    return finish_arguments(parser.parse_args(argv), DEFAULT_FILES)
+
+
+SUITE = Suite(command="pjrt-ref jax-tests", description=__doc__.split("\n\n")[1],
+              checkout="a checkout of JAX's repository (its tests/ at least)",
+              default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
+              check_version=check_version, workers=2, add_options=add_options)
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(list(sys.argv[1:] if argv is None else argv))
-    check_version(options.checkout)
-    return compare(options, BACKENDS, environment)
+    return run_suite(SUITE, argv)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import os
 import re
 import sys
 
-from ..test_suite import add_arguments, compare, finish_arguments
+from ..test_suite import Suite, main as run_suite
 
 DEFAULT_FILES = ("test/test_operations.py",)
 BACKENDS = ("cpu", "pjrt_ref")           # the reference first
@@ -60,19 +60,11 @@ def check_version(checkout: str) -> None:
               f"torch_xla {installed} is installed", file=sys.stderr)
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="pjrt-ref torch-tests", description=__doc__.split("\n\n")[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkout", help="a checkout of PyTorch/XLA's repository (its test/ at least)")
-    add_arguments(parser, DEFAULT_FILES, BACKENDS, workers=0)
-    return finish_arguments(parser.parse_args(argv), DEFAULT_FILES)
+SUITE = Suite(command="pjrt-ref torch-tests", description=__doc__.split("\n\n")[1],
+              checkout="a checkout of PyTorch/XLA's repository (its test/ and setup.py at least)",
+              default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
+              check_version=check_version)
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(list(sys.argv[1:] if argv is None else argv))
-    check_version(options.checkout)
-    return compare(options, BACKENDS, environment)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run_suite(SUITE, argv)
