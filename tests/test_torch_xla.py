@@ -230,3 +230,17 @@ def test_api_log_shows_the_hlo_program_and_its_execution():
     assert "-> PJRT_Client_Compile" in proc.stderr and "program=hlo" in proc.stderr
     assert "-> PJRT_Executable_OptimizedProgram" in proc.stderr
     assert "-> PJRT_LoadedExecutable_Execute" in proc.stderr and "execute_device=" in proc.stderr
+
+
+def test_quickstart_example_trains_like_torch_cpu():
+    import os
+    import subprocess
+    import sys
+    from test_jax_support import clean_env
+
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                           "torch_quickstart.py")
+    proc = subprocess.run([sys.executable, example], env=clean_env(PJRT_DEVICE="PJRT_REF"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("largest difference") == 2
