@@ -83,7 +83,8 @@ def read_junit(path: str, root: str) -> dict[str, Outcome]:
 
 def pytest_command(files: list[str], junit: str, options: argparse.Namespace, ini: str) -> list[str]:
     command = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", options.checkout,
-               "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+               "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit1",
+               "--continue-on-collection-errors"]     # a file that cannot import fails alone
     if options.workers > 0:
         command += ["-n", str(options.workers)]
     if options.k:
