@@ -30,7 +30,16 @@
  * owns the start-up: under the GIL, it runs the module init function and
  * then capi_shim/boot.py, which binds every slot. The boot lock is only
  * ever waited for with the GIL released, so a booting thread can always
- * get the GIL back.
+ * get the GIL back. pjrt-ref's own helper threads (one per device in a
+ * multi-device execution) are Python threads, and the thread that waits
+ * for them waits in Python (Thread.join), which releases the GIL.
+ *
+ * What no plugin that runs Python can survive: a host thread that holds
+ * the GIL while it waits for another host thread's call into the plugin
+ * (that call needs the GIL to run). PyTorch/XLA releases the GIL where it
+ * waits for its executions, with one exception known to us: indexing a
+ * tensor with an XLA scalar tensor (torch's THPVariable_getitem reads the
+ * index with .item() holding the GIL) while an execution is pending.
  *
  * Included at the end of the C source build_shim.py generates, which
  * defines PJRT_REF_MODULE_INIT, PJRT_REF_LIBPYTHON,
