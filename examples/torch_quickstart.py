@@ -29,8 +29,8 @@ def cnn() -> nn.Module:
                          nn.Linear(4 * 4 * 4, 3))
 
 
-def train(make, input_shape, device, sync) -> list[float]:
-    """STEPS steps of SGD with momentum on one fixed batch; the loss of each step."""
+def train(make, input_shape, device, sync) -> tuple[list[float], nn.Module]:
+    """STEPS steps of SGD with momentum on one fixed batch: the loss of each step, and the model."""
     torch.manual_seed(0)
     model = make().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -45,15 +45,15 @@ def train(make, input_shape, device, sync) -> list[float]:
         optimizer.step()
         sync()                                   # PyTorch/XLA: compile and run the step's graph
         losses.append(loss.detach())
-    return [float(value.cpu()) for value in losses]
+    return [float(value.cpu()) for value in losses], model
 
 
 def main() -> None:
     print(f"devices: {torch_xla.devices()}")
     for name, make, shape in (("MLP", mlp, (8,)), ("CNN", cnn, (1, 8, 8))):
-        on_cpu = train(make, shape, "cpu", lambda: None)
+        on_cpu, _ = train(make, shape, "cpu", lambda: None)
         start = time.perf_counter()
-        on_xla = train(make, shape, DEVICE, torch_xla.sync)
+        on_xla, _ = train(make, shape, DEVICE, torch_xla.sync)
         seconds = time.perf_counter() - start
         print(f"\n{name}, {STEPS} SGD steps ({seconds:.1f} s on {DEVICE}):")
         print(f"{'step':>4} {'torch cpu':>12} {'torch_xla':>12}")

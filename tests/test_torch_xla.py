@@ -10,12 +10,15 @@ and on the XLA device. Install the extra to run them: `pip install -e ".[torch]"
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
 import pjrt_ref
-from test_jax_support import run_python
+from test_jax_support import clean_env, run_python
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
                                 reason="torch_xla is not installed (pip install -e '.[torch]')")
@@ -112,45 +115,23 @@ def test_matmul_and_conv2d_match_torch_cpu():
     """)
 
 
-TRAIN = """
-import torch.nn as nn
-
-def mlp():
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
-
-def cnn():
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(4 * 4 * 4, 3))
-
-def train(make, inputs, device, sync):
-    torch.manual_seed(0)
-    model = make().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(16, *inputs, generator=g).to(device)
-    y = torch.randint(0, 3, (16,), generator=g).to(device)
-    losses = []
-    for step in range(20):
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        sync()
-        losses.append(loss.detach())
-    return torch.stack([l.cpu() for l in losses]), [p.detach().cpu() for p in model.parameters()]
-"""
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
 @pytest.mark.parametrize("model, inputs", [("mlp", "8"), ("cnn", "1, 8, 8")])
 def test_training_20_sgd_steps_gives_torch_cpus_losses(model, inputs):
-    proc = run_torch(TRAIN + f"""
-cpu_losses, cpu_params = train({model}, ({inputs},), "cpu", lambda: None)
-xla_losses, xla_params = train({model}, ({inputs},), DEVICE, torch_xla.sync)
-print("losses cpu", [round(v, 6) for v in cpu_losses.tolist()])
-print("losses xla", [round(v, 6) for v in xla_losses.tolist()])
-same(xla_losses, cpu_losses, atol=1e-5)
-for got, want in zip(xla_params, cpu_params):
-    same(got, want, atol=1e-4)
+    # The models and the loop of examples/torch_quickstart.py.
+    proc = run_torch(f"""
+import sys
+sys.path.insert(0, {EXAMPLES!r})
+from torch_quickstart import cnn, mlp, train
+cpu_losses, cpu_model = train({model}, ({inputs},), "cpu", lambda: None)
+xla_losses, xla_model = train({model}, ({inputs},), DEVICE, torch_xla.sync)
+print("losses cpu", [round(v, 6) for v in cpu_losses])
+print("losses xla", [round(v, 6) for v in xla_losses])
+same(torch.tensor(xla_losses), torch.tensor(cpu_losses), atol=1e-5)
+for got, want in zip(xla_model.parameters(), cpu_model.parameters()):
+    same(got.detach(), want.detach(), atol=1e-4)
 assert cpu_losses[-1] < cpu_losses[0] / 2      # it did learn
 """)
     assert "losses xla" in proc.stdout
@@ -233,14 +214,8 @@ def test_api_log_shows_the_hlo_program_and_its_execution():
 
 
 def test_quickstart_example_trains_like_torch_cpu():
-    import os
-    import subprocess
-    import sys
-    from test_jax_support import clean_env
-
-    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
-                           "torch_quickstart.py")
-    proc = subprocess.run([sys.executable, example], env=clean_env(PJRT_DEVICE="PJRT_REF"),
+    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, "torch_quickstart.py")],
+                          env=clean_env(PJRT_DEVICE="PJRT_REF"),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("largest difference") == 2
