@@ -100,9 +100,10 @@ def convert_attribute(attr) -> Any:
 
 def dense_elements_to_numpy(attr) -> np.ndarray:
     """Read a DenseElementsAttr into a numpy array of the right dtype and shape."""
+    from jaxlib.mlir import ir
 
-    if str(attr.type).endswith("index>"):
-        return _index_elements(attr)
+    if isinstance(attr.type.element_type, ir.IndexType):   # e.g. XLA's `result_layout` hints
+        return np.array([int(v) for v in ir.DenseIntElementsAttr(attr)], np.int64).reshape(attr.type.shape)
     ttype = convert_type(attr.type)
     assert isinstance(ttype, TensorType)
     shape = tuple(ttype.shape)
@@ -110,18 +111,6 @@ def dense_elements_to_numpy(attr) -> np.ndarray:
         array = np.array(attr, copy=True)
         return array.astype(ttype.dtype, copy=False).reshape(shape)
     return parse_dense_text(str(attr), ttype)
-
-
-def _index_elements(attr) -> np.ndarray:
-    """An attribute of `index` elements (custom calls' `operand_layouts`,
-    `result_layouts`) as int64: index is no value type in StableHLO, only
-    attributes carry it."""
-    from jaxlib.mlir import ir
-
-    shaped = ir.ShapedType(attr.type)
-    shape = tuple(shaped.get_dim_size(i) for i in range(shaped.rank))
-    body = str(attr).rsplit(" : ", 1)[0]
-    return parse_dense_text(f"{body} : tensor<i64>", TensorType(shape, np.dtype(np.int64), "i64", None))
 
 
 _DENSE_RE = re.compile(r"^dense<(.*)>\s*:\s*(.*)$", re.S)

@@ -167,12 +167,14 @@ def _trace_file(path: str):
 
 
 def _ensure_trace_handler() -> None:
+    """Log to stderr, unless the host configured logging (then to its handlers,
+    at INFO even if its root level is higher: PyTorch/XLA sets WARNING)."""
     if not logging.getLogger().handlers and not _TRACE_LOG.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("pjrt-ref trace: %(message)s"))
         _TRACE_LOG.addHandler(handler)
-        _TRACE_LOG.setLevel(logging.INFO)
         _TRACE_LOG.propagate = False
+    _TRACE_LOG.setLevel(logging.INFO)
 
 
 def trace_record(op, function: str, results) -> dict:

@@ -114,7 +114,7 @@ def run_block(block: RegionPlan, frame: list, args) -> list:
         frame[slot] = value
     runners = block.runners
     if runners is None:
-        runners = block.runners = tuple((step_runner(s), s.op) for s in block.steps)
+        runners = block.runners = block_runners(block)
     op = None
     try:
         for run, op in runners:
@@ -126,6 +126,70 @@ def run_block(block: RegionPlan, frame: list, args) -> list:
     except _KERNEL_ERRORS as error:
         raise op.error(f"{type(error).__name__}: {error}") from error
     return [frame[i] for i in block.result_slots]
+
+
+def block_runners(block: RegionPlan) -> tuple:
+    """(run(frame), op) per step; a step that is the last reader of a large value
+    (`RELEASE_BYTES`) also empties its slot, so that a long program (a whole
+    PyTorch/XLA training step is one) holds only its live values, not all it made."""
+    released = released_after(block)
+    return tuple((_releasing(step_runner(step), dead) if dead else step_runner(step), step.op)
+                 for step, dead in zip(block.steps, released))
+
+
+# Values smaller than this stay in the frame until the function returns:
+# emptying a slot costs a Python call per step, which small programs feel.
+RELEASE_BYTES = 1 << 20
+
+
+def released_after(block: RegionPlan) -> list[tuple[int, ...]]:
+    """Per step, the slots of large values the block made that nothing reads after that step.
+
+    A value is read by the steps naming it as an operand and by the steps
+    whose regions capture it; the block's results and the values it did not
+    make (its arguments, values of an enclosing block, preset constants) are
+    never released.
+    """
+    made = {slot: _is_large(ttype) for step in block.steps
+            for slot, ttype in zip(step.results, step.op.result_types)}
+    last_read = {slot: index for index, step in enumerate(block.steps) for slot in step.results}
+    for index, step in enumerate(block.steps):
+        for slot in _reads(step):
+            if slot in made:
+                last_read[slot] = index
+    kept = set(block.result_slots)
+    released: list[list[int]] = [[] for _ in block.steps]
+    for slot, index in last_read.items():
+        if made[slot] and slot not in kept:
+            released[index].append(slot)
+    return [tuple(slots) for slots in released]
+
+
+def _reads(step: Step) -> set[int]:
+    """The slots `step` reads: its operands and what its regions capture from outside them."""
+    reads = set(step.operands)
+    for region in step.regions:
+        inner = set(region.arg_slots) | {slot for inner_step in region.steps for slot in inner_step.results}
+        captured = set(region.result_slots).union(*(_reads(inner_step) for inner_step in region.steps))
+        reads |= captured - inner
+    return reads
+
+
+def _is_large(ttype) -> bool:
+    """Whether a value of `ttype` is worth releasing: a tensor of RELEASE_BYTES or more (or of unknown size)."""
+    if not isinstance(ttype, TensorType):
+        return False
+    if not ttype.is_static:
+        return True
+    return int(np.prod(ttype.shape, dtype=np.int64)) * np.dtype(ttype.dtype).itemsize >= RELEASE_BYTES
+
+
+def _releasing(run: Callable[[list], None], dead: tuple[int, ...]) -> Callable[[list], None]:
+    def run_and_release(frame):
+        run(frame)
+        for slot in dead:
+            frame[slot] = None
+    return run_and_release
 
 
 def step_runner(step: Step) -> Callable[[list], None]:

@@ -8,6 +8,7 @@
     pjrt-ref cost PROGRAM.mlir [--top N]
     pjrt-ref conformance PATH... [--jobs N] [--json FILE] [-k SUBSTRING] [--timeout S]
     pjrt-ref jax-tests PATH_TO_JAX_CHECKOUT [FILE ...] [--cases N] [--x64] [--devices N]
+    pjrt-ref torch-tests PATH_TO_TORCH_XLA_CHECKOUT [FILE ...] [--devices N]
     pjrt-ref library-path
 
 Each subcommand lives in its own small function; the heavy imports (jaxlib's
@@ -106,6 +107,12 @@ def _jax_tests_command(argv: list[str]) -> int:
     return suite_main(argv)
 
 
+def _torch_tests_command(argv: list[str]) -> int:
+    from .frameworks.torch.suite import main as suite_main
+
+    return suite_main(argv)
+
+
 def _library_path_command(argv: list[str]) -> int:
     from pjrt_ref import library_path
 
@@ -122,6 +129,7 @@ COMMANDS = {
     "cost": (_cost_command, "flops and bytes accessed per op of a program (cost_analysis)"),
     "conformance": (_conformance_command, "run StableHLO test files and report pass/fail"),
     "jax-tests": (_jax_tests_command, "run JAX's own test files on cpu and on pjrt_ref, and compare"),
+    "torch-tests": (_torch_tests_command, "run PyTorch/XLA's own test files on CPU and on pjrt_ref, and compare"),
     "library-path": (_library_path_command, "print the path of the PJRT plugin library"),
 }
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import numpy as np
 
-from . import handles
+from . import handles, program_formats
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from .errors import InvalidArgument, NotFound
-from .executable import Executable, LoadedExecutable, check_program_format
+from .executable import Executable, LoadedExecutable
 from .memory import Memory
 from .topology import Topology
 
@@ -149,8 +149,8 @@ class Client:
 
     # -- compile ---------------------------------------------------------------
     def compile(self, code: bytes, fmt: str, compile_options: bytes) -> LoadedExecutable:
-        check_program_format(fmt)
-        return LoadedExecutable(Executable(code, compile_options), self)
+        """Compile a program in any format `program_formats` accepts ("mlir", "hlo")."""
+        return LoadedExecutable(Executable(program_formats.to_stablehlo(code, fmt), compile_options), self)
 
     def load(self, executable: Executable) -> LoadedExecutable:
         return LoadedExecutable(executable, self)

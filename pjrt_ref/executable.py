@@ -19,10 +19,10 @@ from . import multi_device, serialization
 from .buffer import Buffer
 from .debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
-from .xla_options import check_option_overrides
 from .dtypes import BufferType
-from .errors import InvalidArgument, Unimplemented
+from .errors import InvalidArgument
 from .execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
+from .xla_options import check_option_overrides
 
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
 # PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py);
@@ -212,10 +212,3 @@ def _donor_indices(program) -> frozenset[int]:
     """Entry-function parameters marked donatable (`tf.aliasing_output`, `jax.buffer_donor`)."""
     return frozenset(i for i, names in enumerate(program.entry_argument_attributes)
                      if any(name in names for name in _DONOR_ATTRIBUTES))
-
-
-def check_program_format(fmt: str) -> None:
-    if fmt == "hlo":
-        raise Unimplemented("PJRT_Program format 'hlo' (HloModuleProto) is not supported; send StableHLO ('mlir')")
-    if fmt != "mlir":
-        raise InvalidArgument(f"unknown PJRT_Program format {fmt!r} (expected 'mlir')")

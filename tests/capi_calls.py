@@ -57,11 +57,11 @@ class Api:
     def client(self):
         return self.call("PJRT_Client_Create").client
 
-    def compile(self, client, text: str | bytes, options: bytes = b""):
+    def compile(self, client, text: str | bytes, options: bytes = b"", fmt: str = "mlir"):
         code = text.encode() if isinstance(text, str) else text
-        c_code, c_fmt, c_opts = ffi.new("char[]", code), ffi.new("char[]", b"mlir"), ffi.new("char[]", options)
+        c_code, c_fmt, c_opts = ffi.new("char[]", code), ffi.new("char[]", fmt.encode()), ffi.new("char[]", options)
         program = ffi.new("PJRT_Program*", {"struct_size": ffi.sizeof("PJRT_Program"), "code": c_code,
-                                            "code_size": len(code), "format": c_fmt, "format_size": 4})
+                                            "code_size": len(code), "format": c_fmt, "format_size": len(fmt)})
         self.keep += [c_code, c_fmt, c_opts, program]
         return self.call("PJRT_Client_Compile", client=client, program=program,
                          compile_options=c_opts, compile_options_size=len(options)).executable

@@ -142,7 +142,9 @@ def test_short_struct_size_is_respected():
     assert api.PJRT_Client_Destroy(destroy) == ffi.NULL
 
 
-def test_hlo_program_format_is_unimplemented():
+def test_hlo_program_that_is_no_module_is_invalid_argument():
+    # "hlo" programs are converted to StableHLO (pjrt_ref/program_formats.py,
+    # tests/test_program_formats.py); these two bytes hold no entry computation.
     api = lib.GetPjrtApi()
     create = ffi.new("PJRT_Client_Create_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Create_Args")})
     assert api.PJRT_Client_Create(create) == ffi.NULL
@@ -153,7 +155,7 @@ def test_hlo_program_format_is_unimplemented():
     compile_args = ffi.new("PJRT_Client_Compile_Args*", {
         "struct_size": ffi.sizeof("PJRT_Client_Compile_Args"), "client": create.client, "program": program})
     code_, text = _error_text(api, api.PJRT_Client_Compile(compile_args))
-    assert code_ == lib.PJRT_Error_Code_UNIMPLEMENTED and "hlo" in text
+    assert code_ == lib.PJRT_Error_Code_INVALID_ARGUMENT and "'hlo'" in text and "HloModuleProto" in text
     destroy = ffi.new("PJRT_Client_Destroy_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Destroy_Args"),
                                                     "client": create.client})
     assert api.PJRT_Client_Destroy(destroy) == ffi.NULL

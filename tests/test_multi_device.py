@@ -305,6 +305,37 @@ TWO_REPLICAS = FOUR_REPLICAS.replace("mhlo.num_replicas = 4", "mhlo.num_replicas
     "dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>", "dense<[[0, 1]]> : tensor<1x2xi64>")
 
 
+def test_execute_device_runs_one_device_of_a_replicated_executable(api):
+    # PyTorch/XLA compiles every computation for all devices as replicas and
+    # runs it on one (ExecuteSharded: one argument list plus execute_device).
+    client = _client(api, 3)
+    devices = _devices(api, client)
+    loaded = api.compile(client, TWO_REPLICAS_NO_COLLECTIVES)
+    x = np.array([1, 2, 3], np.int32)
+    row = ffi.new("PJRT_Buffer*[]", [_buffer_on(api, client, x, devices[1])])
+    out_row = ffi.new("PJRT_Buffer*[]", 1)
+    options = ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions")})
+    api.keep += [row, out_row, options]
+    call = dict(executable=loaded, options=options, argument_lists=ffi.new("PJRT_Buffer**[]", [row]),
+                num_devices=1, num_args=1, output_lists=ffi.new("PJRT_Buffer**[]", [out_row]))
+    api.call("PJRT_LoadedExecutable_Execute", execute_device=devices[1], **call)
+    assert api.call("PJRT_Buffer_Device", buffer=out_row[0]).device == devices[1]
+    np.testing.assert_array_equal(api.to_host(out_row[0], np.int32, (3,)), x * 2)
+    with pytest.raises(PjrtCallError, match=r"execute_device \(id 2\) is not one of the executable's devices"):
+        api.call("PJRT_LoadedExecutable_Execute", execute_device=devices[2], **call)
+    api.call("PJRT_Client_Destroy", client=client)
+
+
+TWO_REPLICAS_NO_COLLECTIVES = """
+module attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 1 : i32} {
+  func.func @main(%x: tensor<3xi32>) -> tensor<3xi32> {
+    %0 = stablehlo.add %x, %x : tensor<3xi32>
+    return %0 : tensor<3xi32>
+  }
+}
+"""
+
+
 def _compile_options(num_replicas: int, num_partitions: int, assignment) -> tuple[bytes, bytes | None]:
     """(CompileOptionsProto, DeviceAssignmentProto) bytes as jaxlib writes them (XLA's encoder)."""
     from jax._src.lib import xla_client as xc

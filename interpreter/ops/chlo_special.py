@@ -394,6 +394,9 @@ SPECIAL_FUNCTIONS = {
     "chlo.bessel_i1e": bessel_i1e_approximation,
     "chlo.zeta": zeta_approximation,
     "chlo.polygamma": polygamma_approximation,
+    # HLO has an erf instruction and StableHLO no erf op: XLA's HLO importer
+    # (an "hlo" program, pjrt_ref/program_formats.py) keeps it as mhlo.erf.
+    "mhlo.erf": erf_approximation,
 }
 
 

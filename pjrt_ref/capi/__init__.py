@@ -1,6 +1,6 @@
 """The PJRT C API in Python: one function per entry point, grouped by object.
 
-`install(ffi, lib)` is called once by the shim's embedding init code. It
+`install(ffi, lib)` is called once, by capi_shim/boot.py when GetPjrtApi boots the plugin. It
 binds every slot of the `PJRT_Api` table (capi_shim/entry_points.py) to
 its implementation here, or to a stub answering UNIMPLEMENTED with the entry
 point's name.

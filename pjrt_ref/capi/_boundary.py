@@ -219,12 +219,14 @@ def failed_call_error(name: str, exc: BaseException):
 
 
 def _logged(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:
-    """`fn`, logging each call and its outcome to the `pjrt_ref.api` logger."""
+    """`fn`, logging each call and its outcome to the `pjrt_ref.api` logger: on stderr,
+    or through the host's handlers if it configured logging (at INFO even if its
+    root level is higher, as PyTorch/XLA's WARNING is)."""
     if not logging.getLogger().handlers and not _API_LOG.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("pjrt-ref: %(message)s"))
         _API_LOG.addHandler(handler)
-        _API_LOG.setLevel(logging.INFO)
+    _API_LOG.setLevel(logging.INFO)
 
     from ..debug.api_log import describe_inputs, describe_outputs
 

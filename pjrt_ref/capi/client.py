@@ -196,7 +196,8 @@ def register_loaded(loaded):
 
 @entry_point("PJRT_Client_Compile")
 def client_compile(args: Args) -> None:
-    """PJRT_Client_Compile: StableHLO ("mlir": text, bytecode or portable artifact) -> executable.
+    """PJRT_Client_Compile: StableHLO ("mlir": text, bytecode or portable artifact) or an
+    HloModuleProto ("hlo", what PyTorch/XLA sends; pjrt_ref/program_formats.py) -> executable.
 
     From the CompileOptionsProto bytes pjrt-ref reads the replica and
     partition counts and the device assignment (pjrt_ref/compile_options.py),

@@ -270,17 +270,32 @@ def loaded_executable_execute(args: Args) -> None:
     """
     loaded = _loaded(args)
     num_devices = args.num_devices
-    if num_devices != len(loaded.devices):
-        raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), got {num_devices} argument lists")
     execute_device = args.get("execute_device", _boundary.NULL)
-    device = loaded.devices[0]
     if execute_device != _boundary.NULL:
-        device = handles.get(execute_device, type(device), "PJRT_Device")
+        device = _chosen_device(loaded, execute_device, num_devices)
+    elif num_devices != len(loaded.devices):
+        raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), got {num_devices} argument lists")
+    else:
+        device = loaded.devices[0]
     # Which inputs the caller keeps matters only to a program that donates some.
     non_donatable = _non_donatable(args.options) if loaded.executable.donor_indices else set()
     if num_devices > 1 or loaded.spans_processes:   # a multi-process program may have one device here
         return _execute_on_devices(args, loaded, non_donatable)
     _execute_on_one_device(args, loaded, device, non_donatable)
+
+
+def _chosen_device(loaded: LoadedExecutable, execute_device, num_devices: int):
+    """The device Execute's `execute_device` names: with it, one argument list runs on that
+    device alone (XLA's ExecuteSharded, which PyTorch/XLA uses for every unsharded
+    computation, although it compiles them for all devices as replicas). A one-device
+    executable runs on any device (ExecutePortable); a multi-device one on one of its own."""
+    device = handles.get(execute_device, type(loaded.devices[0]), "PJRT_Device")
+    if num_devices != 1:
+        raise InvalidArgument(f"with execute_device set, num_devices must be 1, got {num_devices}")
+    if len(loaded.devices) > 1 and device not in loaded.devices:
+        raise InvalidArgument(f"execute_device (id {device.id}) is not one of the executable's devices "
+                              f"(ids {[d.id for d in loaded.devices]})")
+    return device
 
 
 def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_donatable: set[int]) -> None:

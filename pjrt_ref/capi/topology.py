@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .. import handles
-from ..executable import Executable, check_program_format
+from ..executable import Executable
+from ..program_formats import to_stablehlo
 from ..topology import Topology, local_topology
 from ._boundary import (Args, bytes_arg, entry_point, hand_out_blob, owned_array, owned_named_values,
                         owned_text, read_named_values)
@@ -97,6 +98,5 @@ def compile_for_topology(args: Args) -> None:
     from .client import read_program
     _topology(args)
     code, fmt = read_program(args.program)
-    check_program_format(fmt)
     options = bytes_arg(args.compile_options, args.compile_options_size)
-    args.executable = handles.add(Executable(code, options))
+    args.executable = handles.add(Executable(to_stablehlo(code, fmt), options))

@@ -1,0 +1,215 @@
+"""Run a framework's own test files on its reference backend and on pjrt_ref, and compare.
+
+A framework author tests a plugin with the framework's own suite. This is
+the machinery `pjrt-ref jax-tests` (frameworks/jax/suite.py) and `pjrt-ref
+torch-tests` (frameworks/torch/suite.py) share: each framework's module
+says which files to run by default and how each backend is chosen (an
+environment for the pytest process); this module runs pytest once per
+backend with a junit report, reads every test id's outcome, and prints per
+file how many passed, failed and were skipped on each backend, then every
+test id that passes on the reference backend and not on pjrt_ref, with the
+first line of its error.
+
+pytest runs with an empty configuration (the checkout's own ini could, as
+JAX's does, turn every warning into an error), from the checkout's root.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from typing import Callable
+
+@dataclass
+class Outcome:
+    """One test id's result on one backend: passed, failed, error or skipped, and why."""
+    status: str
+    reason: str = ""
+
+
+@dataclass
+class Run:
+    """One pytest run: outcomes by test id, and its wall time."""
+    backend: str
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def test_id(case: ElementTree.Element, root: str) -> str:
+    """`tests/lax_test.py::LaxTest::testOp` from a junit <testcase> (classname is dotted)."""
+    classname, name = case.get("classname", ""), case.get("name", "")
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):    # the longest prefix that is a test file
+        candidate = "/".join(parts[:cut]) + ".py"
+        if os.path.exists(os.path.join(root, candidate)):
+            return "::".join([candidate, *parts[cut:], name])
+    return "::".join([classname, name])
+
+
+def first_line(text: str) -> str:
+    """The first informative line of a failure message (errors say what happened first)."""
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Traceback", "File ", "^")):
+            return line[:300]
+    return ""
+
+
+def outcome_of(case: ElementTree.Element) -> Outcome:
+    for tag, status in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+        node = case.find(tag)
+        if node is not None:
+            return Outcome(status, first_line(node.get("message") or node.text or ""))
+    return Outcome("passed")
+
+
+def read_junit(path: str, root: str) -> dict[str, Outcome]:
+    outcomes: dict[str, Outcome] = {}
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        identifier = test_id(case, root)
+        outcome = outcome_of(case)
+        previous = outcomes.get(identifier)
+        # subtests and xdist reruns can report one id twice: a failure wins
+        if previous is None or previous.status == "passed":
+            outcomes[identifier] = outcome
+    return outcomes
+
+
+def pytest_command(files: list[str], junit: str, options: argparse.Namespace, ini: str) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", options.checkout,
+               "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit1",
+               "--continue-on-collection-errors"]     # a file that cannot import fails alone
+    for plugin in options.pytest_plugins:
+        command += ["-p", plugin]
+    if options.workers > 0:
+        command += ["-n", str(options.workers)]
+    if options.k:
+        command += ["-k", options.k]
+    if options.timeout:
+        command += [f"--timeout={options.timeout}"]
+    return command + files
+
+
+def run_backend(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
+                scratch: str) -> Run:
+    """Run the files on one backend in one pytest process tree; outcomes from its junit XML."""
+    junit = os.path.join(scratch, f"{backend}.xml")
+    ini = os.path.join(scratch, "pytest.ini")
+    with open(ini, "w") as handle:
+        handle.write("[pytest]\n")      # the checkout's own ini could make every warning an error
+    command = pytest_command(files, junit, options, ini)
+    started = time.perf_counter()
+    log = open(os.path.join(scratch, f"{backend}.log"), "w") if not options.verbose else None
+    subprocess.run(command, cwd=options.checkout, env=env,
+                   stdout=log, stderr=subprocess.STDOUT if log else None)
+    if log:
+        log.close()
+    seconds = time.perf_counter() - started
+    if not os.path.exists(junit):
+        raise RuntimeError(f"pytest on {backend} wrote no report; see {scratch}/{backend}.log")
+    return Run(backend, read_junit(junit, options.checkout), seconds)
+
+
+def counts(outcomes: dict[str, Outcome], file: str) -> dict[str, int]:
+    tally = {"passed": 0, "failed": 0, "skipped": 0}
+    for identifier, outcome in outcomes.items():
+        if identifier.split("::", 1)[0] == file:
+            tally["failed" if outcome.status == "error" else outcome.status] += 1
+    return tally
+
+
+def regressions(reference: Run, candidate: Run) -> list[tuple[str, Outcome]]:
+    """Ids that pass on the reference and do not pass on the candidate (missing counts as not passing)."""
+    lost = []
+    for identifier, outcome in sorted(reference.outcomes.items()):
+        if outcome.status != "passed":
+            continue
+        theirs = candidate.outcomes.get(identifier, Outcome("missing", f"not run on {candidate.backend}"))
+        if theirs.status != "passed":
+            lost.append((identifier, theirs))
+    return lost
+
+
+def report(files: list[str], reference: Run, candidate: Run) -> str:
+    ref, cand = f"{reference.backend} pass/fail/skip", f"{candidate.backend} pass/fail/skip"
+    lines = [f"{'file':40} {ref:>20} {cand:>24}"]
+    for file in files:
+        a, b = counts(reference.outcomes, file), counts(candidate.outcomes, file)
+        lines.append(f"{file:40} {a['passed']:>8}/{a['failed']}/{a['skipped']:<9} "
+                     f"{b['passed']:>10}/{b['failed']}/{b['skipped']}")
+    lines.append(f"wall time: {reference.backend} {reference.seconds:.0f} s, {candidate.backend} "
+                 f"{candidate.seconds:.0f} s ({candidate.seconds / max(reference.seconds, 1e-9):.1f}x)")
+    lost = regressions(reference, candidate)
+    lines.append(f"{len(lost)} test(s) pass on {reference.backend} and not on {candidate.backend}"
+                 + (":" if lost else ""))
+    for identifier, outcome in lost:
+        lines.append(f"  {identifier}  [{outcome.status}] {outcome.reason}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One framework's `pjrt-ref *-tests` command: what it runs, and how each backend is chosen."""
+    command: str                                   # "pjrt-ref torch-tests"
+    description: str
+    checkout: str                                  # what the checkout argument must be
+    default_files: tuple[str, ...]
+    backends: tuple[str, str]                      # (reference, "pjrt_ref")
+    environment: Callable[[str, argparse.Namespace], dict[str, str]]
+    check_version: Callable[[str], None]           # warns about a checkout of another version
+    workers: int = 0                               # default pytest-xdist workers
+    add_options: Callable[[argparse.ArgumentParser], None] | None = None
+    pytest_plugins: tuple[str, ...] = ()           # modules every run loads (pytest -p)
+
+
+def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=suite.command, description=suite.description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkout", help=suite.checkout)
+    parser.add_argument("files", nargs="*", help=f"test files (default: {' '.join(suite.default_files)})")
+    parser.add_argument("--devices", type=int, default=1, help="devices on each backend (default 1)")
+    parser.add_argument("--workers", type=int, default=suite.workers,
+                        help=f"pytest-xdist workers (default {suite.workers}; 0: no xdist)")
+    parser.add_argument("--only", choices=sorted(suite.backends), help="run one backend only")
+    parser.add_argument("--timeout", type=int, default=0, help="per-test timeout in s (pytest-timeout)")
+    parser.add_argument("-k", help="pytest -k expression")
+    parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
+    parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
+    parser.add_argument("--verbose", action="store_true", help="show pytest's output")
+    if suite.add_options:
+        suite.add_options(parser)
+    options = parser.parse_args(argv)
+    options.checkout = os.path.abspath(options.checkout)
+    options.files = options.files or list(suite.default_files)
+    options.pytest_plugins = suite.pytest_plugins
+    return options
+
+
+def main(suite: Suite, argv: list[str] | None = None) -> int:
+    """The command: run the files on each backend (the reference first) and print the comparison."""
+    options = parse_args(suite, list(sys.argv[1:] if argv is None else argv))
+    suite.check_version(options.checkout)
+    scratch = options.keep or tempfile.mkdtemp(prefix="pjrt-ref-tests-")
+    os.makedirs(scratch, exist_ok=True)
+    chosen = [options.only] if options.only else list(suite.backends)
+    runs = {backend: run_backend(backend, suite.environment(backend, options), options.files, options, scratch)
+            for backend in chosen}
+    if options.json:
+        with open(options.json, "w") as handle:
+            json.dump({backend: {"seconds": run.seconds,
+                                 "outcomes": {k: vars(v) for k, v in run.outcomes.items()}}
+                       for backend, run in runs.items()}, handle, indent=1)
+    if len(runs) == 2:
+        reference, candidate = (runs[b] for b in suite.backends)
+        print(report(options.files, reference, candidate))
+        return 0
+    run = runs[chosen[0]]
+    for file in options.files:
+        print(file, counts(run.outcomes, file))
+    return 0

@@ -1,0 +1,70 @@
+"""Run PyTorch/XLA's own test files on its CPU device and on pjrt_ref, and compare.
+
+    pjrt-ref torch-tests PATH_TO_CHECKOUT [FILE ...] [--devices N] [--workers N]
+                         [--json FILE] [-k EXPR] [--timeout S]
+
+Each named test file (default: test/test_operations.py) runs twice with
+pytest, once with `PJRT_DEVICE=CPU` (torch_xla's own XLA CPU client, as its
+CI runs them) and once with `PJRT_DEVICE=PJRT_REF` (pjrt-ref, loaded
+through its `torch_xla.plugins` entry point). It prints per file how many
+passed, failed and were skipped on each, then every test id that passes on
+CPU and not on pjrt_ref with the first line of its error. The running and
+comparing is shared with `pjrt-ref jax-tests` (frameworks/test_suite.py).
+
+PyTorch/XLA's CI runs each file as a script (`python test/test_x.py`);
+pytest runs the same unittest cases, but not the file's `__main__` block
+(which seeds torch and sets the matmul precision to 'highest', the
+precision XLA CPU and pjrt-ref compute f32 products at anyway). The files
+import their neighbours (`test_utils`), so the checkout's `test/` is put on
+PYTHONPATH. They also need `expecttest` (`pip install expecttest`).
+
+The checkout must be of the tag matching the installed torch_xla (e.g.
+`git archive v2.9.0 test | tar -x -C DIR`); another version runs, with a
+warning.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import re
+import sys
+
+from ..test_suite import Suite, main as run_suite
+
+DEFAULT_FILES = ("test/test_operations.py",)
+BACKENDS = ("cpu", "pjrt_ref")           # the reference first
+DEVICE_TYPES = {"cpu": "CPU", "pjrt_ref": "PJRT_REF"}
+
+
+def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
+    """PJRT_DEVICE picks the backend; CPU_NUM_DEVICES / PJRT_REF_NUM_DEVICES its device count."""
+    env = dict(os.environ)
+    env["PJRT_DEVICE"] = DEVICE_TYPES[backend]
+    env["CPU_NUM_DEVICES" if backend == "cpu" else "PJRT_REF_NUM_DEVICES"] = str(options.devices)
+    tests = os.path.join(options.checkout, "test")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (tests, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def check_version(checkout: str) -> None:
+    """Warn unless the checkout's setup.py defaults TORCH_XLA_VERSION to the installed torch_xla's."""
+    installed = importlib.metadata.version("torch-xla")
+    setup = os.path.join(checkout, "setup.py")
+    if not os.path.exists(setup):
+        return
+    with open(setup) as handle:
+        match = re.search(r"TORCH_XLA_VERSION',\s*'([^']+)'", handle.read())
+    if match and not installed.startswith(match.group(1)):
+        print(f"warning: {checkout} is torch_xla {match.group(1)}'s checkout, "
+              f"torch_xla {installed} is installed", file=sys.stderr)
+
+
+SUITE = Suite(command="pjrt-ref torch-tests", description=__doc__.split("\n\n")[1],
+              checkout="a checkout of PyTorch/XLA's repository (its test/ and setup.py at least)",
+              default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
+              check_version=check_version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_suite(SUITE, argv)

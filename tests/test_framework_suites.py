@@ -1,0 +1,54 @@
+"""`pjrt-ref jax-tests` and `pjrt-ref torch-tests`: reading pytest's junit reports
+and comparing two backends (pjrt_ref/frameworks/test_suite.py), on made-up reports."""
+from __future__ import annotations
+
+import argparse
+
+from pjrt_ref.frameworks import test_suite
+from pjrt_ref.frameworks.jax import suite as jax_suite
+from pjrt_ref.frameworks.torch import suite as torch_suite
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+  <testcase classname="test.test_operations.TestAten" name="test_add"/>
+  <testcase classname="test.test_operations.TestAten" name="test_devices">
+    <failure message="AssertionError: unexpectedly None">Traceback ...</failure></testcase>
+  <testcase classname="test.test_operations.TestAten" name="test_tpu_only">
+    <skipped message="TPU only"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def _run(tmp_path, backend: str, text: str) -> test_suite.Run:
+    (tmp_path / "test").mkdir(exist_ok=True)
+    (tmp_path / "test" / "test_operations.py").write_text("")
+    report = tmp_path / f"{backend}.xml"
+    report.write_text(text)
+    return test_suite.Run(backend, test_suite.read_junit(str(report), str(tmp_path)), seconds=10)
+
+
+def test_report_counts_each_backend_and_lists_what_passes_only_on_the_reference(tmp_path):
+    cpu = _run(tmp_path, "cpu", JUNIT.replace('<failure message="AssertionError: unexpectedly None">'
+                                              'Traceback ...</failure>', ""))
+    ref = _run(tmp_path, "pjrt_ref", JUNIT)
+    assert sorted(cpu.outcomes) == ["test/test_operations.py::TestAten::test_add",
+                                    "test/test_operations.py::TestAten::test_devices",
+                                    "test/test_operations.py::TestAten::test_tpu_only"]
+    text = test_suite.report(["test/test_operations.py"], cpu, ref)
+    assert "test/test_operations.py" in text.splitlines()[1]
+    assert "2/0/1" in text and "1/1/1" in text
+    assert "1 test(s) pass on cpu and not on pjrt_ref:" in text
+    assert ("test/test_operations.py::TestAten::test_devices  [failed] AssertionError: unexpectedly None"
+            in text)
+
+
+def test_each_framework_chooses_its_backends_through_the_environment(tmp_path):
+    options = argparse.Namespace(checkout=str(tmp_path), devices=2, cases=3, x64=False)
+    cpu, ref = (torch_suite.environment(b, options) for b in torch_suite.BACKENDS)
+    assert (cpu["PJRT_DEVICE"], cpu["CPU_NUM_DEVICES"]) == ("CPU", "2")
+    assert (ref["PJRT_DEVICE"], ref["PJRT_REF_NUM_DEVICES"]) == ("PJRT_REF", "2")
+    assert ref["PYTHONPATH"].split(":")[0] == str(tmp_path / "test")      # for `import test_utils`
+    cpu, ref = (jax_suite.environment(b, options) for b in jax_suite.BACKENDS)
+    assert (cpu["JAX_PLATFORMS"], ref["JAX_PLATFORMS"]) == ("cpu", "pjrt_ref,cpu")
+    assert "--xla_force_host_platform_device_count=2" in cpu["XLA_FLAGS"]
+    assert ref["PJRT_REF_NUM_DEVICES"] == "2" and ref["JAX_NUM_GENERATED_CASES"] == "3"
