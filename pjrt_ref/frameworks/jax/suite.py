@@ -20,11 +20,10 @@ and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`.
 
 JAX's tests pick by device which of them run and with what tolerances
 (`jtu.run_on_devices("cpu")`, `jtu.test_device_matches(["cpu"])`). pjrt_ref
-is a host-memory CPU backend, so by default the pjrt_ref run tells them the
-device under test is "cpu" (JAX's `jax_test_dut` flag, set by
-`suite_plugin.py`): both runs then select the same tests with the same
-expectations, and none is skipped on pjrt_ref only because its platform
-name is not "cpu" (`--dut ''` turns this off).
+is a host-memory CPU backend, so by default its device also carries the tag
+"cpu" in the pjrt_ref run (`suite_plugin.py`): both runs select the same
+tests with the same tolerances, while tests of platform dispatch still see
+the platform "pjrt_ref" (`--device-tag ''` turns this off).
 
 The checkout must be of the tag matching the installed jax (e.g.
 `git archive jax-v0.10.2 tests conftest.py | tar -x -C DIR`); a checkout of
@@ -50,8 +49,8 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
     env["JAX_PLATFORMS"] = PLATFORMS[backend]
     env["JAX_NUM_GENERATED_CASES"] = str(options.cases)
     env["JAX_ENABLE_X64"] = "1" if options.x64 else "0"
-    if backend == "pjrt_ref" and options.dut:
-        env["PJRT_REF_JAX_TEST_DUT"] = options.dut
+    if backend == "pjrt_ref" and options.device_tag:
+        env["PJRT_REF_JAX_DEVICE_TAG"] = options.device_tag
     if options.devices > 1:
         if backend == "cpu":
             flag = f"--xla_force_host_platform_device_count={options.devices}"
@@ -76,8 +75,8 @@ def check_version(checkout: str) -> None:
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", type=int, default=1, help="JAX_NUM_GENERATED_CASES (default 1)")
     parser.add_argument("--x64", action="store_true", help="JAX_ENABLE_X64=1")
-    parser.add_argument("--dut", default="cpu",
-                        help="the device under test JAX's tests assume on pjrt_ref (default cpu; '' for none)")
+    parser.add_argument("--device-tag", default="cpu",
+                        help="a device tag pjrt_ref's device carries for JAX's tests (default cpu; '' for none)")
 
 
 SUITE = Suite(command="pjrt-ref jax-tests", description=__doc__.split("\n\n")[1],

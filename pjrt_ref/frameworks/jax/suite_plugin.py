@@ -1,9 +1,14 @@
 """The pytest plugin `pjrt-ref jax-tests` loads into JAX's test runs (`-p`).
 
-It sets JAX's `jax_test_dut` flag (the device under test JAX's tests ask
-`jtu.test_device_matches` about) from PJRT_REF_JAX_TEST_DUT. The flag is an
-absl-style flag, not read from the environment, and is defined only once
-`jax._src.test_util` is imported, hence a plugin rather than a variable.
+JAX's tests ask which device they run on in two ways:
+`jtu.test_device_matches(["cpu"])` / `jtu.run_on_devices("cpu")` (what kind of
+device: tolerances, tests only meaningful on host memory) and
+`jtu.device_under_test() == "cpu"` (which platform JAX dispatches to, e.g.
+`lax.platform_dependent`'s branch). pjrt_ref is a host-memory CPU backend
+whose platform is "pjrt_ref", so with PJRT_REF_JAX_DEVICE_TAG=cpu its device
+carries both tags for the first question and stays "pjrt_ref" for the
+second: the two runs select the same tests with the same tolerances, and a
+test of platform dispatch expects pjrt_ref's branch, as JAX takes it.
 """
 from __future__ import annotations
 
@@ -11,9 +16,9 @@ import os
 
 
 def pytest_configure(config) -> None:
-    device = os.environ.get("PJRT_REF_JAX_TEST_DUT", "")
-    if device:
-        import jax
-        from jax._src import test_util  # noqa: F401  (defines jax_test_dut)
+    tag = os.environ.get("PJRT_REF_JAX_DEVICE_TAG", "")
+    if tag:
+        from jax._src import test_util
 
-        jax.config.update("jax_test_dut", device)
+        device_tags = test_util._get_device_tags
+        test_util._get_device_tags = lambda: device_tags() | {tag}
