@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from test_jax_support import run_python
+
 from pjrt_ref.frameworks import test_suite
 from pjrt_ref.frameworks.jax import suite as jax_suite
 from pjrt_ref.frameworks.torch import suite as torch_suite
@@ -43,7 +45,7 @@ def test_report_counts_each_backend_and_lists_what_passes_only_on_the_reference(
 
 
 def test_each_framework_chooses_its_backends_through_the_environment(tmp_path):
-    options = argparse.Namespace(checkout=str(tmp_path), devices=2, cases=3, x64=False)
+    options = argparse.Namespace(checkout=str(tmp_path), devices=2, cases=3, x64=False, device_tag="cpu")
     cpu, ref = (torch_suite.environment(b, options) for b in torch_suite.BACKENDS)
     assert (cpu["PJRT_DEVICE"], cpu["CPU_NUM_DEVICES"]) == ("CPU", "2")
     assert (ref["PJRT_DEVICE"], ref["PJRT_REF_NUM_DEVICES"]) == ("PJRT_REF", "2")
@@ -52,3 +54,18 @@ def test_each_framework_chooses_its_backends_through_the_environment(tmp_path):
     assert (cpu["JAX_PLATFORMS"], ref["JAX_PLATFORMS"]) == ("cpu", "pjrt_ref,cpu")
     assert "--xla_force_host_platform_device_count=2" in cpu["XLA_FLAGS"]
     assert ref["PJRT_REF_NUM_DEVICES"] == "2" and ref["JAX_NUM_GENERATED_CASES"] == "3"
+    assert ref["PJRT_REF_JAX_DEVICE_TAG"] == "cpu" and "PJRT_REF_JAX_DEVICE_TAG" not in cpu
+
+
+def test_jax_tests_plugin_tags_pjrt_ref_as_a_cpu_device_and_keeps_its_platform():
+    """JAX's test helpers see pjrt_ref's device as a cpu device (which tests
+    run, with which tolerances) on the platform pjrt_ref (platform dispatch)."""
+    proc = run_python("""
+        from jax._src import test_util as jtu
+        from pjrt_ref.frameworks.jax import suite_plugin
+        before = jtu.test_device_matches(["cpu"])
+        suite_plugin.pytest_configure(None)
+        print(before, jtu.test_device_matches(["cpu"]), jtu.test_device_matches(["pjrt_ref"]),
+              jtu.device_under_test())
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_JAX_DEVICE_TAG="cpu")
+    assert proc.stdout.split() == ["False", "True", "True", "pjrt_ref"]
