@@ -102,6 +102,10 @@ def dense_elements_to_numpy(attr) -> np.ndarray:
     """Read a DenseElementsAttr into a numpy array of the right dtype and shape."""
     from jaxlib.mlir import ir
 
+    if isinstance(ir.ShapedType(attr.type).element_type, ir.IndexType):
+        # `dense<[1, 0]> : tensor<2xindex>`: dimension numbers such as a
+        # custom call's operand_layouts, never a tensor's elements.
+        return np.array([int(v) for v in ir.DenseIntElementsAttr(attr)], dtype=np.int64)
     ttype = convert_type(attr.type)
     assert isinstance(ttype, TensorType)
     shape = tuple(ttype.shape)
