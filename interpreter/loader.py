@@ -5,6 +5,7 @@ is made per program (contexts are not shared across threads).
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -147,6 +148,12 @@ def _status_of_child(work) -> int | None:
     """Run `work()` in a forked child; its wait status, or None on timeout."""
     pid = os.fork()
     if pid == 0:  # child: never returns, never runs atexit handlers
+        # What the parent left for its garbage collector (MLIR contexts of
+        # earlier programs, JAX's) must not be collected here: destroying a
+        # context joins its thread pool's threads, which exist only in the
+        # parent, so the child hung (until the timeout) or crashed. Set
+        # everything inherited aside.
+        gc.freeze()
         try:
             work()
         except BaseException:
