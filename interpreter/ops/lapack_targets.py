@@ -165,9 +165,10 @@ def check_layouts(op, matrix_rank: int) -> None:
         for index, (layout, ttype) in enumerate(zip(layouts, types)):
             rank = len(ttype.shape)
             expected = expected_layout(rank, matrix_rank)
-            if tuple(int(d) for d in layout) != expected:
+            given = [int(d) for d in layout]
+            if tuple(given) != expected:
                 kind = "a column-major matrix" if rank == matrix_rank else "the default layout"
-                raise ValueError(f"{name}[{index}] is {list(layout)}; this target takes "
+                raise ValueError(f"{name}[{index}] is {given}; this target takes "
                                  f"{kind}, {list(expected)}")
 
 

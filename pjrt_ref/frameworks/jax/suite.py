@@ -2,6 +2,7 @@
 
     pjrt-ref jax-tests PATH_TO_JAX_CHECKOUT [FILE ...] [--cases N] [--x64]
                        [--devices N] [--workers N] [--json FILE] [-k EXPR]
+                       [--dut NAME]
 
 A framework author tests a plugin with the framework's own suite. This runs
 each named test file (default: the five files of lax, numpy, indexing,
@@ -15,7 +16,10 @@ Differences from JAX's CI on purpose: JAX's `pyproject.toml` turns every
 warning into an error (`filterwarnings = error`); this runs with an empty
 pytest configuration instead, so a warning is a warning. With `--devices N`
 the cpu run gets N host devices (`--xla_force_host_platform_device_count`)
-and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`.
+and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`. With `--dut cpu` JAX's test
+utilities take pjrt_ref for a cpu device (`pytest_dut.py`), so the tests JAX
+restricts to cpu (Schur, Hessenberg, eig, ...) run on pjrt_ref instead of
+being skipped there.
 
 The checkout must be of the tag matching the installed jax (e.g.
 `git archive jax-v0.10.2 tests conftest.py | tar -x -C DIR`); a checkout of
@@ -105,6 +109,8 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flag).strip()
         else:
             env["PJRT_REF_NUM_DEVICES"] = str(options.devices)
+    if backend == "pjrt_ref" and options.dut:
+        env["PJRT_REF_TEST_DUT"] = options.dut
     return env
 
 
@@ -115,6 +121,8 @@ def pytest_command(files: list[str], junit: str, options: argparse.Namespace, in
         command += ["-n", str(options.workers)]
     if options.k:
         command += ["-k", options.k]
+    if options.dut:
+        command += ["-p", "pjrt_ref.frameworks.jax.pytest_dut"]
     if options.timeout:
         command += [f"--timeout={options.timeout}"]
     return command + files
@@ -199,6 +207,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", choices=sorted(BACKENDS), help="run one backend only")
     parser.add_argument("--timeout", type=int, default=0, help="per-test timeout in s (pytest-timeout)")
     parser.add_argument("-k", help="pytest -k expression")
+    parser.add_argument("--dut", metavar="NAME",
+                        help="on pjrt_ref, JAX's tests take the device under test to be NAME (e.g. cpu)")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
     parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
