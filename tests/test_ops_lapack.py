@@ -53,14 +53,17 @@ def close(ours, theirs, dtype, what, scale=1.0):
 
 
 def same(f, *args, what, dtype, scale=1.0):
-    """f on pjrt_ref and on cpu agree leaf by leaf (f's results are unique)."""
+    """f on pjrt_ref and on cpu agree leaf by leaf (f's results are unique).
+    f may return a dict of many results: one program per backend."""
     ours, theirs = both(f, *args)
-    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+    leaves, _ = jax.tree_util.tree_flatten_with_path(ours)
+    for (path, a), b in zip(leaves, jax.tree.leaves(theirs)):
+        label = what + jax.tree_util.keystr(path)
         if np.asarray(b).dtype.kind in "iub":
-            np.testing.assert_array_equal(a, b, err_msg=what)
+            np.testing.assert_array_equal(a, b, err_msg=label)
         else:
-            close(a, b, dtype, what, scale)
-    checked.append(what)
+            close(a, b, dtype, label, scale)
+        checked.append(label)
     return ours
 
 
@@ -107,101 +110,135 @@ X64 = pytest.mark.parametrize("x64", [False, True], ids=["f32-c64", "f64-c128"])
 @X64
 def test_hermitian_eigenproblems_and_singular_values(x64):
     run_group('''
+SVD_ALGORITHMS = {"default": None, "QR": lax.linalg.SvdAlgorithm.QR,
+                  "divide and conquer": lax.linalg.SvdAlgorithm.DIVIDE_AND_CONQUER}
+
+def hermitian_family(x):
+    w, v = jnp.linalg.eigh(x)
+    return {"w": w, "v": v, "eigvalsh": jnp.linalg.eigvalsh(x),
+            "upper": jsl.eigh(x, lower=False, eigvals_only=True)}
+
+def svd_family(x):
+    results = {}
+    for name, algorithm in SVD_ALGORITHMS.items():
+        for full in [False, True]:
+            results[f"{name} full={full}"] = lax.linalg.svd(x, full_matrices=full, algorithm=algorithm)
+        results[f"{name} values"] = lax.linalg.svd(x, compute_uv=False, algorithm=algorithm)
+    return results
+
 for dtype in DTYPES:
     a = matrices((2, 3, 5, 5), dtype, kind="hermitian")
-    (w, v), (w_cpu, v_cpu) = both(jnp.linalg.eigh, a)
-    close(w, w_cpu, dtype, "eigh eigenvalues")
-    same_up_to_phase(v, v_cpu, dtype, "eigh eigenvectors")
-    reconstructs(a, v @ (w[..., None] * adjoint(v)), dtype, "eigh")
-    same(jnp.linalg.eigvalsh, a, what="eigvalsh", dtype=dtype)
-    same(lambda x: jsl.eigh(x, lower=False, eigvals_only=True), a, what="scipy eigh upper", dtype=dtype)
+    ours, cpu = both(hermitian_family, a)
+    for name in ["w", "eigvalsh", "upper"]:
+        close(ours[name], cpu[name], dtype, f"eigh {name}")
+    same_up_to_phase(ours["v"], cpu["v"], dtype, "eigh eigenvectors")
+    reconstructs(a, ours["v"] @ (ours["w"][..., None] * adjoint(ours["v"])), dtype, "eigh")
+    checked.append("eigh")
 
     for shape in [(2, 6, 4), (3, 4, 6)]:
         a = matrices(shape, dtype)
-        for algorithm in [None, lax.linalg.SvdAlgorithm.QR, lax.linalg.SvdAlgorithm.DIVIDE_AND_CONQUER]:
-            for full in [False, True]:
-                f = lambda x: lax.linalg.svd(x, full_matrices=full, algorithm=algorithm)
-                (u, s, vh), (u_cpu, s_cpu, vh_cpu) = both(f, a)
-                what = f"svd {algorithm} full={full} {shape}"
-                close(s, s_cpu, dtype, what + " s")
-                k = min(shape[-2:])
-                same_up_to_phase(u[..., :k], u_cpu[..., :k], dtype, what + " u")
-                same_up_to_phase(vh[..., :k, :], vh_cpu[..., :k, :], dtype, what + " vh", axis=-1)
-                reconstructs(a, (u[..., :k] * s[..., None, :]) @ vh[..., :k, :], dtype, what)
-                checked.append(what)
-            same(lambda x: lax.linalg.svd(x, compute_uv=False, algorithm=algorithm), a,
-                 what=f"singular values {algorithm}", dtype=dtype)
+        k = min(shape[-2:])
+        ours, cpu = both(svd_family, a)
+        for name in ours:
+            what = f"svd {name} {shape}"
+            if name.endswith("values"):
+                close(ours[name], cpu[name], dtype, what)
+                continue
+            (u, s, vh), (u_cpu, s_cpu, vh_cpu) = ours[name], cpu[name]
+            close(s, s_cpu, dtype, what + " s")
+            same_up_to_phase(u[..., :k], u_cpu[..., :k], dtype, what + " u")
+            same_up_to_phase(vh[..., :k, :], vh_cpu[..., :k, :], dtype, what + " vh", axis=-1)
+            reconstructs(a, (u[..., :k] * s[..., None, :]) @ vh[..., :k, :], dtype, what)
+            checked.append(what)
+
     a = matrices((4, 4), dtype)
-    for f, name in [(lambda x: lax.linalg.svd(x, full_matrices=False, subset_by_index=(0, 2)), "svd subset_by_index"),
-                    (lambda x: lax.linalg.eigh(x, subset_by_index=(0, 2)), "eigh subset_by_index")]:
+    for f, name in [(lambda x: lax.linalg.svd(x, full_matrices=False, subset_by_index=(0, 2)), "svd"),
+                    (lambda x: lax.linalg.eigh(x, subset_by_index=(0, 2)), "eigh")]:
         for device in (REF, CPU):     # not offered on CPU: refused the same way on pjrt_ref
             try:
                 run_on(device, f, a)
-                raise AssertionError(f"{name} ran on {device}")
+                raise AssertionError(f"{name} subset_by_index ran on {device}")
             except NotImplementedError as error:
                 assert "subset_by_index" in str(error)
-        checked.append(name)
+        checked.append(f"{name} subset_by_index refused")
 ''', x64)
 
 
 @X64
 def test_qr_lu_cholesky_and_triangular_solves(x64):
     run_group('''
+def qr_family(x):
+    matrix = x[0] if x.ndim == 3 else x
+    return {"reduced": jnp.linalg.qr(x), "complete": jnp.linalg.qr(x, mode="complete"),
+            "pivoted": jsl.qr(matrix, pivoting=True)}
+
+def reflector_family(factors, taus, c_left, c_right):
+    results = {"householder_product": lax.linalg.householder_product(factors, taus)}
+    for transpose in [False, True]:
+        results[f"left T={transpose}"] = lax.linalg.ormqr(factors, taus, c_left, left=True, transpose=transpose)
+        results[f"right T={transpose}"] = lax.linalg.ormqr(factors, taus, c_right, left=False, transpose=transpose)
+    return results
+
+def lu_family(x):
+    return {"lu": lax.linalg.lu(x), "scipy": jsl.lu(x[0, 0]), "lu_factor": jsl.lu_factor(x),
+            "tall": jsl.lu(x[0, 0, :, :4]), "wide": jsl.lu(x[0, 0, :4, :])}
+
+def cholesky_family(spd, bad, b):
+    factor = jnp.linalg.cholesky(spd)
+    return {"lower": factor, "upper": jsl.cholesky(spd, lower=False), "indefinite": jnp.linalg.cholesky(bad),
+            "cho_solve": jsl.cho_solve((factor, True), b)}
+
+def triangular_family(t, b):
+    results = {"scipy": jsl.solve_triangular(t[0], b[0], trans="C")}
+    for left in [True, False]:
+        for lower in [True, False]:
+            for transpose, conjugate in [(False, False), (True, False), (True, True), (False, True)]:
+                rhs = b if left else jnp.swapaxes(b, -1, -2)
+                results[f"left={left} lower={lower} T={transpose} C={conjugate}"] = lax.linalg.triangular_solve(
+                    t, rhs, left_side=left, lower=lower, transpose_a=transpose, conjugate_a=conjugate,
+                    unit_diagonal=lower)
+    return results
+
 for dtype in DTYPES:
     for shape in [(2, 5, 3), (2, 3, 5), (4, 4)]:
         a = matrices(shape, dtype)
+        k = min(shape[-2:])
+        ours, cpu = both(qr_family, a)
         for mode in ["reduced", "complete"]:
-            (q, r), (q_cpu, r_cpu) = both(lambda x: jnp.linalg.qr(x, mode=mode), a)
+            (q, r), (q_cpu, r_cpu) = ours[mode], cpu[mode]
             what = f"qr {mode} {shape}"
-            k = min(shape[-2:])
             same_up_to_phase(q[..., :k], q_cpu[..., :k], dtype, what + " q")
             same_up_to_phase(r[..., :k, :], r_cpu[..., :k, :], dtype, what + " r", axis=-1)
             reconstructs(a, q @ r, dtype, what)
             checked.append(what)
-        (q, r, p), (q_cpu, r_cpu, p_cpu) = both(lambda x: jsl.qr(x, pivoting=True), a[0] if a.ndim == 3 else a)
+        (q, r, p), (_, _, p_cpu) = ours["pivoted"], cpu["pivoted"]
         np.testing.assert_array_equal(p, p_cpu)
         reconstructs((a[0] if a.ndim == 3 else a)[:, p], q @ r, dtype, "pivoted qr")
         checked.append(f"pivoted qr {shape}")
-    # Householder reflectors (scipy's raw QR) and the products of their Q.
+
+    # Householder reflectors from scipy's raw QR, and products with their Q.
     a = matrices((2, 5, 3), dtype)
     raw = [scipy.linalg.qr(x, mode="raw")[0] for x in a]
     factors, taus = np.stack([f for f, _ in raw]), np.stack([t for _, t in raw])
-    same(lax.linalg.householder_product, factors, taus, what="householder_product", dtype=dtype)
-    for left, c in [(True, matrices((2, 5, 2), dtype)), (False, matrices((2, 2, 5), dtype))]:
-        for transpose in [False, True]:
-            same(lambda *args: lax.linalg.ormqr(*args, left=left, transpose=transpose), factors, taus, c,
-                 what=f"ormqr left={left} transpose={transpose}", dtype=dtype)
+    same(reflector_family, factors, taus, matrices((2, 5, 2), dtype), matrices((2, 2, 5), dtype),
+         what="reflectors", dtype=dtype)
 
     a = matrices((2, 3, 6, 6), dtype)
-    lu, pivots, perm = same(lax.linalg.lu, a, what="lu", dtype=dtype)
+    ours = same(lu_family, a, what="lu", dtype=dtype)
+    lu, _, perm = ours["lu"]
     lower = np.tril(lu, -1) + np.eye(6, dtype=dtype)
     reconstructs(np.take_along_axis(a, perm[..., None], axis=-2), lower @ np.triu(lu), dtype, "lu")
-    same(jsl.lu, a[0, 0], what="scipy lu (p, l, u)", dtype=dtype)
-    same(lambda x: jsl.lu_factor(x), a, what="lu_factor", dtype=dtype)
-    same(lambda x: jsl.lu(x[:, :4]), a[0, 0], what="lu of a tall matrix", dtype=dtype)
 
     spd = matrices((2, 5, 5), dtype, kind="positive")
-    factor = same(jnp.linalg.cholesky, spd, what="cholesky", dtype=dtype)
-    reconstructs(spd, factor @ adjoint(factor), dtype, "cholesky")
-    same(lambda x: jsl.cholesky(x, lower=False), spd, what="cholesky upper", dtype=dtype)
-    bad = spd.copy(); bad[1, 2, 2] = -100
-    factor, _ = both(jnp.linalg.cholesky, bad)
-    assert np.isnan(factor[1][np.tril_indices(5)]).all() and not np.isnan(factor[0]).any()
-    checked.append("cholesky of an indefinite matrix is NaN")
-    b = matrices((2, 5, 3), dtype)
-    same(lambda c, y: jsl.cho_solve((c, True), y), jnp.linalg.cholesky(spd), b, what="cho_solve", dtype=dtype)
+    bad = spd.copy()
+    bad[1, 2, 2] = -100
+    ours = same(cholesky_family, spd, bad, matrices((2, 5, 3), dtype), what="cholesky", dtype=dtype)
+    reconstructs(spd, ours["lower"] @ adjoint(ours["lower"]), dtype, "cholesky")
+    indefinite = ours["indefinite"]
+    assert np.isnan(indefinite[1][np.tril_indices(5)]).all() and not np.isnan(indefinite[0]).any()
 
-    t = matrices((2, 5, 5), dtype, kind="well-conditioned")
-    for left in [True, False]:
-        for lower in [True, False]:
-            for transpose, conjugate in [(False, False), (True, False), (True, True), (False, True)]:
-                rhs = b if left else np.swapaxes(b, -1, -2)
-                same(lambda x, y: lax.linalg.triangular_solve(
-                         x, y, left_side=left, lower=lower, transpose_a=transpose,
-                         conjugate_a=conjugate, unit_diagonal=lower),
-                     t, rhs, what=f"triangular_solve left={left} lower={lower} T={transpose} C={conjugate}",
-                     dtype=dtype)
-    same(lambda x, y: jsl.solve_triangular(x, y, trans="C"), t[0], b[0], what="solve_triangular", dtype=dtype)
+    same(triangular_family, matrices((2, 5, 5), dtype, kind="well-conditioned"), matrices((2, 5, 3), dtype),
+         what="triangular_solve", dtype=dtype)
 ''', x64)
 
 
@@ -212,127 +249,148 @@ def by_value(values, *vectors):
     order = np.lexsort((np.round(values.imag, 3), np.round(values.real, 3)))
     return (values[order],) + tuple(v[:, order] for v in vectors)
 
+def eig_family(x, with_nan):
+    return {"eig": lax.linalg.eig(x, compute_left_eigenvectors=True, compute_right_eigenvectors=True),
+            "eigvals": jnp.linalg.eigvals(x), "nan": jnp.linalg.eig(with_nan)[0]}
+
+def schur_family(m):
+    results = {"complex": jsl.schur(m, output="complex"), "hessenberg": jsl.hessenberg(m, calc_q=True)}
+    if not jnp.iscomplexobj(m):
+        results["real"] = jsl.schur(m, output="real")
+    return results
+
+def tridiagonal_family(h):
+    return {"lower": lax.linalg.tridiagonal(h, lower=True)[1:3],
+            "upper": lax.linalg.tridiagonal(h, lower=False)[1:3]}
+
+def tridiagonal_solve_family(dl, d, du, b):
+    zero = jnp.zeros_like(d)
+    return {"plain": lax.linalg.tridiagonal_solve(dl, d, du, b),
+            "perturbed": lax.linalg.tridiagonal_solve(dl, d, du, b, perturb_singular=True),
+            "zero matrix": lax.linalg.tridiagonal_solve(zero, zero, zero, b, perturb_singular=True)}
+
 for dtype in DTYPES:
     a = matrices((2, 5, 5), dtype)
-    f = lambda x: lax.linalg.eig(x, compute_left_eigenvectors=True, compute_right_eigenvectors=True)
-    (w, vl, vr), (w_cpu, vl_cpu, vr_cpu) = both(f, a)
+    with_nan = a.copy()
+    with_nan[1, 0, 0] = np.nan
+    ours, cpu = both(eig_family, a, with_nan)
+    (w, vl, vr), (w_cpu, vl_cpu, vr_cpu) = ours["eig"], cpu["eig"]
     for i in range(2):
-        ours, theirs = by_value(w[i], vl[i], vr[i]), by_value(w_cpu[i], vl_cpu[i], vr_cpu[i])
-        close(ours[0], theirs[0], dtype, "eig eigenvalues")
-        same_up_to_phase(ours[1], theirs[1], dtype, "left eigenvectors")
-        same_up_to_phase(ours[2], theirs[2], dtype, "right eigenvectors")
+        mine, theirs = by_value(w[i], vl[i], vr[i]), by_value(w_cpu[i], vl_cpu[i], vr_cpu[i])
+        close(mine[0], theirs[0], dtype, "eig eigenvalues")
+        same_up_to_phase(mine[1], theirs[1], dtype, "left eigenvectors")
+        same_up_to_phase(mine[2], theirs[2], dtype, "right eigenvectors")
         close(a[i] @ vr[i], vr[i] * w[i], dtype, "A vr = vr w", scale=50)
         close(adjoint(vl[i]) @ a[i], w[i][:, None] * adjoint(vl[i]), dtype, "vl^H A = w vl^H", scale=50)
-    checked.append("eig with left and right eigenvectors")
-    values, values_cpu = both(jnp.linalg.eigvals, a)
-    close(np.sort_complex(values), np.sort_complex(values_cpu), dtype, "eigvals")
-    checked.append("eigvals")
-    nan = a.copy(); nan[1, 0, 0] = np.nan
-    (w, _), _ = both(jnp.linalg.eig, nan)
-    assert np.isnan(w[1]).all() and np.isfinite(w[0]).all()
-    checked.append("eig of a matrix with a NaN is NaN")
+    close(np.sort_complex(ours["eigvals"]), np.sort_complex(cpu["eigvals"]), dtype, "eigvals")
+    assert np.isnan(ours["nan"][1]).all() and np.isfinite(ours["nan"][0]).all()
+    checked.extend(["eig", "eigvals", "eig of a matrix with a NaN is NaN"])
 
     m = a[0]
-    for output in (["real", "complex"] if np.dtype(dtype).kind == "f" else ["complex"]):
-        (t, z), (t_cpu, z_cpu) = both(lambda x: jsl.schur(x, output=output), m)
-        reconstructs(m.astype(t.dtype), z @ t @ adjoint(z), dtype, f"schur {output}")
-        close(np.sort_complex(np.linalg.eigvals(t)), np.sort_complex(np.linalg.eigvals(t_cpu)), dtype, "schur eigenvalues", scale=10)
-        checked.append(f"schur {output}")
-    (h, q), (h_cpu, q_cpu) = both(lambda x: jsl.hessenberg(x, calc_q=True), m)
+    ours, cpu = both(schur_family, m)
+    for output in ["real", "complex"]:
+        if output in ours:
+            (t, z), (t_cpu, _) = ours[output], cpu[output]
+            reconstructs(m.astype(t.dtype), z @ t @ adjoint(z), dtype, f"schur {output}")
+            close(np.sort_complex(np.linalg.eigvals(t)), np.sort_complex(np.linalg.eigvals(t_cpu)), dtype,
+                  f"schur {output} eigenvalues", scale=10)
+            checked.append(f"schur {output}")
+    (h, q), (_, q_cpu) = ours["hessenberg"], cpu["hessenberg"]
     assert np.allclose(np.tril(h, -2), 0)
     reconstructs(m, q @ h @ adjoint(q), dtype, "hessenberg")
     same_up_to_phase(q, q_cpu, dtype, "hessenberg q")
     checked.append("hessenberg")
 
-    hermitian = matrices((2, 5, 5), dtype, kind="hermitian")
-    for lower in [True, False]:
-        (_, d, e, _), (_, d_cpu, e_cpu, _) = both(lambda x: lax.linalg.tridiagonal(x, lower=lower), hermitian)
+    ours, cpu = both(tridiagonal_family, matrices((2, 5, 5), dtype, kind="hermitian"))
+    for triangle in ["lower", "upper"]:
+        (d, e), (d_cpu, e_cpu) = ours[triangle], cpu[triangle]
         close(d, d_cpu, dtype, "tridiagonal diagonal")
         close(np.abs(e), np.abs(e_cpu), dtype, "tridiagonal off-diagonal (up to sign)")
-        checked.append(f"tridiagonal lower={lower}")
+        checked.append(f"tridiagonal {triangle}")
 
-    dl, d, du = (matrices((3, 6), dtype) for _ in range(3))
-    d = d + 4
-    b = matrices((3, 6, 2), dtype)
-    x = same(lax.linalg.tridiagonal_solve, dl, d, du, b, what="tridiagonal_solve", dtype=dtype)
-    same(lambda *args: lax.linalg.tridiagonal_solve(*args, perturb_singular=True), dl, d, du, b,
-         what="tridiagonal_solve perturbed", dtype=dtype)
-    zero = np.zeros_like(d)
-    ours, theirs = both(lambda *args: lax.linalg.tridiagonal_solve(*args, perturb_singular=True), zero, zero, zero, b)
-    assert np.isfinite(ours).all()
-    close(ours, theirs, dtype, "perturbed solve of the zero matrix")
-    checked.append("tridiagonal_solve of the zero matrix")
+    dl, du = matrices((3, 6), dtype), matrices((3, 6), dtype)
+    d = matrices((3, 6), dtype) + 4
+    ours = same(tridiagonal_solve_family, dl, d, du, matrices((3, 6, 2), dtype), what="tridiagonal_solve",
+                dtype=dtype)
+    assert np.isfinite(ours["zero matrix"]).all()
 ''', x64)
 
 
 @X64
 def test_solvers_and_matrix_functions(x64):
     run_group('''
+def solver_family(a, b, spd, singular, tall, rhs, rank_two):
+    return {"inv": jnp.linalg.inv(a), "solve": jnp.linalg.solve(a, b), "scipy solve": jsl.solve(a[0], b[0]),
+            "positive definite solve": jsl.solve(spd, b[0], assume_a="pos"),
+            "det": jnp.linalg.det(a), "slogdet": jnp.linalg.slogdet(a), "singular det": jnp.linalg.det(singular),
+            "matrix_rank": jnp.linalg.matrix_rank(rank_two), "spectral norm": jnp.linalg.norm(a, ord=2, axis=(-2, -1)),
+            "matrix_power": jnp.linalg.matrix_power(a, -2)}
+
+def least_squares_family(a, tall, rhs):
+    return {"pinv": jnp.linalg.pinv(tall), "lstsq": jax.vmap(lambda x, y: jnp.linalg.lstsq(x, y)[0])(tall, rhs),
+            "cond": jnp.linalg.cond(a)}
+
+def matrix_functions(small, spd, a):
+    return {"expm": jsl.expm(small), "sqrtm": jsl.sqrtm(spd), "polar svd": jsl.polar(a, method="svd"),
+            "polar qdwh": jsl.polar(a, method="qdwh"), "funm": jsl.funm(small[0], jnp.exp)}
+
+def sampling_and_fitting(x, y, key, cov):
+    results = {"polyfit": jnp.polyfit(x, y, 3)}
+    for method in ["cholesky", "eigh", "svd"]:
+        results[f"multivariate_normal {method}"] = jax.random.multivariate_normal(
+            jax.random.wrap_key_data(key), jnp.zeros(3, cov.dtype), cov, (4,), method=method)
+    return results
+
 for dtype in DTYPES:
     a = matrices((2, 4, 4), dtype, kind="well-conditioned")
     b = matrices((2, 4, 3), dtype)
-    same(jnp.linalg.inv, a, what="inv", dtype=dtype)
-    same(jnp.linalg.solve, a, b, what="solve", dtype=dtype)
-    same(jsl.solve, a[0], b[0], what="scipy solve", dtype=dtype)
-    same(lambda x, y: jsl.solve(x, y, assume_a="pos"), matrices((4, 4), dtype, kind="positive"), b[0],
-         what="solve positive definite", dtype=dtype)
-    same(jnp.linalg.det, a, what="det", dtype=dtype)
-    same(jnp.linalg.slogdet, a, what="slogdet", dtype=dtype)
-    singular = a.copy(); singular[0, :, 1] = 0
-    same(jnp.linalg.det, singular, what="det of a singular matrix", dtype=dtype)
+    singular = a.copy()
+    singular[0, :, 1] = 0
     tall = matrices((2, 6, 3), dtype)
-    same(jnp.linalg.pinv, tall, what="pinv", dtype=dtype, scale=10)
-    same(jax.vmap(lambda x, y: jnp.linalg.lstsq(x, y)[0]), tall, matrices((2, 6, 2), dtype), what="lstsq", dtype=dtype, scale=10)
     rank_two = tall[..., :2] @ matrices((2, 2, 3), dtype)
-    assert list(same(jnp.linalg.matrix_rank, rank_two, what="matrix_rank", dtype=dtype)) == [2, 2]
-    same(jnp.linalg.cond, a, what="cond", dtype=dtype, scale=10)
-    same(lambda x: jnp.linalg.norm(x, ord=2, axis=(-2, -1)), a, what="spectral norm", dtype=dtype)
-    same(lambda x: jnp.linalg.matrix_power(x, -2), a, what="matrix_power -2", dtype=dtype)
+    ours = same(solver_family, a, b, matrices((4, 4), dtype, kind="positive"), singular, tall,
+                matrices((2, 6, 2), dtype), rank_two, what="solvers", dtype=dtype)
+    assert list(ours["matrix_rank"]) == [2, 2]
+    same(least_squares_family, a, tall, matrices((2, 6, 2), dtype), what="least squares", dtype=dtype, scale=10)
 
-    small = matrices((2, 4, 4), dtype) / 4
-    same(jsl.expm, small, what="expm", dtype=dtype, scale=10)
-    spd = matrices((4, 4), dtype, kind="positive")
-    root = same(jsl.sqrtm, spd, what="sqrtm", dtype=dtype, scale=10)
+    small, spd = matrices((2, 4, 4), dtype) / 4, matrices((4, 4), dtype, kind="positive")
+    ours = same(matrix_functions, small, spd, a[0], what="matrix functions", dtype=dtype, scale=100)
+    root = ours["sqrtm"]
     reconstructs(spd.astype(root.dtype), root @ root, dtype, "sqrtm")
     for method in ["svd", "qdwh"]:
-        (u, p), _ = both(lambda x: jsl.polar(x, method=method), a[0])
-        same(lambda x: jsl.polar(x, method=method)[0], a[0], what=f"polar {method}", dtype=dtype, scale=100)
+        u, p = ours[f"polar {method}"]
         reconstructs(a[0], u @ p, dtype, f"polar {method}")
-    same(lambda x: jsl.funm(x, jnp.exp), small[0], what="funm", dtype=dtype, scale=100)
 
     if np.dtype(dtype).kind == "f":
         x = np.linspace(0, 1, 9, dtype=dtype)
-        same(lambda x, y: jnp.polyfit(x, y, 3), x, (x ** 3 - x).astype(dtype), what="polyfit", dtype=dtype, scale=10)
-        cov = matrices((3, 3), dtype, kind="positive")
-        for method in ["cholesky", "eigh", "svd"]:
-            same(lambda key, c: jax.random.multivariate_normal(key, jnp.zeros(3, dtype), c, (4,), method=method),
-                 jax.random.key_data(jax.random.key(1)), cov, what=f"multivariate_normal {method}",
-                 dtype=dtype, scale=10)
+        same(sampling_and_fitting, x, (x ** 3 - x).astype(dtype), jax.random.key_data(jax.random.key(1)),
+             matrices((3, 3), dtype, kind="positive"), what="sampling and fitting", dtype=dtype, scale=10)
 ''', x64)
 
 
 @X64
 def test_gradients(x64):
     run_group('''
-for dtype in DTYPES:
-    real = np.dtype(dtype).kind == "f"
-    loss = lambda y: jnp.sum(jnp.real(y) * 1.5 - jnp.imag(y) * 0.5) if not real else jnp.sum(y * 1.5)
-    a = matrices((2, 4, 4), dtype, kind="well-conditioned")
-    h = matrices((2, 4, 4), dtype, kind="hermitian")
-    spd = matrices((2, 4, 4), dtype, kind="positive")
-    b = matrices((2, 4, 2), dtype)
+def gradients(a, h, spd, b):
+    real = not jnp.iscomplexobj(a)
+    loss = (lambda y: jnp.sum(y * 1.5)) if real else (lambda y: jnp.sum(jnp.real(y) * 1.5 - jnp.imag(y) * 0.5))
+    weights = jnp.arange(4)
     cases = {
-        "eigh": (lambda x: loss(jnp.linalg.eigh(x)[0] * jnp.arange(4)), h),
-        "svd": (lambda x: loss(jnp.linalg.svd(x, compute_uv=False) * jnp.arange(4)), a),
+        "eigh": (lambda x: loss(jnp.linalg.eigh(x)[0] * weights), h),
+        "eigvalsh": (lambda x: loss(jnp.linalg.eigvalsh(x)), h),
+        "svd": (lambda x: loss(jnp.linalg.svd(x, compute_uv=False) * weights), a),
         "qr": (lambda x: loss(jnp.linalg.qr(x)[1]), a),
         "cholesky": (lambda x: loss(jnp.linalg.cholesky(x)), spd),
         "det": (lambda x: loss(jnp.linalg.det(x)), a),
         "slogdet": (lambda x: loss(jnp.linalg.slogdet(x)[1]), a),
         "inv": (lambda x: loss(jnp.linalg.inv(x)), a),
         "solve": (lambda x: loss(jnp.linalg.solve(x, b)), a),
-        "eigvals": (lambda x: loss(jnp.linalg.eigvalsh(x)), h),
     }
-    for name, (f, x) in cases.items():
-        g = same(jax.grad(f), x, what=f"grad of {name}", dtype=dtype, scale=10)
-        assert np.isfinite(g).all()
+    return {name: jax.grad(f)(x) for name, (f, x) in cases.items()}
+
+for dtype in DTYPES:
+    ours = same(gradients, matrices((2, 4, 4), dtype, kind="well-conditioned"),
+                matrices((2, 4, 4), dtype, kind="hermitian"), matrices((2, 4, 4), dtype, kind="positive"),
+                matrices((2, 4, 2), dtype), what="grad", dtype=dtype, scale=10)
+    assert all(np.isfinite(g).all() for g in ours.values())
 ''', x64)
