@@ -242,8 +242,8 @@ class Target:
             if ttype.dtype != want_dtype or len(ttype.shape) != want_rank:
                 raise ValueError(f"operand #{index} ({kind}) must be a rank-{want_rank} tensor of "
                                  f"{want_dtype}, got {ttype}")
-            if ttype.shape[:matrix_rank - 2] != batch:
-                raise ValueError(f"operand #{index} has batch dimensions {list(ttype.shape[:matrix_rank - 2])}, "
+            if ttype.shape[:len(batch)] != batch:
+                raise ValueError(f"operand #{index} has batch dimensions {list(ttype.shape[:len(batch)])}, "
                                  f"operand #0 {list(batch)}")
         return dtype
 
