@@ -394,3 +394,24 @@ for dtype in DTYPES:
                 matrices((2, 4, 2), dtype), what="grad", dtype=dtype, scale=10)
     assert all(np.isfinite(g).all() for g in ours.values())
 ''', x64)
+
+
+def test_a_jax_without_a_cpu_rule_fails_clearly():
+    """If the installed JAX has no CPU lowering rule to borrow for a
+    primitive, using that primitive on pjrt_ref says so (simulated by hiding
+    eigh's rule)."""
+    run_jax('''
+        from jax._src.interpreters import mlir
+        from jax._src.lax import linalg
+        from pjrt_ref.frameworks.jax.linalg import register_linalg_lowerings
+
+        jax.devices()    # loads the plugin, which registers the rules JAX has
+        del mlir._platform_specific_lowerings["cpu"][linalg.eigh_p]
+        assert register_linalg_lowerings("pjrt_ref") == ["eigh"]
+        try:
+            jnp.linalg.eigh(jnp.eye(3))
+            raise AssertionError("eigh ran without a lowering rule")
+        except NotImplementedError as error:
+            assert "'eigh'" in str(error) and jax.__version__ in str(error), error
+        assert float(jnp.linalg.det(jnp.eye(3) * 2)) == 8.0     # the others still lower
+    ''', JAX_PLATFORMS="pjrt_ref,cpu")
