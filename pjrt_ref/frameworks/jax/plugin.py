@@ -73,12 +73,22 @@ def _install_lowerings() -> None:
         _lower_callbacks_with_send_recv()
     except (ImportError, AttributeError, NotImplementedError):  # pragma: no cover - a future JAX
         pass
-    missing = register_linalg_lowerings(PLATFORM)
-    if missing:
-        import warnings
+    _borrow_linalg_lowerings()
 
-        warnings.warn(f"pjrt-ref: this JAX has no CPU lowering rule for {', '.join(missing)}; "
-                      "those linear-algebra functions fail on pjrt_ref", RuntimeWarning, stacklevel=2)
+
+def _borrow_linalg_lowerings() -> None:
+    """JAX's CPU lowering rules for its linear-algebra primitives (`linalg.py`).
+    What this JAX lacks is warned about here, and fails clearly when used."""
+    import warnings
+
+    try:
+        missing = register_linalg_lowerings(PLATFORM)
+    except (ImportError, AttributeError) as error:  # pragma: no cover - a future JAX
+        missing = [f"any primitive ({error})"]
+    if missing:
+        warnings.warn(f"pjrt-ref: this JAX has no CPU lowering rule for {', '.join(missing)} to "
+                      "borrow; those linear-algebra functions fail on pjrt_ref", RuntimeWarning,
+                      stacklevel=2)
 
 
 # --------------------------------------------------------------- host callbacks
