@@ -14,10 +14,16 @@ It also makes JAX's host callbacks (`jax.debug.print`, `jax.debug.callback`,
 as `stablehlo.send`/`recv` host transfers served by the send/recv callbacks
 of `PJRT_ExecuteOptions`: see `_lower_callbacks_with_send_recv` and
 `pjrt_ref/host_callbacks.py`.
+
+And it makes JAX's linear algebra (eigh, svd, qr, eig, ...) lower for
+"pjrt_ref" the way it does for "cpu", to LAPACK custom calls the interpreter
+serves with scipy: see `linalg.py`.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
+
+from .linalg import register_linalg_lowerings
 
 PLATFORM = "pjrt_ref"
 PRIORITY = -100
@@ -56,16 +62,33 @@ def initialize() -> None:
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
         pass
     if xla_bridge.is_known_platform(PLATFORM):
-        _install_callback_lowering()
+        _install_lowerings()
     else:   # registered from PJRT_NAMES_AND_LIBRARY_PATHS, after us: lowering rules must wait
-        xla_bridge.register_plugin_callbacks(lambda **_: _install_callback_lowering())
+        xla_bridge.register_plugin_callbacks(lambda **_: _install_lowerings())
 
 
-def _install_callback_lowering() -> None:
+def _install_lowerings() -> None:
+    """Lowering rules for "pjrt_ref" (the platform must be known to JAX by now)."""
     try:
         _lower_callbacks_with_send_recv()
     except (ImportError, AttributeError, NotImplementedError):  # pragma: no cover - a future JAX
         pass
+    _borrow_linalg_lowerings()
+
+
+def _borrow_linalg_lowerings() -> None:
+    """JAX's CPU lowering rules for its linear-algebra primitives (`linalg.py`).
+    What this JAX lacks is warned about here, and fails clearly when used."""
+    import warnings
+
+    try:
+        missing = register_linalg_lowerings(PLATFORM)
+    except (ImportError, AttributeError) as error:  # pragma: no cover - a future JAX
+        missing = [f"any primitive ({error})"]
+    if missing:
+        warnings.warn(f"pjrt-ref: this JAX has no CPU lowering rule for {', '.join(missing)} to "
+                      "borrow; those linear-algebra functions fail on pjrt_ref", RuntimeWarning,
+                      stacklevel=2)
 
 
 # --------------------------------------------------------------- host callbacks
