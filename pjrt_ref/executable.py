@@ -227,7 +227,9 @@ def _donor_indices(program) -> frozenset[int]:
         for op in module.body.operations:
             if op.operation.name != "func.func":
                 continue
-            if op.attributes["sym_name"].value != program.entry:
+            from .interpreter.attributes import string_value
+
+            if string_value(op.attributes["sym_name"]) != program.entry:
                 continue
             if "arg_attrs" not in op.attributes:
                 return frozenset()
