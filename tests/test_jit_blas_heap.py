@@ -346,6 +346,22 @@ def test_unoptimised_path_uses_the_same_blas_setting(optimize):
     assert int(checksum) == int(expected.view(np.uint32).sum(dtype=np.uint64))
 
 
+def test_users_own_one_thread_setting_gives_the_same_blocks():
+    """OPENBLAS_NUM_THREADS=1 set by the user (pjrt-ref then leaves OpenBLAS
+    alone) gives the blocks' bits too: only OpenBLAS's thread count decides."""
+    text = lower_to_text(lambda x, y: x @ y, np.zeros((128, 784), np.float32),
+                         np.zeros((784, 512), np.float32))
+    threads, checksum = _run_with_default_blas(_PRODUCT_BITS, stdin=text,
+                                               OPENBLAS_NUM_THREADS="1")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((128, 784)).astype(np.float32)
+    b = rng.standard_normal((784, 512)).astype(np.float32)
+    blas.limit_blas_threads()
+    expected = product_in_blocks(a, b, blas.COLUMN_BLOCKS, 4)
+    assert threads == "1"
+    assert int(checksum) == int(expected.view(np.uint32).sum(dtype=np.uint64))
+
+
 def test_a_failing_block_raises_in_the_caller():
     def fail():
         raise ValueError("block failed")

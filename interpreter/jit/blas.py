@@ -11,19 +11,20 @@ machine. So the interpreter asks OpenBLAS for one thread:
 
 Nothing changes if the user already chose (OPENBLAS_NUM_THREADS or
 OMP_NUM_THREADS set). The setting is process-wide: numpy's own matmuls in
-the host process use it too. When OpenBLAS does not run on one thread by
-our setting (the user's choice, or no OpenBLAS found: openblas.py), every
-product is one np.matmul call.
+the host process use it too. When OpenBLAS does not run on one thread (the
+user's choice, or no OpenBLAS found: openblas.py), every product is one
+np.matmul call.
 
 Blocks. A big product is cut into blocks of rows or of columns of the
 result (`product_blocks`, from its shape alone) and each block is one
 single-threaded gemm call. The result has the bits of those blocks,
 whichever thread computes which block: they do not depend on the number of
-threads, on the load, or on the machine's measured strategy below. (BLAS
-kernels may sum an element at a block's edge in another order than one
-call over everything, so the blocks' bits can differ from one np.matmul
-call. Where they do not, `blocks_are_exact`, this thread alone makes one
-call instead of several.)
+threads or on the load. (BLAS kernels may sum an element at a block's edge
+in another order than one call over everything, so the blocks' bits can
+differ from one np.matmul call; where a shape's blocks equal one call,
+`blocks_are_exact`, this thread alone makes that one call instead.) The
+one exception is a shape for which the timing below chose OpenBLAS's own
+threads: then the product is one threaded OpenBLAS call.
 
 Helpers. The calling thread shares the blocks with a small pool written in
 C (gemm_pool.c, built by cffi at install time), which runs the whole
@@ -68,21 +69,27 @@ import numpy as np
 from . import openblas, product_strategy
 
 _DONE = False
-# The OpenBLAS thread count limit_blas_threads set (None: not set by us).
+# OpenBLAS's thread count once limit_blas_threads ran (None: unknown, or
+# left alone by PJRT_REF_BLAS_THREADS=0).
 _BLAS_THREADS: int | None = None
 
 
 def limit_blas_threads() -> int | None:
-    """Apply PJRT_REF_BLAS_THREADS once; the thread count set, or None."""
+    """Apply PJRT_REF_BLAS_THREADS once; the thread count set, or None.
+    A user who chose one thread (OPENBLAS_NUM_THREADS=1) gets the same
+    blocks as our setting: only OpenBLAS's count matters."""
     global _DONE, _BLAS_THREADS
     if _DONE:
         return None
     _DONE = True
+    library = openblas.find()
+    if library is None:
+        return None
     if "OPENBLAS_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
+        _BLAS_THREADS = library.threads()
         return None
     threads = int(os.environ.get("PJRT_REF_BLAS_THREADS", "1"))
-    library = openblas.find()
-    if threads <= 0 or library is None or not library.set_threads(threads):
+    if threads <= 0 or not library.set_threads(threads):
         return None
     _BLAS_THREADS = threads
     return threads

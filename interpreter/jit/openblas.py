@@ -56,6 +56,14 @@ class OpenBLAS:
         setter(ctypes.c_int(threads))
         return True
 
+    def threads(self) -> int | None:
+        """openblas_get_num_threads: the threads it runs products on."""
+        getter = self.function("openblas_get_num_threads")
+        if getter is None:
+            return None
+        getter.restype = ctypes.c_int
+        return int(getter())
+
     def thread_local_setter(self):
         """openblas_set_num_threads_local (OpenBLAS >= 0.3.27: this thread's
         calls only), or None."""

@@ -2,11 +2,12 @@
 it once and remembered on disk.
 
 What is fastest depends on the CPU and on the kernels numpy's OpenBLAS
-picked for it, not only on the size: the same 256x256 f32 product took
-0.33 ms on one thread of one two-core machine, 3.5 ms on another, where
-OpenBLAS's own two threads took 0.56 ms (benchmarks/README.md, "Products").
-So the first time a process meets a shape worth splitting (blas.py), it
-times the candidates on operands of that shape and layout:
+picked for it, not only on the size: the same 256x256 f32 product ran ten
+times slower on one thread of one two-core machine than of another, where
+OpenBLAS's own threads were six times faster than one (benchmarks/README.md,
+"Products", has the numbers). So the first time a process meets a shape
+worth splitting (blas.py), it times the candidates on operands of that
+shape and layout:
 
     serial    this thread computes every block (one call where that
               gives the blocks' bits)
@@ -18,8 +19,8 @@ and keeps a `Strategy`. `serial` and `split` compute the same blocks, so
 they give the same bits; choosing between them only moves time, and
 splitting is kept unless it measured slower. `openblas` gives other bits
 (OpenBLAS cuts a product by its own thread count) and busy-waits its
-threads, which made products 20-50 times slower on a loaded machine; it is
-chosen only where it beat both by OPENBLAS_MARGIN.
+threads, which made products tens of times slower on a loaded machine; it
+is chosen only where it beat both by OPENBLAS_MARGIN.
 
 Timings are taken only while the other CPUs are idle: on a busy machine a
 helper waits for a CPU and the caller waits for the helper, which says
