@@ -192,7 +192,7 @@ def test_probe_switched_off_times_nothing(fresh_cache, monkeypatch):
 
 
 @pytest.mark.skipif(blas._thread_local_setter() is None,
-                    reason="OpenBLAS < 0.3.27 sets no per-thread thread count: never chosen")
+                    reason="this OpenBLAS exports no openblas_set_num_threads_local: never chosen")
 def test_openblas_threads_strategy_makes_one_threaded_call(monkeypatch):
     """Where the timing chose OpenBLAS's own threads: one np.matmul call
     with them, for this thread only (its setting is restored after)."""

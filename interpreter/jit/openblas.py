@@ -65,8 +65,8 @@ class OpenBLAS:
         return int(getter())
 
     def thread_local_setter(self):
-        """openblas_set_num_threads_local (OpenBLAS >= 0.3.27: this thread's
-        calls only), or None."""
+        """openblas_set_num_threads_local (this thread's calls only), or
+        None: OpenBLAS 0.3.27 added it, but not every build exports it."""
         return self.function("openblas_set_num_threads_local")
 
 

@@ -12,8 +12,10 @@ shape and layout:
     serial    this thread computes every block (one call where that
               gives the blocks' bits)
     split     the blocks shared with helper threads
-    openblas  one call on OpenBLAS's own threads (OpenBLAS >= 0.3.27,
-              which can set threads for one calling thread)
+    openblas  one call on OpenBLAS's own threads (where numpy's
+              OpenBLAS exports openblas_set_num_threads_local, which
+              sets them for one calling thread: numpy 2.4's does, 2.5's
+              does not)
 
 and keeps a `Strategy`. `serial` and `split` compute the same blocks, so
 they give the same bits; choosing between them only moves time, and
