@@ -189,8 +189,8 @@ def idle_cpus() -> int:
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
     """`a @ b` for 2-d arrays (any strides), with the bits of the blocks
     `product_blocks` cuts it into, computed by this thread and by helpers
-    on idle CPUs (module docstring). One np.matmul call when OpenBLAS is
-    not single-threaded by our setting, for a product of one block, for
+    on idle CPUs (module docstring). One np.matmul call when OpenBLAS does
+    not run on one thread (or is not found), for a product of one block, for
     operands that are not both native f32 or both native f64, for `a @ a.T`
     on one buffer (numpy then uses syrk), and where the measured strategy
     is OpenBLAS's own threads."""
