@@ -20,7 +20,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import blas, heap, product_strategy  # noqa: E402
+from pjrt_ref.interpreter.jit import blas, heap, helper_threads, product_strategy  # noqa: E402
 from pjrt_ref.interpreter.ops import dot  # noqa: E402
 
 RNG = np.random.default_rng(4)
@@ -228,7 +228,7 @@ def test_concurrent_products_share_the_helpers(monkeypatch):
     for index, want in enumerate(expected):
         for got in results[index]:
             np.testing.assert_array_equal(got, want)
-    assert len(blas._HELPERS) <= blas.MAX_HELPERS
+    assert len(helper_threads._HELPERS) <= helper_threads.MAX_HELPERS
 
 
 def test_training_step_split_on_the_pool_equals_unsplit_and_xla(monkeypatch):
@@ -367,8 +367,8 @@ def test_a_failing_block_raises_in_the_caller():
         raise ValueError("block failed")
 
     with pytest.raises(ValueError, match="block failed"):
-        blas.run_shared([lambda: None, fail, lambda: None], helpers=2)
-    blas.run_shared([], helpers=2)  # nothing to do: returns at once
+        helper_threads.run_shared([lambda: None, fail, lambda: None], helpers=2)
+    helper_threads.run_shared([], helpers=2)  # nothing to do: returns at once
 
 
 _MAPPED_CHUNKS = textwrap.dedent("""

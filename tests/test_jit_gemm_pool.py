@@ -229,7 +229,8 @@ def test_module_that_does_not_import_leaves_python_threads():
         blas.idle_cpus = lambda: 1
         a, b = np.random.default_rng(0).standard_normal((2, 256, 256))
         assert np.array_equal(blas.matmul(a, b, threads=2), np.concatenate([a[:128] @ b, a[128:] @ b]))
-        print(blas._POOL, len(blas._HELPERS))
+        from pjrt_ref.interpreter.jit import helper_threads
+        print(blas._POOL, len(helper_threads._HELPERS))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, env={**os.environ, "PJRT_REF_PRODUCT_PROBE": "0"})
