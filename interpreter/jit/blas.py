@@ -29,8 +29,8 @@ threads: then the product is one threaded OpenBLAS call.
 Helpers. The calling thread shares the blocks with a small pool written in
 C (gemm_pool.c, built by cffi at install time), which runs the whole
 product without the GIL and whose threads spin briefly between products;
-or, when the C module or numpy's ILP64 gemm is missing, with Python threads
-(helper_threads.py, which fused elementwise loops use too: threads.py). Helpers
+or, when the C module or numpy's ILP64 gemm is missing, with Python
+threads (helper_threads.py, which fused elementwise loops use too). Helpers
 join only for CPUs that are idle at that moment (`idle_cpus`): a helper on
 a busy CPU would keep the caller waiting for its block. The caller takes
 every block no helper has claimed, so a helper that is slow to start costs
