@@ -475,7 +475,8 @@ def _operand(x: np.ndarray, rows: int, columns: int) -> tuple[int, int, int] | N
 
 def _gemm_call(a: np.ndarray, b: np.ndarray) -> tuple | None:
     """gemm_pool_multiply's arguments up to ldb for `a @ b`, or None when
-    the C pool cannot compute it: pool off or missing, other dtypes, byte order or layouts, or `a` and `b` the same memory."""
+    the C pool cannot compute it: pool off or missing, other dtypes, byte
+    order or layouts, or `a` and `b` the same memory."""
     if not _pool_enabled() or a.dtype != b.dtype or a.dtype not in _POOL.gemms:
         return None
     if not a.dtype.isnative:
