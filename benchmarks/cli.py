@@ -13,7 +13,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 
 import numpy as np
 
+from . import machine
 from .workloads import WORKLOADS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -242,12 +242,33 @@ def markdown(report: dict) -> str:
                       "no numba fusion; target < 2 µs)."]
         else:
             lines += ["", f"Interpreter dispatch: failed: {dispatch.get('error')}"]
+    products = product_lines(report)
+    if products:
+        lines += ["", "How pjrt_ref ran its matrix products on this machine (product_strategy.py; "
+                  "best times of the timing probe, µs):", "", *products]
     notes = [f"- {e['workload']}: plugin failed ({e['backends']['pjrt_ref']['plugin_error'][:200]}), "
              "measured through the interpreter directly"
              for e in report["workloads"] if "plugin_error" in e["backends"]["pjrt_ref"]]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)
+
+
+def product_lines(report: dict) -> list[str]:
+    """One line per product shape pjrt_ref's workers met: the strategy they
+    used and what the probe measured (first round of each workload)."""
+    seen: dict[str, dict] = {}
+    for entry in report["workloads"]:
+        seen.update(entry["backends"]["pjrt_ref"].get("products", {}))
+    lines = []
+    for key, strategy in sorted(seen.items()):
+        if strategy["openblas_threads"]:
+            how = f"one call on {strategy['openblas_threads']} OpenBLAS threads"
+        else:
+            how = "blocks shared with idle CPUs" if strategy["split"] else "blocks on one thread"
+        measured = ", ".join(f"{name} {us:g}" for name, us in sorted(strategy["measured_us"].items()))
+        lines.append(f"- `{key}`: {how}" + (f" ({measured})" if measured else " (not timed: default)"))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,10 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s): {', '.join(unknown)}")
     command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     print(f"Reproduce: `{command.strip()}` (from the repository root)\n", flush=True)
+    machine_info = machine.describe()
     report = {
         "command": command.strip(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": machine.summary(machine_info),
+        "machine_info": machine_info,
         "jit": os.environ.get("PJRT_REF_JIT", "1"),
         "workloads": [],
     }

@@ -180,6 +180,15 @@ def run_dispatch(repeats: int) -> tuple[dict, list]:
     return dict(compile_s=compile_s, first_call_s=first_s, samples=samples, num_ops=1000), out
 
 
+def product_strategies() -> dict:
+    """How this process ran each product shape it met (blas.py)."""
+    import dataclasses
+
+    from pjrt_ref.interpreter.jit import blas
+
+    return {key: dataclasses.asdict(strategy) for key, strategy in blas._STRATEGIES.items()}
+
+
 def main(argv: list[str]) -> None:
     from .workloads import WORKLOADS
 
@@ -203,6 +212,8 @@ def main(argv: list[str]) -> None:
     info["calls"] = len(info["samples"])
     del info["samples"]
     info["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if mode in ("plugin", "interpreter"):
+        info["products"] = product_strategies()
     np.savez(os.path.join(outdir, "outputs.npz"), *[np.asarray(o) for o in out])
     with open(os.path.join(outdir, "result.json"), "w") as result:
         json.dump(info, result)

@@ -60,7 +60,7 @@ def convert_attribute(attr) -> Any:
     if isinstance(attr, ir.FloatAttr):
         return attr.value
     if isinstance(attr, ir.StringAttr):
-        return attr.value
+        return string_value(attr)
     if isinstance(attr, ir.FlatSymbolRefAttr):
         return attr.value
     if isinstance(attr, ir.UnitAttr):
@@ -96,6 +96,17 @@ def convert_attribute(attr) -> Any:
             return SimpleNamespace(kind=kind, **values)
     # Anything else (sharding strings, frontend attributes, ...) stays text.
     return str(attr)
+
+
+def string_value(attr) -> str:
+    """A StringAttr's text. Its bytes need not be UTF-8 (a custom call's
+    backend_config may be binary, and so may a damaged program's names):
+    jaxlib 0.12 raises on those, so they are decoded with their odd bytes
+    kept as lone surrogates, which encode back to the same bytes."""
+    try:
+        return attr.value
+    except (RuntimeError, UnicodeDecodeError):
+        return attr.value_bytes.decode("utf-8", errors="surrogateescape")
 
 
 def dense_elements_to_numpy(attr) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented, Internal
 from ..limits import check_result_types, max_bytes
+from . import mesh_axes
 from .attributes import convert_attribute, read_attributes
 from .instrument import from_environment as instrument_from_environment
 from .jit import optimize_function
@@ -309,6 +310,8 @@ class ModulePlan:
                 self._funcs[name] = op
         self.num_partitions = _module_int_attr(module, "mhlo.num_partitions", 1)
         self.num_replicas = _module_int_attr(module, "mhlo.num_replicas", 1)
+        # Device meshes that collectives' mesh-axes replica groups name.
+        self.meshes = mesh_axes.module_meshes(module)
         # Debug switches (PJRT_REF_CHECK_NANS / _TRACE / _PROFILE / _DIFF), read once
         # per program: None unless one is set (interpreter/instrument.py).
         self.instrument = instrument_from_environment()
@@ -404,6 +407,9 @@ class _FunctionPlanner:
             operand_types = tuple(convert_type(v.type) for v in op.operands)
             result_types = tuple(convert_type(r.type) for r in op.results)
             attrs = read_attributes(op)
+            if mesh_axes.is_mesh_axes(attrs.get("replica_groups")):
+                attrs["replica_groups"] = mesh_axes.replica_groups(attrs["replica_groups"],
+                                                                   self.module_plan.meshes)
         except PjrtRefError:
             raise
         except ValueError as error:

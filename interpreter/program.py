@@ -8,6 +8,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from .bytecode_guard import check_bytecode
 from .loader import is_bytecode, make_context, parse_module
+from .attributes import string_value
 from .plan import ModulePlan
 from .types import TensorType, TokenType, TOKEN
 
@@ -129,7 +130,7 @@ def _argument_attribute_names(module, entry: str) -> list[frozenset[str]]:
     (`jax.buffer_donor`, `tf.aliasing_output`, `mhlo.sharding`, ...)."""
     for op in module.body.operations:
         op = op.operation
-        if op.name == "func.func" and op.attributes["sym_name"].value == entry:
+        if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
             if "arg_attrs" not in op.attributes:
                 return []
             return [frozenset(attr.name for attr in arg) for arg in op.attributes["arg_attrs"]]

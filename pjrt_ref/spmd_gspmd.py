@@ -147,8 +147,10 @@ def attribute_text(attr) -> str:
     """An attribute as a Python string: a string's value, a symbol
     reference's name (no `@`), anything else as MLIR prints it."""
     from jaxlib.mlir import ir
+
+    from .interpreter.attributes import string_value
     try:
-        return ir.StringAttr(attr).value
+        return string_value(ir.StringAttr(attr))
     except (ValueError, TypeError):
         try:
             return ir.FlatSymbolRefAttr(attr).value

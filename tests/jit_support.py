@@ -73,3 +73,14 @@ def mlp_training_step(rng: np.random.Generator, sizes: tuple, batch: int):
         return value, jax.tree_util.tree_map(lambda p, g: p - 0.01 * g, params, grads)
 
     return step, (params, x, labels)
+
+
+def product_in_blocks(a: np.ndarray, b: np.ndarray, axis: int, count: int) -> np.ndarray:
+    """`a @ b` as `count` blocks of rows (axis 0) or columns (axis 1) of the
+    result, block k covering [n*k//count, n*(k+1)//count), each one
+    np.matmul call: the bits blas.matmul promises, computed by numpy alone."""
+    length = a.shape[0] if axis == 0 else b.shape[1]
+    cuts = [length * k // count for k in range(count + 1)]
+    if axis == 0:
+        return np.concatenate([a[lo:hi] @ b for lo, hi in zip(cuts[:-1], cuts[1:])], axis=0)
+    return np.concatenate([a @ b[:, lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:])], axis=1)

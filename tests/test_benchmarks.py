@@ -34,3 +34,31 @@ def test_w1_on_three_backends(tmp_path):
     assert ours["ratio_to_xla"] == sum(pair_ratios) / 2
     assert report["dispatch"]["num_ops"] == 1000
     assert "| W1 | pjrt_ref" in proc.stdout and "| W1 | reference" in proc.stdout
+    # Runs on different machines can be told apart: CPU, cores, BLAS kernels.
+    info = report["machine_info"]
+    assert info["cores"] == os.cpu_count() and info["usable_cores"] == len(os.sched_getaffinity(0))
+    assert info["cpu"] and info["python"] and info["jax"]
+    from pjrt_ref.interpreter.jit import openblas
+    assert info["corename"] == openblas.describe()["corename"]
+    assert f"machine: {report['machine']}" in proc.stdout
+    if info["corename"]:
+        assert f"OpenBLAS kernels {info['corename']}" in report["machine"]
+
+
+def test_product_strategies_are_listed_per_shape():
+    from benchmarks.cli import product_lines
+
+    split = {"split": True, "openblas_threads": 0, "measured_us": {"serial": 325.0, "split": 176.5}}
+    threaded = {"split": False, "openblas_threads": 2, "measured_us": {"serial": 3500.0,
+                                                                       "openblas": 560.0}}
+    default = {"split": True, "openblas_threads": 0, "measured_us": {}}
+    report = {"workloads": [
+        {"backends": {"pjrt_ref": {"products": {"float32 256x256x256 rows,rows c": split}}}},
+        {"backends": {"pjrt_ref": {"products": {"float32 128x784x512 rows,rows c": threaded,
+                                                "float64 300x300x300 rows,rows c": default}}}},
+        {"backends": {"pjrt_ref": {"error": "exit 1"}}}]}
+    assert product_lines(report) == [
+        "- `float32 128x784x512 rows,rows c`: one call on 2 OpenBLAS threads "
+        "(openblas 560, serial 3500)",
+        "- `float32 256x256x256 rows,rows c`: blocks shared with idle CPUs (serial 325, split 176.5)",
+        "- `float64 300x300x300 rows,rows c`: blocks shared with idle CPUs (not timed: default)"]

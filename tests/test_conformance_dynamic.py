@@ -24,7 +24,7 @@ DYNAMIC = os.path.join(os.path.dirname(__file__), "data", "conformance", "dynami
 EXPECTED_STATUSES = {
     "two_dimension_variables.mlir": "pass",
     "round_trip_fails_chlo.mlir": "fail",
-    "oracle_cannot_run_fft.mlir": "unsupported",
+    "oracle_cannot_run_rng_bit_generator.mlir": "unsupported",
     "shape_assertion_fails.mlir": "error",
 }
 
@@ -54,7 +54,7 @@ def test_a_module_that_cannot_be_serialized_fails_the_round_trip(cases):
 
 
 def test_unsupported_says_why_the_oracle_could_not_run(cases):
-    message = cases["oracle_cannot_run_fft.mlir"]["message"]
+    message = cases["oracle_cannot_run_rng_bit_generator.mlir"]["message"]
     assert "the oracle could not" in message and "reference interpreter died" in message
 
 

@@ -8,9 +8,11 @@ and the profile's timing lines (they change from run to run).
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
+import sys
 
 from test_jax_support import clean_env
 
@@ -49,6 +51,9 @@ def test_tutorial_transcripts_are_true(tmp_path):
     # A reader's shell: Python's stdout is block-buffered when piped (this
     # machine's shell sets PYTHONUNBUFFERED; a reader's and CI's do not).
     env = {k: v for k, v in clean_env().items() if k != "PYTHONUNBUFFERED"}
+    # `python` and `pjrt-ref` are this interpreter's and its environment's,
+    # as in a reader's activated venv.
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     for command, expected in runs:
         proc = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=120)

@@ -19,7 +19,10 @@ CORPUS = HERE / "data" / "fuzz_loader"
 FILES = sorted(p for p in CORPUS.iterdir() if p.is_file()) if CORPUS.is_dir() else []
 
 # A child replays the files in turn, printing a line before and after each, so
-# a crash is pinned to the file that was running.
+# a crash is pinned to the file that was running. A child still running after
+# HANG_SECONDS is taken to hang (on the file it started last): a guard, far
+# above what the whole corpus takes.
+HANG_SECONDS = 600
 _CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -44,11 +47,11 @@ def replay():
         try:
             proc = subprocess.run([sys.executable, "-c", _CHILD, str(HERE)] + remaining,
                                   capture_output=True, text=True, errors="replace",
-                                  timeout=60, env=env)
+                                  timeout=HANG_SECONDS, env=env)
             stdout, tail = proc.stdout, f"exit {proc.returncode}: {proc.stderr[-1500:]}"
         except subprocess.TimeoutExpired as error:
             stdout = error.stdout.decode() if isinstance(error.stdout, bytes) else (error.stdout or "")
-            tail = "hang (60 s)"
+            tail = f"hang ({HANG_SECONDS} s)"
         started = None
         for line in stdout.splitlines():
             if line.startswith("START "):

@@ -34,35 +34,42 @@ def test_default_backend_stays_cpu():
 
 
 def test_plugin_costs_little_at_startup():
-    """Registration (dlopen + shim init) plus client creation < 0.2 s; no interpreter/numba import."""
+    """Registration (dlopen + shim init) and client creation load none of
+    the heavy parts: the interpreter, numba, scipy and jaxlib's StableHLO
+    bindings wait for the first compile. (What that costs in seconds is
+    the machine's business; the child prints it.)"""
     proc = run_python("""
         import dataclasses, sys, time
         import jax
         from jax._src import xla_bridge
         import pjrt_ref.frameworks.jax as plugin
-        spent = {}
+        spent, loaded = {}, {}
         original = plugin.initialize
         def timed_initialize():
+            before = set(sys.modules)
             t = time.perf_counter()
             original()
             spent["register"] = time.perf_counter() - t
+            loaded["register"] = set(sys.modules) - before
             registration = xla_bridge._backend_factories["pjrt_ref"]
             def timed_factory(*args, **kwargs):
+                before = set(sys.modules)
                 t = time.perf_counter()
                 try:
                     return registration.factory(*args, **kwargs)
                 finally:
                     spent["client"] = time.perf_counter() - t
+                    loaded["client"] = set(sys.modules) - before
             xla_bridge._backend_factories["pjrt_ref"] = dataclasses.replace(registration, factory=timed_factory)
         plugin.initialize = timed_initialize
         assert jax.default_backend() == "cpu"
-        heavy = [m for m in ("numba", "pjrt_ref.interpreter") if m in sys.modules]
-        assert not heavy, heavy
-        total = spent["register"] + spent["client"]
         print(spent)
-        assert total < 0.2, spent
+        heavy = ("numba", "scipy", "pjrt_ref.interpreter", "jaxlib.mlir.dialects.stablehlo")
+        for step, modules in loaded.items():
+            found = sorted(m for m in modules if m.startswith(heavy))
+            assert not found, (step, found)
     """)
-    assert "register" in proc.stdout
+    assert "register" in proc.stdout and "client" in proc.stdout
 
 
 def test_load_through_env_variable():

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
-from jit_support import mlp_training_step  # noqa: E402
+from jit_support import mlp_training_step, product_in_blocks  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import blas, heap  # noqa: E402
+from pjrt_ref.interpreter.jit import blas, heap, helper_threads, product_strategy  # noqa: E402
 from pjrt_ref.interpreter.ops import dot  # noqa: E402
 
 RNG = np.random.default_rng(4)
@@ -68,29 +68,50 @@ def test_matrix_fast_path_against_generic_path_and_xla(name, dtype, monkeypatch)
     assert ours.dtype == generic.dtype == xla.dtype == np.dtype(dtype)
     # The generic path multiplies 3-d stacks (numpy may hand BLAS other
     # arguments) and XLA sums in its own order: equal up to the rounding of
-    # a dot product. (Split or not, the fast path has one BLAS call's bits:
-    # test_products_have_the_bits_of_one_blas_call.)
+    # a dot product. (Split or not, the fast path has its blocks' bits:
+    # test_products_have_the_bits_of_their_blocks.)
     tolerance = dict(rtol=1e-5, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-11)
     np.testing.assert_allclose(ours, generic, **tolerance)
     np.testing.assert_allclose(ours, xla, **tolerance)
 
 
-def test_blocks_depend_on_shape_and_setting_only():
-    assert blas.row_blocks(256, 256, 256, 2) == [0, 128, 256]
-    assert blas.row_blocks(256, 256, 256, 1) == [0, 256]
-    assert blas.row_blocks(100, 256, 256, 2) == [0, 100]       # under 2 x 64 rows
-    assert blas.row_blocks(256, 8, 8, 2) == [0, 256]           # too little work
-    assert blas.row_blocks(333, 129, 257, 4) == [0, 83, 166, 249, 333]
+def test_blocks_depend_on_the_shape_only():
+    """The longer side of the result is cut, into a power of two of blocks
+    of about 2^23 multiply-adds, at least 64 long; small or thin products
+    are one block."""
+    R, C = blas.ROW_BLOCKS, blas.COLUMN_BLOCKS
+    assert blas.product_blocks(256, 256, 256) == (R, 2)              # W2
+    assert blas.product_blocks(128, 784, 512) == (C, 4)              # W4's forward product
+    assert blas.product_blocks(784, 128, 512) == (R, 4)              # and its weight gradient
+    assert blas.product_blocks(300, 300, 300) == (R, 2)              # 3 rounds down to 2
+    assert blas.product_blocks(4096, 4096, 4096) == (R, 16)          # at most 16
+    assert blas.product_blocks(100, 256, 256).count == 1             # too little work per block
+    assert blas.product_blocks(8, 4096, 4096).count == 1             # thin: matrix-vector like
+    assert blas.product_blocks(256, 8, 8).count == 1                 # too little work
+    assert blas.Blocks(R, 4).ranges(333, 7) == [(0, 83), (83, 166), (166, 249), (249, 333)]
+    assert blas.Blocks(C, 2).ranges(7, 129) == [(0, 64), (64, 129)]
 
 
-def test_loaded_programs_split_big_products():
-    """After a program is planned, OpenBLAS runs on one thread and big
-    products are split over the CPUs (so the tests above cover the split
-    wherever the machine has more than one CPU)."""
+def test_loaded_programs_limit_openblas_to_one_thread():
+    """After a program is planned, OpenBLAS runs on one thread (by our
+    setting, unless the user chose) and products may use every CPU."""
     load("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }")
-    assert blas.matmul_threads() == min(len(os.sched_getaffinity(0)), blas.matmul_threads())
+    assert blas.matmul_threads() == len(os.sched_getaffinity(0))
     if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
-        assert blas.matmul_threads() == len(os.sched_getaffinity(0))
+        assert blas._BLAS_THREADS == 1
+
+
+def _expected_blocks(a, b):
+    """The bits blas.matmul promises for `a @ b`: its blocks (pinned by
+    test_blocks_depend_on_the_shape_only), computed by numpy."""
+    blocks = blas.product_blocks(a.shape[0], a.shape[1], b.shape[1])
+    return product_in_blocks(a, b, blocks.axis, blocks.count)
+
+
+def _force_strategy(monkeypatch, split: bool = True):
+    """Decide for blas what the timing probe would (product_strategy.py)."""
+    strategy = product_strategy.Strategy(split=split)
+    monkeypatch.setattr(blas, "_strategy", lambda *args: strategy)
 
 
 SPLIT_SHAPES = [((256, 256), (256, 256), np.float32), ((128, 784), (784, 512), np.float32),
@@ -98,84 +119,101 @@ SPLIT_SHAPES = [((256, 256), (256, 256), np.float32), ((128, 784), (784, 512), n
                 ((512, 255), (255, 3), np.float64), ((256, 1000), (1000, 10), np.float32)]
 
 
+@pytest.mark.parametrize("split", [True, False])
 @pytest.mark.parametrize("helpers_idle", [0, 1, 3])
 @pytest.mark.parametrize("lhs_shape,rhs_shape,dtype", SPLIT_SHAPES)
-def test_products_have_the_bits_of_one_blas_call(lhs_shape, rhs_shape, dtype, helpers_idle,
-                                                 monkeypatch):
-    """Split or not, with or without helpers, transposed or not: always the
-    bits of one BLAS call (blocks are used only where they give them)."""
+def test_products_have_the_bits_of_their_blocks(lhs_shape, rhs_shape, dtype, helpers_idle,
+                                                split, monkeypatch):
+    """Whoever computes the blocks -- this thread alone, helpers or not,
+    any thread count, either strategy -- and whatever the layouts, the
+    result has the bits of the blocks computed by numpy."""
     monkeypatch.setattr(blas, "idle_cpus", lambda: helpers_idle)
+    _force_strategy(monkeypatch, split)
     a, b = _operands(lhs_shape, rhs_shape, dtype)
     for lhs, rhs in ((a, b), (np.asfortranarray(a), b), (a, np.asfortranarray(b))):
-        for threads in (2, 4):
-            np.testing.assert_array_equal(blas.matmul(lhs, rhs, threads=threads), lhs @ rhs)
+        expected = _expected_blocks(lhs, rhs)
+        for threads in (1, 2, 4):
+            np.testing.assert_array_equal(blas.matmul(lhs, rhs, threads=threads), expected)
 
 
-def _count_splits(path: str, monkeypatch) -> list:
-    """Block counts of the split products run from now on (recorded at the
-    C pool's entry, or at the Python threads' one when `path` is
-    "python": then the C pool is out of the picture)."""
+def _count_pool_entries(path: str, monkeypatch) -> list:
+    """(blocks, helpers) of every blocked product computed from now on,
+    recorded at the C pool's entry, or at the Python threads' one when
+    `path` is "python" (then the C pool is out of the picture)."""
     calls = []
     if path == "python":
         monkeypatch.setattr(blas, "_POOL", None)
         real = blas.run_shared
-        monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (calls.append(len(jobs)),
-                                                                       real(jobs, helpers)))
+        monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (
+            calls.append((len(jobs), helpers)), real(jobs, helpers)))
     else:
         assert blas._POOL is not None, "the C pool (interpreter/jit/gemm_pool.c) was not built"
         real = blas._pool_multiply
-        monkeypatch.setattr(blas, "_pool_multiply",
-                            lambda call, out, blocks, helpers: (calls.append(blocks),
-                                                                real(call, out, blocks, helpers))[1])
+        monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
+            calls.append((blocks.count, helpers)), real(call, out, blocks, helpers))[1])
     return calls
 
 
 @pytest.mark.parametrize("path", ["c_pool", "python"])
-def test_exact_shapes_are_split_over_helpers(path, monkeypatch):
-    """A shape whose blocks give one call's bits (W2's) is computed in
-    blocks, on helper threads when a CPU is idle; a shape whose blocks would
-    not is one call."""
-    calls = _count_splits(path, monkeypatch)
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+def test_big_products_share_their_blocks_with_idle_cpus(path, monkeypatch):
+    """W2's two blocks go to this thread and a helper when a CPU is idle
+    and the strategy splits; otherwise this thread computes them, as one
+    call where that gives the blocks' bits. The bits never change."""
+    calls = _count_pool_entries(path, monkeypatch)
     a, b = _operands((256, 256), (256, 256), np.float32)
-    bounds = blas.row_blocks(256, 256, 256, 2)
-    assert blas.blocks_are_exact(a, b, bounds)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
-    assert calls == [2]
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)    # busy machine: one call
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
-    assert calls == [2]
+    expected = product_in_blocks(a, b, 0, 2)
+    _force_strategy(monkeypatch, split=True)
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    monkeypatch.setattr(blas, "_blocks_exact", lambda *args: False)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
-    assert calls == [2]
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), expected)
+    assert calls == [(2, 1)]
+    for exact in (True, False):   # this thread alone: one call only where it is exact
+        monkeypatch.setattr(blas, "_blocks_exact", lambda *args, exact=exact: exact)
+        for idle, threads, split in ((0, 2, True), (1, 1, True), (1, 2, False)):
+            monkeypatch.setattr(blas, "idle_cpus", lambda idle=idle: idle)
+            _force_strategy(monkeypatch, split)
+            calls.clear()
+            result = blas.matmul(a, b, threads=threads)
+            assert calls == ([] if exact else [(2, 0)])
+            if not exact:
+                np.testing.assert_array_equal(result, expected)
+
+
+def test_blocks_are_exact_tells_whether_blocks_equal_one_call():
+    """The check answers what numpy says about the shape's blocks on this
+    machine's BLAS, whichever way that goes."""
+    for lhs_shape, rhs_shape, dtype in SPLIT_SHAPES:
+        a, b = _operands(lhs_shape, rhs_shape, dtype)
+        same = bool(np.array_equal(_expected_blocks(a, b), a @ b))
+        assert blas.blocks_are_exact(a, b) == same, (lhs_shape, rhs_shape, dtype)
 
 
 @pytest.mark.parametrize("path", ["c_pool", "python"])
 def test_split_product_raises_no_warning_in_helper_threads(path, monkeypatch):
     """inf * 0 inside BLAS: numpy's error state is per thread, and the plan
     runs with all errors ignored; the helpers must ignore them too."""
-    calls = _count_splits(path, monkeypatch)
+    calls = _count_pool_entries(path, monkeypatch)
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    _force_strategy(monkeypatch)
     a, b = _operands((256, 256), (256, 256), np.float32)
     a[:, 0] = np.inf
     b[0, :] = 0
     with np.errstate(all="raise"):
         result = blas.matmul(a, b, threads=2)
     assert np.isnan(result).all()
-    assert calls == [2]
+    assert calls == [(2, 1)]
 
 
 def test_concurrent_products_share_the_helpers(monkeypatch):
     """Several host threads (as JAX's, or one per device) splitting products
     at once: each helper serves one caller at a time, a caller that finds
-    none idle does its blocks itself, and every result has the bits of one
-    BLAS call."""
+    none idle does its blocks itself, and every result has its blocks'
+    bits."""
     import threading
 
     monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+    _force_strategy(monkeypatch)
     pairs = [_operands((256, 256), (256, 256), np.float32) for _ in range(6)]
-    expected = [a @ b for a, b in pairs]
+    expected = [product_in_blocks(a, b, 0, 2) for a, b in pairs]
     results: dict = {}
 
     def caller(index: int) -> None:
@@ -190,37 +228,40 @@ def test_concurrent_products_share_the_helpers(monkeypatch):
     for index, want in enumerate(expected):
         for got in results[index]:
             np.testing.assert_array_equal(got, want)
-    assert len(blas._HELPERS) <= blas.MAX_HELPERS
+    assert len(helper_threads._HELPERS) <= helper_threads.MAX_HELPERS
 
 
 def test_training_step_split_on_the_pool_equals_unsplit_and_xla(monkeypatch):
     """W4 with its products split over the C pool (a CPU said idle, two
-    threads per product) has the bits of the same program with products
-    unsplit, and XLA's values up to float rounding."""
+    threads per product) has the bits of the same program computed on one
+    thread, and XLA's values up to float rounding."""
     # W4's sizes: five products big enough to split.
     step, args = mlp_training_step(RNG, (784, 512, 512, 10), batch=128)
     text = lower_to_text(step, *args)
     flat = jax.tree_util.tree_leaves(args)
     xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(step)(*args))]
     program = load(text)
-    splits = _count_splits("c_pool", monkeypatch)
+    entries = _count_pool_entries("c_pool", monkeypatch)
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
+    _force_strategy(monkeypatch)
     monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "2")
     split = program(*flat)
-    split_count = len(splits)
-    assert split_count >= 4      # the big forward and backward products
+    assert sum(helpers > 0 for _, helpers in entries) >= 4   # the big forward and backward products
+    entries.clear()
     monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
     unsplit = program(*flat)
-    assert len(splits) == split_count   # this time none entered the pool
-    for ours, one_call, theirs in zip(split, unsplit, xla, strict=True):
-        np.testing.assert_array_equal(ours, one_call)
+    assert all(helpers == 0 for _, helpers in entries)      # this time no helper joined
+    for ours, one_thread, theirs in zip(split, unsplit, xla, strict=True):
+        np.testing.assert_array_equal(ours, one_thread)
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
 # Settings that change how OpenBLAS threads or how the plugin optimises;
-# the child processes below run without them unless a test sets one.
+# the child processes below run without them unless a test sets one, and
+# with the timing probe off (product_strategy.py: it could choose
+# OpenBLAS's own threads, whose bits are not the blocks').
 _BLAS_SETTINGS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
-                  "PJRT_REF_MATMUL_THREADS", "PJRT_REF_OPTIMIZE")
+                  "PJRT_REF_MATMUL_THREADS", "PJRT_REF_OPTIMIZE", "PJRT_REF_PRODUCT_PROBE")
 
 
 def _run_with_default_blas(code: str, drop: tuple = (), stdin: str | None = None,
@@ -228,14 +269,14 @@ def _run_with_default_blas(code: str, drop: tuple = (), stdin: str | None = None
     """The words `code` prints in a fresh Python, run without _BLAS_SETTINGS
     and `drop` in its environment, with `settings` added."""
     environment = {k: v for k, v in os.environ.items() if k not in _BLAS_SETTINGS + drop}
-    environment.update(settings)
+    environment.update({"PJRT_REF_PRODUCT_PROBE": "0", **settings})
     return subprocess.run([sys.executable, "-c", code], input=stdin, env=environment,
                           capture_output=True, text=True, check=True, timeout=120).stdout.split()
 
 
 def test_plugin_product_through_jax_uses_the_pool():
     """W2 through JAX and the plugin, with the pool forced on (a CPU said
-    idle): numpy's bits for a @ b, computed on the pool's threads."""
+    idle): the bits of its two row blocks, computed on the pool's threads."""
     code = textwrap.dedent("""
         import numpy as np, jax
         from pjrt_ref.interpreter.jit import blas
@@ -243,7 +284,8 @@ def test_plugin_product_through_jax_uses_the_pool():
         rng = np.random.default_rng(0)
         a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
         result = np.asarray(jax.jit(lambda x, y: x @ y)(a, b))
-        print(jax.devices()[0].platform, np.array_equal(result, a @ b),
+        blocks = np.concatenate([a[:128] @ b, a[128:] @ b])
+        print(jax.devices()[0].platform, np.array_equal(result, blocks),
               blas._POOL.lib.gemm_pool_workers() >= 1)
     """)
     out = _run_with_default_blas(code, drop=("PJRT_REF_GEMM_POOL",), JAX_PLATFORMS="pjrt_ref",
@@ -270,7 +312,8 @@ def test_unoptimised_path_uses_the_same_blas_setting(optimize):
     """PJRT_REF_OPTIMIZE=0 is the reference the optimiser is checked
     against: OpenBLAS gets the same one-thread setting there (its thread
     count changes how it splits a product, and so the bits), and a W4-sized
-    product has the bits of numpy's single-threaded BLAS in both modes."""
+    product has the bits of its four column blocks on numpy's
+    single-threaded BLAS in both modes."""
     text = lower_to_text(lambda x, y: x @ y, np.zeros((128, 784), np.float32),
                          np.zeros((784, 512), np.float32))
     threads, checksum = _run_with_default_blas(_PRODUCT_BITS, stdin=text,
@@ -280,7 +323,24 @@ def test_unoptimised_path_uses_the_same_blas_setting(optimize):
     b = rng.standard_normal((784, 512)).astype(np.float32)
     blas.limit_blas_threads()   # this process: the same single-threaded OpenBLAS
     assert threads == "1"
-    assert int(checksum) == int(np.matmul(a, b).view(np.uint32).sum(dtype=np.uint64))
+    expected = product_in_blocks(a, b, blas.COLUMN_BLOCKS, 4)
+    assert int(checksum) == int(expected.view(np.uint32).sum(dtype=np.uint64))
+
+
+def test_users_own_one_thread_setting_gives_the_same_blocks():
+    """OPENBLAS_NUM_THREADS=1 set by the user (pjrt-ref then leaves OpenBLAS
+    alone) gives the blocks' bits too: only OpenBLAS's thread count decides."""
+    text = lower_to_text(lambda x, y: x @ y, np.zeros((128, 784), np.float32),
+                         np.zeros((784, 512), np.float32))
+    threads, checksum = _run_with_default_blas(_PRODUCT_BITS, stdin=text,
+                                               OPENBLAS_NUM_THREADS="1")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((128, 784)).astype(np.float32)
+    b = rng.standard_normal((784, 512)).astype(np.float32)
+    blas.limit_blas_threads()
+    expected = product_in_blocks(a, b, blas.COLUMN_BLOCKS, 4)
+    assert threads == "1"
+    assert int(checksum) == int(expected.view(np.uint32).sum(dtype=np.uint64))
 
 
 def test_a_failing_block_raises_in_the_caller():
@@ -288,43 +348,47 @@ def test_a_failing_block_raises_in_the_caller():
         raise ValueError("block failed")
 
     with pytest.raises(ValueError, match="block failed"):
-        blas.run_shared([lambda: None, fail, lambda: None], helpers=2)
-    blas.run_shared([], helpers=2)  # nothing to do: returns at once
+        helper_threads.run_shared([lambda: None, fail, lambda: None], helpers=2)
+    helper_threads.run_shared([], helpers=2)  # nothing to do: returns at once
 
 
-_FAULTS = textwrap.dedent("""
-    import resource, numpy as np
+_MAPPED_CHUNKS = textwrap.dedent("""
+    import ctypes, numpy as np
     from pjrt_ref.interpreter.jit import heap
     applied = heap.keep_freed_memory()
-    def step():  # like a program: results alive together, then all freed
-        alive = []
-        for n in (300_000, 500_000, 400_000) * 4:
-            alive.append(np.empty(n, np.float32))
-            alive[-1][:] = 1.0
-    for _ in range(5):
-        step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(20):
-        step()
-    print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+
+    class MallInfo(ctypes.Structure):   # glibc's struct mallinfo; hblks: mmapped chunks
+        _fields_ = [(name, ctypes.c_int) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo.restype = MallInfo
+    before = libc.mallinfo().hblks
+    alive = [np.ones(n, np.float32) for n in (300_000, 500_000, 400_000) * 4]
+    print(applied, libc.mallinfo().hblks - before)
 """)
 
 
-def _faults(**env) -> tuple[str, int]:
+def _mapped_chunks(**env) -> tuple[str, int]:
+    """(keep_freed_memory()'s answer, how many more chunks malloc serves by
+    mmap once 12 arrays of 1.2 to 2 MB are alive), in a fresh process."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     environment.update(env)
-    out = subprocess.run([sys.executable, "-c", _FAULTS], env=environment, capture_output=True,
-                         text=True, check=True, timeout=120).stdout.split()
+    out = subprocess.run([sys.executable, "-c", _MAPPED_CHUNKS], env=environment,
+                         capture_output=True, text=True, check=True, timeout=120).stdout.split()
     return out[0], int(out[1])
 
 
 @pytest.mark.skipif(heap.platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
-def test_heap_thresholds_stop_page_faults_per_array():
-    applied, tuned = _faults()
-    off, untuned = _faults(PJRT_REF_HEAP="0")
-    user, _ = _faults(MALLOC_TRIM_THRESHOLD_="131072")
+def test_heap_thresholds_keep_arrays_in_the_heap():
+    """With the thresholds set, arrays up to 32 MiB come from the heap (and
+    go back to it when freed) instead of each being its own mmap, which the
+    kernel faults in afresh every time; PJRT_REF_HEAP=0 and the user's own
+    MALLOC_* settings leave malloc alone."""
+    applied, tuned = _mapped_chunks()
+    off, untuned = _mapped_chunks(PJRT_REF_HEAP="0")
+    user, _ = _mapped_chunks(MALLOC_TRIM_THRESHOLD_="131072")
     assert (applied, off, user) == ("True", "False", "False")
-    # 240 arrays of 1.2 to 2 MB: each one faults its ~300-500 pages in
-    # again when malloc has handed them back to the kernel.
-    assert untuned > 20_000
-    assert tuned < untuned / 20
+    assert tuned == 0
+    assert untuned > 0    # glibc's own threshold starts at 128 KiB

@@ -78,6 +78,15 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(ordered(a) - ordered(b))
 
 
+def exact_value(op: str, x: np.ndarray) -> np.ndarray:
+    """The op on float32 inputs in x87 extended precision (64-bit
+    significand): close enough to the exact value to tell on which side of
+    a float32 midpoint it lies, except within 2^-60 of one."""
+    wide = x.astype(np.longdouble)
+    return {"exponential": np.exp, "exponential_minus_one": np.expm1, "tanh": np.tanh,
+            "logistic": lambda v: 1 / (1 + np.exp(-v))}[op](wide)
+
+
 @pytest.mark.parametrize("op", sorted(FUNCTIONS))
 def test_compiled_f32_math_against_unfused_and_xla(op, monkeypatch):
     x = inputs()
@@ -90,12 +99,19 @@ def test_compiled_f32_math_against_unfused_and_xla(op, monkeypatch):
     (without_numba,) = load_with(text, monkeypatch, jit=False)(x)
     (plain,) = load_with(text, monkeypatch, optimize=False)(x)
     assert_same_values(without_numba, plain)
-    # The same bits as the unfused result: over all 2^32 inputs only one
-    # differs (logistic at HALFWAY_INPUT, test_logistic_near_halfway).
+    # The same bits as the unfused result (numpy's float64 function rounded
+    # once) except where the exact value is so close to the point halfway
+    # between two float32 numbers that the two float64 approximations round
+    # to either side: over all 2^32 inputs, only logistic at HALFWAY_INPUT
+    # with numpy's AVX-512 exp (test_logistic_near_halfway).
     finite = ~np.isnan(plain)
-    if op == "logistic":
-        x, ours, plain, finite = x[1:], ours[1:], plain[1:], finite[1:]
-    assert_same_values(ours, plain)
+    differ = finite & (ours != plain)
+    assert differ.sum() <= 3, x[differ]
+    assert ulp_distance(ours[differ], plain[differ]).max(initial=0) <= 1
+    midpoint = (ours[differ].astype(np.longdouble) + plain[differ]) / 2
+    exact = exact_value(op, x[differ])
+    assert np.all(np.abs(exact - midpoint) <= np.abs(exact) * 2.0**-40), x[differ]
+    assert_same_values(ours[~differ], plain[~differ])
 
     xla = np.asarray(jax.jit(FUNCTIONS[op])(x))
     np.testing.assert_array_equal(np.isnan(ours), np.isnan(xla))
@@ -107,15 +123,16 @@ def test_compiled_f32_math_against_unfused_and_xla(op, monkeypatch):
 
 
 def test_logistic_near_halfway(monkeypatch):
-    """The one float32 input where the compiled logistic differs from numpy's
-    float64 one rounded: the exact value, 0.500002473592758158530836... (mpmath,
-    200 bits), lies just below the point halfway between two float32
-    numbers; the compiled result is the correctly rounded one."""
+    """The float32 input whose logistic lies closest to halfway between two
+    float32 numbers: the exact value, 0.500002473592758158530836... (mpmath,
+    200 bits), lies 2^-54 (relative) below the midpoint. The compiled result
+    is the correctly rounded one; the unfused one (numpy's float64 exp,
+    rounded) is it or its neighbour, depending on numpy's exp."""
     x = np.array([HALFWAY_INPUT], np.float32)
     (ours,) = load_with(program_text("logistic", 1), monkeypatch)(x)
     assert_same_values(ours, np.array([0.50000244379043579], np.float32))
     (plain,) = load_with(program_text("logistic", 1), monkeypatch, optimize=False)(x)
-    assert ulp_distance(ours, plain).max() == 1
+    assert ulp_distance(ours, plain).max() <= 1
 
 
 def test_special_values_exactly(monkeypatch):

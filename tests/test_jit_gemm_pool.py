@@ -1,7 +1,7 @@
 """The C thread pool for split matrix products (interpreter/jit/gemm_pool.c,
-driven by interpreter/jit/blas.py): bits equal to one np.matmul call for
-every layout it accepts, many host threads at once, fork, the fallback to
-Python threads, and the environment settings."""
+driven by interpreter/jit/blas.py): each block equal to np.matmul on that
+block for every layout it accepts, many host threads at once, fork, the
+fallback to Python threads, and the environment settings."""
 from __future__ import annotations
 
 import os
@@ -13,15 +13,19 @@ import threading
 import numpy as np
 import pytest
 
-from pjrt_ref.interpreter.jit import blas
+from jit_support import product_in_blocks
+from pjrt_ref.interpreter.jit import blas, product_strategy
 
 RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(autouse=True)
-def one_thread_blas():
-    """The pool's threads call single-threaded OpenBLAS (blas.py)."""
+def one_thread_blas_and_split_strategy(monkeypatch):
+    """The pool's threads call single-threaded OpenBLAS (blas.py), and every
+    shape is split where CPUs are idle (what product_strategy's DEFAULT
+    says, whatever a timing on this machine would)."""
     blas.limit_blas_threads()
+    monkeypatch.setattr(blas, "_strategy", lambda *args: product_strategy.DEFAULT)
 
 
 def _pool():
@@ -47,90 +51,86 @@ LAYOUTS = [("rows", "rows"), ("columns", "rows"), ("rows", "columns"), ("columns
            ("padded", "padded")]
 
 
+def _blocks_of(a, b):
+    """The bits blas.matmul promises for `a @ b`: its blocks (pinned in
+    test_jit_blas_heap.test_blocks_depend_on_the_shape_only) by numpy."""
+    blocks = blas.product_blocks(a.shape[0], a.shape[1], b.shape[1])
+    return product_in_blocks(a, b, blocks.axis, blocks.count)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
 @pytest.mark.parametrize("rows,inner,columns", SHAPES)
 def test_pool_blocks_are_numpys_block_products(rows, inner, columns, layouts, dtype):
-    """Each block the pool computes has the bits of np.matmul on that block
-    (so the pool hands BLAS what numpy hands it), whichever thread computes
-    it, whatever the number of blocks: no exactness check involved."""
+    """Each block the pool computes, of rows or of columns, has the bits of
+    np.matmul on that block (so the pool hands BLAS what numpy hands it),
+    whichever thread computes it, whatever the number of blocks. (Blocks
+    one row or column thin are left out: numpy hands those to gemv, and
+    blas.product_blocks never cuts so thin.)"""
     a = _matrix((rows, inner), dtype, layouts[0])
     b = _matrix((inner, columns), dtype, layouts[1])
     call = blas._gemm_call(a, b)
     assert call is not None
-    for blocks in (1, 2, 3):
-        bounds = [rows * k // blocks for k in range(blocks + 1)]
-        expected = np.concatenate([a[lo:hi] @ b for lo, hi in zip(bounds[:-1], bounds[1:])])
-        for helpers in (0, 1, 2):
-            out = np.full((rows, columns), np.nan, dtype)
-            assert blas._pool_multiply(call, out, blocks, helpers)
-            np.testing.assert_array_equal(out, expected)
+    for axis, length in ((blas.ROW_BLOCKS, rows), (blas.COLUMN_BLOCKS, columns)):
+        for count in (c for c in (1, 2, 3) if length // c >= 2):
+            expected = product_in_blocks(a, b, axis, count)
+            for helpers in (0, 1, 2):
+                out = np.full((rows, columns), np.nan, dtype)
+                assert blas._pool_multiply(call, out, blas.Blocks(axis, count), helpers)
+                np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
 @pytest.mark.parametrize("rows,inner,columns", SHAPES)
-def test_split_products_have_the_bits_of_one_matmul(rows, inner, columns, layouts, dtype,
-                                                    monkeypatch):
-    """blas.matmul through the pool (a CPU said idle) gives np.matmul's bits:
-    split where the blocks are exact, one call where they are not."""
+def test_split_products_have_the_bits_of_their_blocks(rows, inner, columns, layouts, dtype,
+                                                      monkeypatch):
+    """blas.matmul through the pool (a CPU said idle) gives its blocks' bits."""
     _pool()
     monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
     a = _matrix((rows, inner), dtype, layouts[0])
     b = _matrix((inner, columns), dtype, layouts[1])
+    expected = _blocks_of(a, b)
     for threads in (2, 4):
-        np.testing.assert_array_equal(blas.matmul(a, b, threads=threads), np.matmul(a, b))
+        np.testing.assert_array_equal(blas.matmul(a, b, threads=threads), expected)
 
 
-# Shapes whose row blocks OpenBLAS's f64 kernels (SkylakeX, 0.3.x) sum in
-# another order than one call: the edge kernels of the odd 257 columns.
-INEXACT_CANDIDATES = [(128, 129, 257), (128, 255, 257), (128, 784, 257), (200, 1000, 257)]
-
-
-def _inexact_shape():
-    """(a, b) of a candidate shape whose 2 row blocks, computed by the
-    pool's code, differ from one call on this machine's BLAS; or None."""
-    for rows, inner, columns in INEXACT_CANDIDATES:
-        a, b = _matrix((rows, inner), np.float64), _matrix((inner, columns), np.float64)
-        blocks = np.empty((rows, columns))
-        blas._pool_multiply(blas._gemm_call(a, b), blocks, 2, helpers=0)
-        if not np.array_equal(blocks, a @ b):
-            return a, b
-    return None
-
-
-def test_inexact_blocks_run_as_one_call(monkeypatch):
-    """A shape whose blocks BLAS sums in another order than one call (found
-    by the probe, which computes them with the pool's own code) is not
-    split: the pool is never entered, and the bits are np.matmul's."""
+@pytest.mark.parametrize("exact", [True, False])
+def test_one_thread_makes_one_call_only_where_blocks_are_exact(exact, monkeypatch):
+    """With no helper, this thread makes one BLAS call where the blocks give
+    that call's bits (the check's answer, forced here both ways) and
+    computes the blocks otherwise."""
     _pool()
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    found = _inexact_shape()
-    if found is None:   # another BLAS build: make the probe see a difference
-        found = (_matrix((256, 256), np.float64), _matrix((256, 256), np.float64))
-        real = blas._probe_blocks
-        monkeypatch.setattr(blas, "_probe_blocks", lambda *args: real(*args) + 1.0)
-        monkeypatch.setattr(blas, "_EXACT", {})
-    a, b = found
-    assert not blas.blocks_are_exact(a, b, blas.row_blocks(a.shape[0], a.shape[1], b.shape[1], 2))
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)
+    monkeypatch.setattr(blas, "_blocks_exact", lambda *args: exact)
     entered = []
-    monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
-    assert entered == []
+    real = blas._pool_multiply
+    monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
+        entered.append(helpers), real(call, out, blocks, helpers))[1])
+    a, b = _matrix((256, 256), np.float64), _matrix((256, 256), np.float64)
+    result = blas.matmul(a, b, threads=2)
+    if exact:
+        assert entered == []
+        np.testing.assert_array_equal(result, np.matmul(a, b))
+    else:
+        assert entered == [0]
+        np.testing.assert_array_equal(result, _blocks_of(a, b))
 
 
 @pytest.mark.parametrize("case", ["same_memory", "strided", "mixed_dtypes", "byte_swapped"])
 def test_operands_the_pool_does_not_take(case):
-    """What the pool does not compute (np.matmul then does, unsplit or on
-    Python threads): operands numpy would copy first, mixed or non-native
-    types, and a @ a.T (one buffer: numpy may use syrk, not gemm)."""
+    """What the pool does not compute: operands BLAS cannot read in place
+    (np.matmul computes their blocks, on Python threads); mixed or
+    non-native types, and a @ a.T on one buffer (numpy may use syrk, not
+    gemm), are one np.matmul call."""
     x = _matrix((256, 256), np.float32)
     a, b = {"same_memory": (x, x.T),
             "strided": (x[:, ::2], _matrix((128, 256), np.float32)),
             "mixed_dtypes": (x, _matrix((256, 256), np.float64)),
             "byte_swapped": (x.astype(">f4"), x.astype(">f4"))}[case]
     assert blas._gemm_call(a, b) is None
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), np.matmul(a, b))
+    expected = _blocks_of(a, b) if case == "strided" else np.matmul(a, b)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), expected)
 
 
 def test_many_host_threads_at_once(monkeypatch):
@@ -143,7 +143,7 @@ def test_many_host_threads_at_once(monkeypatch):
              (_matrix((128, 784), np.float32), _matrix((784, 512), np.float32, "columns")),
              (_matrix((300, 300), np.float64, "columns"), _matrix((300, 300), np.float64)),
              (_matrix((333, 129), np.float32), _matrix((129, 257), np.float32))]
-    expected = [np.matmul(a, b) for a, b in cases]
+    expected = [_blocks_of(a, b) for a, b in cases]
     wrong: list = []
     done: list = []
 
@@ -171,20 +171,21 @@ _FORK_CHILD = textwrap.dedent("""
     blas.idle_cpus = lambda: 1
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
-    assert np.array_equal(blas.matmul(a, b, threads=2), a @ b)
+    blocks = np.concatenate([a[:128] @ b, a[128:] @ b])
+    assert np.array_equal(blas.matmul(a, b, threads=2), blocks)
     lib = blas._POOL.lib
     assert lib.gemm_pool_workers() >= 1                # the parent's pool runs
     pid = os.fork()
     if pid == 0:
         status = 0 if lib.gemm_pool_workers() == 0 else 3  # the child has no thread of it
         for _ in range(20):
-            if not np.array_equal(blas.matmul(a, b, threads=2), a @ b):
+            if not np.array_equal(blas.matmul(a, b, threads=2), blocks):
                 status = 4
         if lib.gemm_pool_workers() < 1:                 # it started its own
             status = 5
         os._exit(status)
     _, status = os.waitpid(pid, 0)
-    assert np.array_equal(blas.matmul(a, b, threads=2), a @ b)   # the parent's still works
+    assert np.array_equal(blas.matmul(a, b, threads=2), blocks)   # the parent's still works
     print(os.waitstatus_to_exitcode(status))
 """)
 
@@ -196,6 +197,7 @@ def test_forked_child_starts_its_own_pool():
     environment = {k: v for k, v in os.environ.items()
                    if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
                                 "PJRT_REF_GEMM_POOL")}
+    environment["PJRT_REF_PRODUCT_PROBE"] = "0"   # split whatever a timing would say
     out = subprocess.run([sys.executable, "-c", _FORK_CHILD], env=environment,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -212,7 +214,7 @@ def test_without_the_c_module_python_threads_split(monkeypatch):
     monkeypatch.setattr(blas, "run_shared", lambda j, helpers: (jobs.append(len(j)),
                                                                 real(j, helpers)))
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32, "columns")
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), _blocks_of(a, b))
     assert jobs == [2]
 
 
@@ -226,11 +228,12 @@ def test_module_that_does_not_import_leaves_python_threads():
         blas.limit_blas_threads()
         blas.idle_cpus = lambda: 1
         a, b = np.random.default_rng(0).standard_normal((2, 256, 256))
-        assert np.array_equal(blas.matmul(a, b, threads=2), a @ b)
-        print(blas._POOL, len(blas._HELPERS))
+        assert np.array_equal(blas.matmul(a, b, threads=2), np.concatenate([a[:128] @ b, a[128:] @ b]))
+        from pjrt_ref.interpreter.jit import helper_threads
+        print(blas._POOL, len(helper_threads._HELPERS))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)
+                         timeout=120, check=True, env={**os.environ, "PJRT_REF_PRODUCT_PROBE": "0"})
     assert out.stdout.split() == ["None", "1"]
 
 
@@ -249,15 +252,17 @@ def test_pool_switch_and_spin_settings(monkeypatch):
         assert blas._spin_ns() == nanoseconds
 
 
-def test_matmul_threads_one_never_enters_the_pool(monkeypatch):
+def test_matmul_threads_one_never_wakes_a_helper(monkeypatch):
     _pool()
     monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
     monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
     entered = []
-    monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
+    real = blas._pool_multiply
+    monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
+        entered.append(helpers), real(call, out, blocks, helpers))[1])
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
-    np.testing.assert_array_equal(blas.matmul(a, b), a @ b)
-    assert entered == []
+    np.testing.assert_array_equal(blas.matmul(a, b), _blocks_of(a, b))
+    assert all(helpers == 0 for helpers in entered)
 
 
 @pytest.mark.parametrize("spin_us", [0, 20_000])
@@ -270,7 +275,7 @@ def test_workers_sleep_after_their_spin(spin_us, monkeypatch):
     monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", str(spin_us))
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), _blocks_of(a, b))
     deadline = time.monotonic() + 10
     while blas._POOL.lib.gemm_pool_spinning() and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -300,21 +305,29 @@ def test_idle_cpus_does_not_count_our_spinning_workers(monkeypatch, tmp_path):
 
 def test_block_counts_beyond_the_claim_word_are_refused(monkeypatch):
     """The pool's claim word has 16 bits for blocks: the C side refuses
-    other counts (returns 0, nothing written) and blas.matmul does not
-    hand it more than MAX_POOL_BLOCKS (here lowered to 1)."""
+    other counts and axes (returns 0, nothing written), and blas.matmul
+    does not hand it more than MAX_POOL_BLOCKS (here lowered to 1: the
+    Python threads compute the blocks)."""
     pool = _pool()
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
     call = blas._gemm_call(a, b)
-    for blocks in (0, -1, pool.lib.GEMM_POOL_MAX_BLOCKS + 1):
+    for count in (0, -1, pool.lib.GEMM_POOL_MAX_BLOCKS + 1):
         out = np.zeros((256, 256), np.float32)
         for helpers in (0, 1):
-            assert not blas._pool_multiply(call, out, blocks, helpers)
+            assert not blas._pool_multiply(call, out, blas.Blocks(blas.ROW_BLOCKS, count), helpers)
         assert not out.any()
+    gemm, is_double, trans_a, trans_b, rows, columns, inner, lhs, lda, rhs, ldb = call
+    out = np.zeros((256, 256), np.float32)
+    no_such_axis = 7
+    assert not pool.lib.gemm_pool_multiply(gemm, is_double, trans_a, trans_b, rows, columns,
+                                           inner, lhs, lda, rhs, ldb, blas._address(out), 256,
+                                           no_such_axis, 2, 0, 0)
+    assert not out.any()
     monkeypatch.setattr(blas, "MAX_POOL_BLOCKS", 1)
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
     entered = []
     monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), a @ b)
+    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), _blocks_of(a, b))
     assert entered == []
 
 

@@ -150,7 +150,7 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
     """SIGINT while a jitted infinite-ish loop runs: a Python traceback ending in KeyboardInterrupt."""
     code = textwrap.dedent(f"""
         import jax, jax.numpy as jnp
-        f = jax.jit({INFINITE_LOOPS[kind]})
+        f = jax.jit({INFINITE_LOOPS[kind]}).lower(jnp.ones(3)).compile()
         print("start", flush=True)
         f(jnp.ones(3))
         print("finished", flush=True)
@@ -160,7 +160,7 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
     try:
         assert proc.stdout.readline().strip() == "start"
         import time
-        time.sleep(3)                    # compiled and running by now
+        time.sleep(1)                    # compiled: the call is under way
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

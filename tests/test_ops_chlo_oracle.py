@@ -121,6 +121,26 @@ def assert_matches_xla(text: str, *args, max_ulp: float = 0, atol: float = 0.0):
     return ours
 
 
+def assert_chlo_matches_xla(op: str, *args, max_ulp: float = 0, atol: float = 0.0):
+    """The CHLO op `op` on `args` (arrays of one shape and dtype), written as
+    a program by hand, on pjrt-ref and on XLA CPU: XLA lowers it with its
+    own CHLO decomposition, whether or not JAX's lowering of the matching
+    jax.lax function still emits that op (JAX 0.12 decomposes lgamma and
+    asin itself)."""
+    return assert_matches_xla(chlo_program(op, *args), *args, max_ulp=max_ulp, atol=atol)
+
+
+def chlo_program(op: str, *args) -> str:
+    """`op` applied elementwise to the arguments, in CHLO's generic form."""
+    arg_type = tensor_type(args[0].shape, args[0].dtype)
+    names = ", ".join(f"%a{i}" for i in range(len(args)))
+    params = ", ".join(f"%a{i}: {arg_type}" for i in range(len(args)))
+    types = ", ".join([arg_type] * len(args))
+    return (f"func.func @main({params}) -> {arg_type} {{\n"
+            f'  %0 = "{op}"({names}) : ({types}) -> {arg_type}\n'
+            f"  return %0 : {arg_type}\n}}\n")
+
+
 def assert_jax_matches(fn, *args, op: str, max_ulp: float = 0, atol: float = 0.0):
     """Lower `fn` with JAX (checking the program really contains `op`), run it
     on pjrt-ref and on XLA CPU, and compare."""

@@ -201,18 +201,52 @@ def test_float_pow_and_atan2(dtype):
     assert_close_to_jax(lambda a, b: (lax.pow(a, b), lax.atan2(a, b)), lhs, rhs)
 
 
-@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
-def test_complex_arithmetic_bit_for_bit(dtype):
-    """Multiply and divide use XLA's formulas (fused multiply-adds, Smith's
-    division, C99 recovery of infinities), so even special values agree."""
+def _complex_operands(dtype):
     x = complex_special_grid(dtype)
     lhs, rhs = np.repeat(x, len(x)), np.tile(x, len(x))
     rng = np.random.default_rng(3)
     lhs = np.concatenate([lhs, (rng.standard_normal(500) * 100 + 1j * rng.standard_normal(500))])
     rhs = np.concatenate([rhs, (rng.standard_normal(500) + 1j * rng.standard_normal(500) * 1e3)])
-    lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
-    ops = (lax.add, lax.sub, lax.mul, lax.div, lax.max, lax.min)
+    return lhs.astype(dtype), rhs.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_arithmetic_bit_for_bit(dtype):
+    """Add, subtract, divide (Smith's division, C99 recovery of infinities),
+    max and min give XLA's bits, special values included."""
+    lhs, rhs = _complex_operands(dtype)
+    ops = (lax.add, lax.sub, lax.div, lax.max, lax.min)
     assert_bits_as_jax(lambda a, b: tuple(f(a, b) for f in ops), lhs, rhs)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_multiply_as_xla_up_to_which_product_is_fused(dtype):
+    """(a + bi)(c + di) = (ac - bd) + (ad + bc)i with one product of each
+    part in a fused multiply-add. Which one XLA fuses changed between
+    versions (0.10 and 0.12), so a part may differ from XLA's by the
+    rounding error of one product; and where a part overflows, infinities
+    are recovered as C99 Annex G says (XLA 0.12 leaves a NaN beside the
+    infinity): both are complex infinities (C99 G.3: a value with an
+    infinite part is an infinity, whatever its other part)."""
+    lhs, rhs = _complex_operands(dtype)
+    (ours,), (theirs,) = compare_with_jax(lax.mul, lhs, rhs)
+    assert ours.dtype == theirs.dtype == dtype
+
+    def infinite(z):
+        return np.isinf(z.real) | np.isinf(z.imag)
+
+    np.testing.assert_array_equal(infinite(ours), infinite(theirs))
+    finite = ~infinite(ours)
+    np.testing.assert_array_equal(np.isnan(ours.real[finite]), np.isnan(theirs.real[finite]))
+    np.testing.assert_array_equal(np.isnan(ours.imag[finite]), np.isnan(theirs.imag[finite]))
+    real = np.finfo(ours.real.dtype)
+    a, b, c, d = (v.astype(np.float64) for v in (lhs.real, lhs.imag, rhs.real, rhs.imag))
+    with np.errstate(all="ignore"):
+        for part, products in ((ours.real - theirs.real, (a * c, b * d)),
+                               (ours.imag - theirs.imag, (a * d, b * c))):
+            one_rounding = np.maximum(*(np.abs(p) for p in products)) * real.eps
+            compared = finite & ~np.isnan(part)
+            assert np.all(np.abs(part[compared]) <= one_rounding[compared] + real.smallest_subnormal)
 
 
 def test_complex_atan2_matches_reference_interpreter():

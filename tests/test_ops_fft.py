@@ -35,7 +35,18 @@ def test_real_transforms(dtype):
     assert_same_as_jax(lambda v: jnp.fft.irfft(v, n=17), spectrum, **tol)
 
 
-def test_single_precision_matches_xla_closely():
-    """pocketfft in single precision rounds like XLA's DUCC: exact here."""
+def test_single_precision_is_within_an_ulp_or_two():
+    """Single-precision transforms are computed in single precision, as
+    XLA's are (scipy's pocketfft, XLA's DUCC): each element is within 2
+    float32 ulp of its row's largest magnitude from the exact (double)
+    transform, and within 4 of XLA's (the two round differently from XLA
+    0.12 on; they agreed bit for bit with 0.10)."""
+    from oracle import compare_with_jax
+
     x = RNG.normal(size=(6, 16, 17)).astype(np.float32)
-    assert_same_as_jax(lambda v: jnp.fft.rfft(v), x, rtol=0, atol=0)
+    (ours,), (theirs,) = compare_with_jax(lambda v: jnp.fft.rfft(v), x)
+    exact = np.fft.rfft(x.astype(np.float64))
+    ulp = np.finfo(np.float32).eps * np.abs(exact).max(axis=-1, keepdims=True)
+    assert ours.dtype == theirs.dtype == np.complex64
+    assert np.all(np.abs(ours - exact) <= 2 * ulp)
+    assert np.all(np.abs(ours - theirs) <= 4 * ulp)

@@ -6,6 +6,7 @@ matmul, while, reduction, scatter) checked against JAX's cpu backend, then
 5,000 soak executes with device_put / np.asarray round trips and 2,000 of the
 mix; the plugin's live-handle count must come back to its baseline. The full
 run (8 x 1000, 100,000 executes, RSS growth < 5%) is `python -m benchmarks.soak`.
+The time limits are hang guards only (a slow or busy machine must pass).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_soak_small():
         # RSS: a loose 20% bound here (4,000 measured executes); the full run holds it to 5%.
         sys.exit(soak.main(["--threads", "8", "--per-thread", "100", "--soak", "5000",
                             "--warmup", "1000", "--mixed-soak", "2000", "--compiles", "5",
-                            "--max-growth", "0.2", "--timeout", "20"]))
-    """, timeout=60, JAX_PLATFORMS="pjrt_ref,cpu")
+                            "--max-growth", "0.2", "--timeout", "600"]))
+    """, timeout=1200, JAX_PLATFORMS="pjrt_ref,cpu")
     assert "PASS" in proc.stdout, proc.stdout
     assert "800 correct" in proc.stdout, proc.stdout

@@ -28,8 +28,10 @@ Kernels with regions ask `regions` (numba) for compiled bodies when their
 numpy fast paths do not apply: scatter update computations, sort
 comparators. `codegen` writes every generated kernel to a cache directory
 so numba's own cache keeps the machine code across processes; `blas` caps
-OpenBLAS at one thread (in both optimiser modes) and splits big products
-over a small C thread pool (`gemm_pool.c`) without the GIL; `heap`
+OpenBLAS at one thread (in both optimiser modes: `openblas` finds it) and
+cuts big products into blocks fixed by their shape, shared with a small C
+thread pool (`gemm_pool.c`) without the GIL, each shape run the way
+`product_strategy` timed best on this machine; `heap`
 keeps freed array memory in the process (no page faults per op result).
 
 Switches (environment, read when a program is planned):
@@ -43,6 +45,7 @@ Switches (environment, read when a program is planned):
     PJRT_REF_POOL_SPIN_US  how long the C pool's threads spin between
                          products before sleeping (default 300; blas.py)
     PJRT_REF_GEMM_POOL=0  split products on Python threads, not the C pool
+    PJRT_REF_PRODUCT_PROBE=0  time no product shape (product_strategy.py)
     PJRT_REF_HEAP=0      leave malloc's thresholds alone (jit/heap.py)
 
 numba is imported lazily, the first time a program has something to compile

@@ -1,146 +1,151 @@
-"""How many threads numpy's BLAS (OpenBLAS) may use, and how big matrix
-products still use every core.
+"""Matrix products on numpy's OpenBLAS: one OpenBLAS thread per call, and
+big products cut into blocks that several threads compute.
 
-pjrt-ref runs inside a host process (JAX) that has thread pools of its own,
-often on few cores. OpenBLAS's worker threads busy-wait for each other; when
-one is descheduled the others spin, and a 128x784 @ 784x512 product that
-takes 1 ms on one thread took 46 ms on two threads of this two-core machine
-under load. So by default the interpreter asks OpenBLAS for one thread.
+Threads. pjrt-ref runs inside a host (JAX) that has thread pools of its
+own, often on few cores. OpenBLAS's worker threads busy-wait for each
+other; when one is descheduled the others spin, and a product that takes
+1 ms on one thread took tens of ms on two threads of a loaded two-core
+machine. So the interpreter asks OpenBLAS for one thread:
 
-    PJRT_REF_BLAS_THREADS=n   use n threads (0: leave OpenBLAS alone)
+    PJRT_REF_BLAS_THREADS=n   OpenBLAS threads (default 1; 0: leave it alone)
 
 Nothing changes if the user already chose (OPENBLAS_NUM_THREADS or
 OMP_NUM_THREADS set). The setting is process-wide: numpy's own matmuls in
-the host process use it too.
+the host process use it too. When OpenBLAS does not run on one thread (the
+user's choice, or no OpenBLAS found: openblas.py), every product is one
+np.matmul call.
 
-Large products use every core another way (`matmul`): the rows of the
-result are cut into one block per configured thread, and the blocks are
-shared out between the calling thread and a small pool of our own threads,
-each calling single-threaded BLAS on its block. That is done only where the
-blocks give the same bits as one BLAS call (checked once per shape and
-layout, `blocks_are_exact`: BLAS's kernels at a block's edge may sum some
-shapes in another order), so results never depend on the thread setting
-or the load; otherwise the product is one BLAS call.
+Blocks. A big product is cut into blocks of rows or of columns of the
+result (`product_blocks`, from its shape alone) and each block is one
+single-threaded gemm call. The result has the bits of those blocks,
+whichever thread computes which block: they do not depend on the number of
+threads or on the load. (BLAS kernels may sum an element at a block's edge
+in another order than one call over everything, so the blocks' bits can
+differ from one np.matmul call; where a shape's blocks equal one call,
+`blocks_are_exact`, this thread alone makes that one call instead.) The
+one exception is a shape for which the timing below chose OpenBLAS's own
+threads: then the product is one threaded OpenBLAS call.
 
-The pool is written in C (gemm_pool.c, built by cffi at install time): the
-caller hands it OpenBLAS's gemm function and the operands' addresses, and
-the whole split product runs without the GIL. Its threads spin for a short
-while after a product before they sleep, so the next product finds them
-awake: on this virtual machine a sleeping thread's CPU is halted, and
-waking it took 100+ us, as long as half a 256x256 product. (Our Python
-threads, below, did just that, then needed the GIL to start and again to
-report.) Measured on the 2-vCPU benchmark machine, 256x256 f32, medians
-of interleaved runs: one BLAS call 325-335 us; split on Python threads
-285 us; split on the C pool 173-180 us (its workers kept awake by the
-spin), 240-290 us with no spin (PJRT_REF_POOL_SPIN_US=0: woken each
-time); through JAX (W2) 440-460 us unsplit or on Python threads, 310-330
-us on the C pool; W4 7.3-8.2 ms unsplit, 6.0-6.5 ms on Python threads,
-5.5-6.1 ms on the C pool. If the C module is missing (a build without a
-compiler) or numpy's OpenBLAS has no ILP64 gemm we can find, the blocks
-run on Python threads instead (`run_shared`, which fused elementwise loops
-use too: threads.py).
+Helpers. The calling thread shares the blocks with a small pool written in
+C (gemm_pool.c, built by cffi at install time), which runs the whole
+product without the GIL and whose threads spin briefly between products;
+or, when the C module or numpy's ILP64 gemm is missing, with Python
+threads (helper_threads.py, which fused elementwise loops use too). Helpers
+join only for CPUs that are idle at that moment (`idle_cpus`): a helper on
+a busy CPU would keep the caller waiting for its block. The caller takes
+every block no helper has claimed, so a helper that is slow to start costs
+nothing.
 
-Helpers are used only for CPUs that are idle at that moment (`idle_cpus`,
-from /proc/loadavg, not counting our own spinning threads, which would
-yield to real work). A helper on a CPU that another process is using
-shares the core with it, and the caller waits for the helper's block:
-measured with the Python threads, a split W2 product then took 0.40 ms
-instead of 0.33 ms unsplit. Splitting whatever the load, as XLA's thread
-pool does, would make the busy case the slow one; with the check, a
-product next to a busy-looping process is one call (measured: 345-350 us
-against 335 us for np.matmul itself). The caller takes every block no
-helper has claimed, so a helper that is slow to start costs nothing.
+Whether a shape is worth sharing at all, and whether OpenBLAS's own
+threads beat our blocks on this machine, is timed once per shape and
+machine (product_strategy.py); benchmarks/README.md has the measurements
+behind these choices.
 
     PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
-                               process may run on; 1: never split). Only
-                               when OpenBLAS runs on 1 thread by our setting.
+                               process may run on; 1: this thread computes
+                               every block)
     PJRT_REF_POOL_SPIN_US=n    how long the C pool's threads spin for the
                                next product before sleeping (default
                                DEFAULT_SPIN_US; 0: sleep at once)
-    PJRT_REF_GEMM_POOL=0       split products over the Python threads
-                               instead of the C pool (for comparison)
+    PJRT_REF_GEMM_POOL=0       Python threads instead of the C pool
 
 Why the OpenBLAS setting is applied before a program is loaded (the
-plugin's `Executable` calls `limit_blas_threads` first): OpenBLAS stops its worker
-threads before every fork (a pthread_atfork handler; the loader forks to
-check a program's bytecode) and starts them again the next time it is
-asked for threads, `openblas_set_num_threads` included. A freshly started
-OpenBLAS worker busy-waits for work for about 0.1 s, a whole core, before
-it sleeps. Set once before the first fork, OpenBLAS never restarts its
-workers (one-thread products do not need them). (That spinning worker,
-restarted by the setting during every first compile, was the runnable
-thread that made `idle_cpus` say "none idle" for the first ~0.1 s of calls,
-which is all of a short benchmark.)
+plugin's `Executable` calls `limit_blas_threads` first): OpenBLAS stops its
+worker threads before every fork (a pthread_atfork handler; the loader
+forks to check a program's bytecode) and starts them again the next time
+it is asked for threads, `openblas_set_num_threads` included, and a freshly
+started worker busy-waits for work for about 0.1 s. Set once before the
+first fork, OpenBLAS never restarts its workers.
 """
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import threading
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads64_", "openblas_set_num_threads")
+from . import openblas, product_strategy
+from .helper_threads import run_shared
+
 _DONE = False
-# The OpenBLAS thread count limit_blas_threads set (None: not set by us).
+# OpenBLAS's thread count once limit_blas_threads ran (None: unknown, or
+# left alone by PJRT_REF_BLAS_THREADS=0).
 _BLAS_THREADS: int | None = None
 
 
-def _openblas_libraries() -> list[ctypes.CDLL]:
-    """numpy's bundled OpenBLAS libraries that load (wheels put them in
-    numpy.libs/), to look up functions in with getattr."""
-    import numpy
-
-    root = os.path.dirname(os.path.dirname(numpy.__file__))
-    libraries = []
-    for path in glob.glob(os.path.join(root, "numpy.libs", "*openblas*.so*")):
-        try:
-            libraries.append(ctypes.CDLL(path))
-        except OSError:
-            continue
-    return libraries
-
-
 def limit_blas_threads() -> int | None:
-    """Apply PJRT_REF_BLAS_THREADS once; the thread count set, or None."""
+    """Apply PJRT_REF_BLAS_THREADS once; the thread count set, or None.
+    A user who chose one thread (OPENBLAS_NUM_THREADS=1) gets the same
+    blocks as our setting: only OpenBLAS's count matters."""
     global _DONE, _BLAS_THREADS
     if _DONE:
         return None
     _DONE = True
+    library = openblas.find()
+    if library is None:
+        return None
     if "OPENBLAS_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
+        _BLAS_THREADS = library.threads()
         return None
     threads = int(os.environ.get("PJRT_REF_BLAS_THREADS", "1"))
-    if threads <= 0:
+    if threads <= 0 or not library.set_threads(threads):
         return None
-    for library in _openblas_libraries():
-        for name in _SETTERS:
-            setter = getattr(library, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(threads))
-                _BLAS_THREADS = threads
-                return threads
-    return None
+    _BLAS_THREADS = threads
+    return threads
 
 
-# Products with fewer multiply-adds than this run on the calling thread as
-# one BLAS call: waking a thread costs ~10-50 us, about 2**21 multiply-adds.
+# --- Cutting a product into blocks ----------------------------------------
+
+ROW_BLOCKS, COLUMN_BLOCKS = 0, 1
+# Products with fewer multiply-adds than this are one block: handing a
+# block to another thread costs ~10-50 us, about 2**21 multiply-adds.
 SPLIT_MIN_MULTIPLY_ADDS = 1 << 22
-# Blocks have at least this many rows: narrower ones make BLAS's kernels slow.
-MIN_BLOCK_ROWS = 64
+# About this much work per block (W2's 256x256 product: two blocks).
+BLOCK_MULTIPLY_ADDS = 1 << 23
+# Blocks are at least this many rows or columns long (narrower ones make
+# BLAS's kernels slow), and the other side of the result at least
+# MIN_OTHER_SIDE (a thinner product is a matrix-vector one, memory-bound).
+MIN_BLOCK = 64
+MIN_OTHER_SIDE = 16
+MAX_BLOCKS = 16
+
+
+class Blocks(NamedTuple):
+    """How a product is cut: `count` blocks along `axis` (ROW_BLOCKS or
+    COLUMN_BLOCKS) of the result, block k covering [n*k//count,
+    n*(k+1)//count) of its n rows or columns (gemm_pool.c cuts the same)."""
+    axis: int
+    count: int
+
+    def ranges(self, rows: int, columns: int) -> list[tuple[int, int]]:
+        length = rows if self.axis == ROW_BLOCKS else columns
+        return [(length * k // self.count, length * (k + 1) // self.count)
+                for k in range(self.count)]
+
+
+def product_blocks(rows: int, inner: int, columns: int) -> Blocks:
+    """The blocks of a rows x inner @ inner x columns product, from its
+    shape alone. The longer side of the result is cut (each block then
+    re-reads the smaller operand); the count is a power of two (blocks
+    share evenly between 2, 4, ... threads) giving each block about
+    BLOCK_MULTIPLY_ADDS of work, at most MAX_BLOCKS."""
+    axis = ROW_BLOCKS if rows >= columns else COLUMN_BLOCKS
+    work = rows * inner * columns
+    if work < SPLIT_MIN_MULTIPLY_ADDS or min(rows, columns) < MIN_OTHER_SIDE:
+        return Blocks(axis, 1)
+    most = min(MAX_BLOCKS, max(rows, columns) // MIN_BLOCK, work // BLOCK_MULTIPLY_ADDS)
+    return Blocks(axis, 1 << (most.bit_length() - 1) if most >= 1 else 1)
+
 
 _LOADAVG_FD: int | None = None
 _THREADS: tuple[str, int] | None = None   # (PJRT_REF_MATMUL_THREADS, threads)
 
 
 def matmul_threads() -> int:
-    """Threads one product may use (PJRT_REF_MATMUL_THREADS, default the CPUs
-    this process may run on). 1 unless OpenBLAS runs single-threaded by our
-    setting: threads of ours each running a threaded BLAS would fight."""
-    if _BLAS_THREADS != 1:
-        return 1
+    """Threads one product may use (PJRT_REF_MATMUL_THREADS, default the
+    CPUs this process may run on)."""
     global _THREADS
     setting = os.environ.get("PJRT_REF_MATMUL_THREADS", "").strip()
     if _THREADS is None or _THREADS[0] != setting:   # read once per setting
@@ -154,20 +159,7 @@ def _threads_for(setting: str) -> int:
             return max(1, int(setting))
         except ValueError:
             pass
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
-def row_blocks(rows: int, inner: int, columns: int, threads: int) -> list[int]:
-    """Where the result's rows would be cut: one block per thread, at least
-    MIN_BLOCK_ROWS rows each, for products big enough to pay a thread's
-    wake-up; [0, rows] means one block."""
-    blocks = min(threads, rows // MIN_BLOCK_ROWS)
-    if blocks < 2 or rows * inner * columns < SPLIT_MIN_MULTIPLY_ADDS:
-        return [0, rows]
-    return [rows * k // blocks for k in range(blocks + 1)]
+    return product_strategy.usable_cpus()
 
 
 # CPUs of the machine (what /proc/loadavg's runnable count is out of): read
@@ -193,44 +185,214 @@ def idle_cpus() -> int:
     return max(0, _CPUS - running)
 
 
+# --- One product ------------------------------------------------------------
+
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
-    """`a @ b` for 2-d float arrays (any strides), always with the bits of
-    one BLAS call. A big product whose row blocks (`row_blocks`) give those
-    same bits (`blocks_are_exact`) is computed block by block when CPUs are
-    idle: by this thread and the C pool's threads (or Python helper
-    threads, see the module docstring)."""
-    rows, inner = a.shape
-    columns = b.shape[1]
-    threads = matmul_threads() if threads is None else threads
-    bounds = row_blocks(rows, inner, columns, threads)
-    helpers = min(len(bounds) - 2, idle_cpus()) if len(bounds) > 2 else 0
-    if helpers == 0:
+    """`a @ b` for 2-d arrays (any strides), with the bits of the blocks
+    `product_blocks` cuts it into, computed by this thread and by helpers
+    on idle CPUs (module docstring). One np.matmul call when OpenBLAS does
+    not run on one thread (or is not found), for a product of one block, for
+    operands that are not both native f32 or both native f64, for `a @ a.T`
+    on one buffer (numpy then uses syrk), and where the measured strategy
+    is OpenBLAS's own threads."""
+    if _BLAS_THREADS != 1 or not _blockable(a, b):
         return np.matmul(a, b)
-    call = _gemm_call(a, b) if len(bounds) - 1 <= MAX_POOL_BLOCKS else None
-    if not _blocks_exact(a, b, bounds, call):
+    blocks = product_blocks(a.shape[0], a.shape[1], b.shape[1])
+    if blocks.count == 1:
         return np.matmul(a, b)
-    if call is None:
-        return _matmul_on_python_threads(a, b, bounds, helpers)
-    out = np.empty((rows, columns), a.dtype)
-    if _pool_multiply(call, out, len(bounds) - 1, helpers):
-        return out
-    return np.matmul(a, b)   # another thread's product has the pool
+    call = _gemm_call(a, b)
+    strategy = _strategy(a, b, blocks, call)
+    if strategy.openblas_threads > 1:
+        return _on_openblas_threads(a, b, strategy.openblas_threads)
+    helpers = 0
+    if strategy.split:
+        limit = matmul_threads() if threads is None else threads
+        helpers = max(0, min(blocks.count - 1, limit - 1, idle_cpus()))
+    if helpers == 0 and _blocks_exact(a, b, blocks, call):
+        return np.matmul(a, b)
+    return compute_blocks(a, b, blocks, call, helpers)
 
 
-def _matmul_on_python_threads(a: np.ndarray, b: np.ndarray, bounds: list[int],
-                              helpers: int) -> np.ndarray:
-    """The row blocks as np.matmul calls shared by this thread and up to
-    `helpers` Python pool threads (`run_shared`)."""
+def _address(x: np.ndarray) -> int:
+    return x.__array_interface__["data"][0]
+
+
+def _blockable(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.dtype == b.dtype and a.dtype.isnative and a.dtype.type in (np.float32, np.float64)
+            and _address(a) != _address(b))
+
+
+def compute_blocks(a: np.ndarray, b: np.ndarray, blocks: Blocks, call: tuple | None,
+                   helpers: int) -> np.ndarray:
+    """`a @ b` as `blocks`, each one gemm call, shared by this thread and up
+    to `helpers` helpers: the C pool's when `call` (`_gemm_call(a, b)`) is
+    given, else Python threads calling np.matmul per block."""
     out = np.empty((a.shape[0], b.shape[1]), np.result_type(a.dtype, b.dtype))
-
-    def block(lo: int, hi: int) -> Callable[[], None]:
-        def job() -> None:
-            with np.errstate(all="ignore"):  # numpy's error state is per thread
-                np.matmul(a[lo:hi], b, out=out[lo:hi])
-        return job
-
-    run_shared([block(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])], helpers)
+    if call is not None and blocks.count <= MAX_POOL_BLOCKS:
+        # Another host thread's product may hold the pool: then this thread
+        # computes every block itself (the same blocks, so the same bits).
+        if not _pool_multiply(call, out, blocks, helpers):
+            _pool_multiply(call, out, blocks, helpers=0)
+        return out
+    ranges = blocks.ranges(out.shape[0], out.shape[1])
+    run_shared([_block_job(a, b, out, blocks.axis, lo, hi) for lo, hi in ranges], helpers)
     return out
+
+
+def _block_job(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, lo: int,
+               hi: int) -> Callable[[], None]:
+    def job() -> None:
+        with np.errstate(all="ignore"):   # numpy's error state is per thread
+            if axis == ROW_BLOCKS:
+                np.matmul(a[lo:hi], b, out=out[lo:hi])
+            else:
+                np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
+    return job
+
+
+def _on_openblas_threads(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
+    """One np.matmul call on `threads` OpenBLAS threads, set for this
+    thread's calls only (other threads' products stay single-threaded)."""
+    setter = _thread_local_setter()
+    previous = setter(threads)
+    try:
+        return np.matmul(a, b)
+    finally:
+        setter(previous)
+
+
+def _thread_local_setter():
+    library = openblas.find()
+    setter = library.thread_local_setter() if library is not None else None
+    if setter is not None:
+        setter.restype = ctypes.c_int
+        setter.argtypes = (ctypes.c_int,)
+    return setter
+
+
+# --- Which way a shape runs (product_strategy.py) ----------------------------
+
+_STRATEGIES: dict[str, product_strategy.Strategy] = {}
+_PROBE_LOCK = threading.Lock()
+
+
+def _shape_key(a: np.ndarray, b: np.ndarray, call: tuple | None) -> str:
+    """What a strategy is kept under: dtype, sizes, layouts and which
+    helpers (C pool or Python threads) would compute the blocks."""
+    (rows, inner), columns = a.shape, b.shape[1]
+    helpers = "c" if call is not None else "python"
+    return f"{a.dtype.name} {rows}x{inner}x{columns} {_layout(a)},{_layout(b)} {helpers}"
+
+
+def _strategy(a: np.ndarray, b: np.ndarray, blocks: Blocks,
+              call: tuple | None) -> product_strategy.Strategy:
+    key = _shape_key(a, b, call)
+    known = _STRATEGIES.get(key)
+    if known is None:
+        known = _STRATEGIES[key] = _find_strategy(key, a, b, blocks, call is not None)
+    return known
+
+
+def _find_strategy(key: str, a: np.ndarray, b: np.ndarray, blocks: Blocks,
+                   in_c: bool) -> product_strategy.Strategy:
+    """The strategy on disk, or measured now (and written); DEFAULT when
+    timing is off, another thread is timing, or the machine is busy."""
+    if not product_strategy.probe_enabled():
+        return product_strategy.DEFAULT
+    known = product_strategy.lookup(key)
+    if known is not None:
+        return known
+    if not _PROBE_LOCK.acquire(blocking=False):
+        return product_strategy.DEFAULT
+    try:
+        measured = measure_strategy(a, b, blocks, in_c)
+    finally:
+        _PROBE_LOCK.release()
+    if measured is None:
+        return product_strategy.DEFAULT
+    product_strategy.remember(key, measured)
+    return measured
+
+
+def measure_strategy(a: np.ndarray, b: np.ndarray, blocks: Blocks,
+                     in_c: bool) -> product_strategy.Strategy | None:
+    """Time the candidates (product_strategy.py) on random operands with
+    `a` and `b`'s shapes and layouts; None if the machine was too busy."""
+    rng = np.random.default_rng(0)
+    probe_a, probe_b = _random_like(a, rng), _random_like(b, rng)
+    call = _gemm_call(probe_a, probe_b) if in_c else None
+    exact = _blocks_exact(probe_a, probe_b, blocks, call)
+
+    def serial() -> None:
+        if exact:
+            np.matmul(probe_a, probe_b)
+        else:
+            compute_blocks(probe_a, probe_b, blocks, call, helpers=0)
+
+    if product_strategy.serial_seconds(serial) > product_strategy.MAX_PROBED_SECONDS:
+        return product_strategy.DEFAULT
+    cpus = product_strategy.usable_cpus()
+    ours = {"serial": serial}
+    helpers = min(blocks.count - 1, cpus - 1)
+    if helpers > 0:
+        ours["split"] = lambda: compute_blocks(probe_a, probe_b, blocks, call, helpers)
+    threaded = None
+    if cpus > 1 and _thread_local_setter() is not None:
+        threaded = lambda: _on_openblas_threads(probe_a, probe_b, cpus)  # noqa: E731
+    needed = min(blocks.count, cpus) - 1
+    times = product_strategy.measure(ours, threaded, quiet=lambda: idle_cpus() >= needed)
+    return None if times is None else product_strategy.decide(times, cpus)
+
+
+# --- Are the blocks one call's bits? ------------------------------------------
+
+_EXACT: dict = {}
+
+
+def _layout(x: np.ndarray) -> str:
+    """How BLAS reads a 2-d operand: rows contiguous, columns contiguous
+    (a transposed view), or neither (numpy copies it first)."""
+    if x.strides[1] == x.itemsize:
+        return "rows"
+    if x.strides[0] == x.itemsize:
+        return "columns"
+    return "copied"
+
+
+def blocks_are_exact(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the blocks of `a @ b` (`product_blocks`) give the bits of one
+    np.matmul call. BLAS's sequence of floating-point operations depends on
+    the shapes, types and layouts only, never on the values, so one check
+    on random operands of that shape and layout answers for all operands;
+    the answer is kept per shape and layout. The blocks are computed by the
+    path that computes the real ones: the C pool's code or np.matmul per
+    block."""
+    blocks = product_blocks(a.shape[0], a.shape[1], b.shape[1])
+    return _blocks_exact(a, b, blocks, _gemm_call(a, b))
+
+
+def _blocks_exact(a: np.ndarray, b: np.ndarray, blocks: Blocks, call: tuple | None) -> bool:
+    key = (_shape_key(a, b, call), blocks)
+    exact = _EXACT.get(key)
+    if exact is None:
+        rng = np.random.default_rng(0)
+        probe_a, probe_b = _random_like(a, rng), _random_like(b, rng)
+        probe_call = _gemm_call(probe_a, probe_b) if call is not None else None
+        with np.errstate(all="ignore"):
+            whole = np.matmul(probe_a, probe_b)
+            split = compute_blocks(probe_a, probe_b, blocks, probe_call, helpers=0)
+        exact = _EXACT[key] = bool(np.array_equal(whole, split))
+    return exact
+
+
+def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Random values in `x`'s shape, dtype and layout (`_layout`)."""
+    layout = _layout(x)
+    if layout == "copied":
+        wide = rng.standard_normal((x.shape[0], 2 * x.shape[1])).astype(x.dtype)
+        return wide[:, ::2]
+    values = rng.standard_normal(x.shape).astype(x.dtype)
+    return np.asfortranarray(values) if layout == "columns" else values
 
 
 # --- The C pool (gemm_pool.c) -------------------------------------------
@@ -238,9 +400,7 @@ def _matmul_on_python_threads(a: np.ndarray, b: np.ndarray, bounds: list[int],
 # How long the C pool's threads spin for the next product before sleeping.
 # Long enough to bridge the gap between back-to-back calls (W2 through JAX)
 # and most gaps between the products of a training step (W4), short enough
-# that an idle plugin gives its CPU back at once. Measured on W4's products
-# inside the step: no spin 5-8% slower than 300 us, 1-3 ms only 3-5%
-# faster (at the cost of a core spinning after every product).
+# that an idle plugin gives its CPU back at once (benchmarks/README.md).
 DEFAULT_SPIN_US = 300
 # CBLAS's transpose flags (cblas.h).
 _NO_TRANS, _TRANS = 111, 112
@@ -257,37 +417,28 @@ class _Pool:
 
 # What blas.py uses of the C module (gemm_pool.h).
 _POOL_NAMES = ("gemm_pool_multiply", "gemm_pool_spinning", "gemm_pool_workers",
-               "GEMM_POOL_MAX_BLOCKS")
+               "GEMM_POOL_MAX_BLOCKS", "GEMM_POOL_COLUMN_BLOCKS")
 
 
 def _load_pool() -> "_Pool | None":
     """The C pool, or None: module not built, built from an older
     gemm_pool.h (an editable install after a pull: `pip install -e .`
-    rebuilds it), or no ILP64 cblas gemm in numpy's OpenBLAS. Only the
-    `64_`-suffixed symbols are taken: their integer arguments are 64-bit,
-    as gemm_pool.h declares them."""
+    rebuilds it), or no ILP64 cblas gemm in numpy's OpenBLAS (gemm_pool.h
+    declares 64-bit integer arguments)."""
     try:
         from . import _gemm_pool
     except ImportError:
         return None
     if not all(hasattr(_gemm_pool.lib, name) for name in _POOL_NAMES):
         return None
-    for library in _openblas_libraries():
-        gemms = {}
-        for dtype, names in ((np.dtype(np.float32), ("scipy_cblas_sgemm64_", "cblas_sgemm64_")),
-                             (np.dtype(np.float64), ("scipy_cblas_dgemm64_", "cblas_dgemm64_"))):
-            for name in names:
-                function = getattr(library, name, None)
-                if function is not None:
-                    gemms[dtype] = ctypes.cast(function, ctypes.c_void_p).value
-                    break
-        if len(gemms) == 2:
-            return _Pool(_gemm_pool.lib, gemms)
-    return None
+    library = openblas.find()
+    if library is None or not library.gemms:
+        return None
+    return _Pool(_gemm_pool.lib, library.gemms)
 
 
 _POOL = _load_pool()
-# Most row blocks the C pool takes in one product (gemm_pool.h).
+# Most blocks the C pool takes in one product (gemm_pool.h).
 MAX_POOL_BLOCKS = _POOL.lib.GEMM_POOL_MAX_BLOCKS if _POOL is not None else 0
 
 
@@ -311,7 +462,7 @@ def _operand(x: np.ndarray, rows: int, columns: int) -> tuple[int, int, int] | N
     read it in place (numpy would copy it first) or the address is not
     aligned to the element size."""
     size = x.itemsize
-    address = x.__array_interface__["data"][0]
+    address = _address(x)
     row_stride, column_stride = x.strides
     if address % size:
         return None
@@ -325,8 +476,7 @@ def _operand(x: np.ndarray, rows: int, columns: int) -> tuple[int, int, int] | N
 def _gemm_call(a: np.ndarray, b: np.ndarray) -> tuple | None:
     """gemm_pool_multiply's arguments up to ldb for `a @ b`, or None when
     the C pool cannot compute it: pool off or missing, other dtypes, byte
-    order or layouts, or `a` and `b` the same memory (numpy then may use
-    syrk, whose bits gemm blocks need not match)."""
+    order or layouts, or `a` and `b` the same memory."""
     if not _pool_enabled() or a.dtype != b.dtype or a.dtype not in _POOL.gemms:
         return None
     if not a.dtype.isnative:
@@ -341,178 +491,14 @@ def _gemm_call(a: np.ndarray, b: np.ndarray) -> tuple | None:
             inner, lhs[0], lhs[2], rhs[0], rhs[2])
 
 
-def _pool_multiply(call: tuple, out: np.ndarray, blocks: int, helpers: int) -> bool:
-    """Run `call` (`_gemm_call`) into the C-contiguous `out` in `blocks` row
-    blocks with up to `helpers` pool threads (0: all on this thread).
-    False if another thread's product has the pool (nothing done)."""
+def _pool_multiply(call: tuple, out: np.ndarray, blocks: Blocks, helpers: int) -> bool:
+    """Run `call` (`_gemm_call`) into the C-contiguous `out` as `blocks`
+    with up to `helpers` pool threads (0: all on this thread). False if
+    another thread's product has the pool, or the pool refuses the block
+    count (nothing done)."""
+    lib = _POOL.lib
+    axis = (lib.GEMM_POOL_ROW_BLOCKS, lib.GEMM_POOL_COLUMN_BLOCKS)[blocks.axis]
     gemm, is_double, trans_a, trans_b, rows, columns, inner, a, lda, b, ldb = call
-    return bool(_POOL.lib.gemm_pool_multiply(
+    return bool(lib.gemm_pool_multiply(
         gemm, is_double, trans_a, trans_b, rows, columns, inner, a, lda, b, ldb,
-        out.__array_interface__["data"][0], columns, blocks, helpers, _spin_ns()))
-
-
-_EXACT: dict = {}
-
-
-def _layout(x: np.ndarray) -> str:
-    """How BLAS reads a 2-d operand: rows contiguous, columns contiguous
-    (a transposed view), or neither (numpy copies it first)."""
-    if x.strides[1] == x.itemsize:
-        return "rows"
-    if x.strides[0] == x.itemsize:
-        return "columns"
-    return "copied"
-
-
-def blocks_are_exact(a: np.ndarray, b: np.ndarray, bounds: list[int]) -> bool:
-    """Whether computing the rows of `a @ b` in the blocks `bounds` gives
-    the same bits as one BLAS call. BLAS's sequence of floating-point
-    operations depends on the shapes, types and layouts only, never on the
-    values, so one check on random operands of that shape and layout
-    answers for all operands; the answer is kept per shape and layout
-    (edge-of-block kernels sum some shapes in another order). The blocks
-    are computed by the path that will compute the real ones: the C pool's
-    code (all on this thread) or np.matmul per block."""
-    return _blocks_exact(a, b, bounds, _gemm_call(a, b))
-
-
-def _blocks_exact(a: np.ndarray, b: np.ndarray, bounds: list[int], call: tuple | None) -> bool:
-    """blocks_are_exact, given `_gemm_call(a, b)` (None: the Python path)."""
-    if call is not None:   # dtype, transpose flags and sizes say it all
-        key = (call[1:7], tuple(bounds))
-    else:
-        key = (a.dtype, b.dtype, a.shape, b.shape, _layout(a), _layout(b), tuple(bounds))
-    exact = _EXACT.get(key)
-    if exact is None:
-        rng = np.random.default_rng(0)
-        probe_a, probe_b = (_random_like(x, rng) for x in (a, b))
-        with np.errstate(all="ignore"):
-            whole = np.matmul(probe_a, probe_b)
-            blocks = _probe_blocks(probe_a, probe_b, bounds, call is not None)
-        exact = _EXACT[key] = blocks is not None and bool(np.array_equal(whole, blocks))
-    return exact
-
-
-def _probe_blocks(a: np.ndarray, b: np.ndarray, bounds: list[int], in_c: bool):
-    """`a @ b` computed in the row blocks `bounds` on this thread, by the C
-    pool's code (in_c) or np.matmul per block."""
-    if not in_c:
-        return np.concatenate([np.matmul(a[lo:hi], b) for lo, hi in zip(bounds[:-1], bounds[1:])])
-    call = _gemm_call(a, b)
-    if call is None:   # cannot happen: the probe has the real operands' layouts
-        return None
-    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    return out if _pool_multiply(call, out, len(bounds) - 1, helpers=0) else None
-
-
-def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    values = rng.standard_normal(x.shape).astype(x.dtype)
-    return np.asfortranarray(values) if _layout(x) == "columns" else values
-
-
-class _SharedJobs:
-    """Jobs claimed one at a time by whichever thread asks first. `done`
-    is held until the last job has finished (a plain lock: cheaper to make
-    and to wait on than an Event, which matters at ~0.2 ms per product)."""
-
-    def __init__(self, jobs: list):
-        self.jobs = jobs
-        self.lock = threading.Lock()
-        self.claimed = 0
-        self.unfinished = len(jobs)
-        self.done = threading.Lock()
-        if jobs:
-            self.done.acquire()
-        self.error: BaseException | None = None
-
-    def work(self) -> None:
-        while True:
-            with self.lock:
-                index = self.claimed
-                if index >= len(self.jobs):
-                    return
-                self.claimed += 1
-            try:
-                self.jobs[index]()
-            except BaseException as error:  # re-raised in the calling thread
-                self.error = error
-            with self.lock:
-                self.unfinished -= 1
-                last = self.unfinished == 0
-            if last:
-                self.done.release()
-
-    def wait(self) -> None:
-        self.done.acquire()
-
-
-class _Helper:
-    """One pool thread: sleeps on its own lock until handed jobs, helps with
-    them, then offers itself again (`_IDLE`)."""
-
-    def __init__(self) -> None:
-        self.wake = threading.Lock()
-        self.wake.acquire()
-        self.shared: _SharedJobs | None = None
-        thread = threading.Thread(target=self._serve, name=f"pjrt_ref_helper_{len(_HELPERS)}",
-                                  daemon=True)
-        _HELPERS.append(self)
-        thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            self.wake.acquire()
-            shared, self.shared = self.shared, None
-            shared.work()
-            with _IDLE_LOCK:
-                _IDLE.append(self)
-
-    def help(self, shared: _SharedJobs) -> None:
-        self.shared = shared
-        self.wake.release()
-
-
-_HELPERS: list[_Helper] = []   # every pool thread (at most MAX_HELPERS)
-_IDLE: list[_Helper] = []      # those waiting for work
-_IDLE_LOCK = threading.Lock()
-MAX_HELPERS = 64
-
-
-def _idle_helpers(count: int) -> list[_Helper]:
-    """Up to `count` sleeping helpers, taken out of `_IDLE` (new threads are
-    started while there are fewer than MAX_HELPERS). Helpers busy for
-    another caller are not waited for: the caller does their share."""
-    with _IDLE_LOCK:
-        while len(_IDLE) < count and len(_HELPERS) < MAX_HELPERS:
-            _IDLE.append(_Helper())
-        taken = _IDLE[len(_IDLE) - min(count, len(_IDLE)):]
-        del _IDLE[len(_IDLE) - len(taken):]
-    return taken
-
-
-def _forget_helpers_after_fork() -> None:
-    """A forked child has none of the pool's threads: it starts new ones."""
-    global _IDLE_LOCK
-    _HELPERS.clear()
-    _IDLE.clear()
-    _IDLE_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_helpers_after_fork)
-
-
-def run_shared(jobs: list, helpers: int) -> None:
-    """Run `jobs` on the calling thread and up to `helpers` pool threads;
-    return when all are done. A helper that wakes up late finds nothing
-    left to do: the caller never waits for a thread that has not started.
-    The caller chooses `helpers` (no more than `idle_cpus()`: a helper
-    woken on a busy CPU may keep the caller waiting for its block)."""
-    shared = _SharedJobs(jobs)
-    helpers = min(helpers, len(jobs) - 1)
-    if helpers > 0:
-        for helper in _idle_helpers(helpers):
-            helper.help(shared)
-    shared.work()
-    shared.wait()
-    if shared.error is not None:
-        raise shared.error
+        _address(out), columns, axis, blocks.count, helpers, _spin_ns()))

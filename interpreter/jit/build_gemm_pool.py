@@ -25,10 +25,12 @@ SOURCE = os.path.join(HERE, "gemm_pool.c")
 
 def cdef_text() -> str:
     """The header as cffi's parser takes it: without preprocessor lines,
-    and with the two constants declared so Python can read them."""
+    and with its constants declared so Python can read them."""
     with open(HEADER) as f:
         lines = [line for line in f.read().splitlines() if not line.lstrip().startswith("#")]
-    constants = "#define GEMM_POOL_MAX_WORKERS ...\n#define GEMM_POOL_MAX_BLOCKS ...\n"
+    names = ("GEMM_POOL_MAX_WORKERS", "GEMM_POOL_MAX_BLOCKS", "GEMM_POOL_ROW_BLOCKS",
+             "GEMM_POOL_COLUMN_BLOCKS")
+    constants = "".join(f"#define {name} ...\n" for name in names)
     return constants + "\n".join(lines)
 
 

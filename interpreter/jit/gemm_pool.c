@@ -1,18 +1,18 @@
 /* A tiny thread pool that computes one matrix product's row blocks on
  * several cores, without Python's GIL.
  *
- * Read interpreter/jit/blas.py first: it decides *whether* a product is
- * split (only when the blocks give the bits of one BLAS call, and only onto
- * idle CPUs); this file only *runs* the blocks, each one a call of
- * single-threaded OpenBLAS gemm (the function pointer Python found in
- * numpy's bundled OpenBLAS).
+ * Read interpreter/jit/blas.py first: it decides how a product is cut into
+ * blocks (from its shape alone, so the bits never depend on who computes
+ * which block) and whether helpers join (only onto idle CPUs); this file
+ * only *runs* the blocks, each one a call of single-threaded OpenBLAS gemm
+ * (the function pointer Python found in numpy's OpenBLAS, openblas.py).
  *
  * Why C and not Python threads: a Python helper thread sleeps on a lock,
  * and when it is woken its (idle, halted) virtual CPU must first be
  * rescheduled by the hypervisor, then the thread needs the GIL to start,
- * and again to report that its block is done. Measured on the 2-vCPU
- * benchmark machine, that made a 256x256 product split in two take ~300 us
- * instead of ~175 us. Here, Python calls one C function (cffi releases the
+ * and again to report that its block is done: on a 2-vCPU machine that
+ * cost about as much as half a 256x256 product (benchmarks/README.md has
+ * the numbers). Here, Python calls one C function (cffi releases the
  * GIL for the whole call), and the pool's threads *spin* for a short while
  * after their last block before they sleep, so that the next product finds
  * them awake. XLA's CPU thread pool behaves the same way (workers spin
@@ -86,6 +86,7 @@ struct job {
     intptr_t gemm;            /* sgemm_fn or dgemm_fn */
     int is_double;
     int trans_a, trans_b;     /* CblasNoTrans (111) or CblasTrans (112) */
+    int axis;                 /* GEMM_POOL_ROW_BLOCKS or GEMM_POOL_COLUMN_BLOCKS */
     int64_t rows, columns, inner, blocks;
     intptr_t a, b, c;
     int64_t lda, ldb, ldc;
@@ -152,22 +153,34 @@ static int64_t claim_block(uint32_t generation) {
     }
 }
 
-/* Rows [lo, hi) of the product, as blas.row_blocks cuts them. */
-static void run_block(const struct job *job, int64_t block) {
-    int64_t lo = job->rows * block / job->blocks, hi = job->rows * (block + 1) / job->blocks;
+/* One gemm call: rows [row, row + rows) and columns [column, column +
+ * columns) of C. A's row `row` starts `row` rows down in a row-major A, or
+ * `row` elements along in a transposed one (A stored as its transpose,
+ * row-major); B's column `column` likewise. */
+static void gemm_call(const struct job *job, int64_t row, int64_t rows, int64_t column,
+                      int64_t columns) {
     int64_t size = job->is_double ? sizeof(double) : sizeof(float);
-    /* A's row `lo` starts lo rows down in a row-major A, or lo elements
-     * along in a transposed one (A stored as its transpose, row-major). */
-    intptr_t a = job->a + (job->trans_a == CBLAS_NO_TRANS ? lo * job->lda : lo) * size;
-    intptr_t c = job->c + lo * job->ldc * size;
+    intptr_t a = job->a + (job->trans_a == CBLAS_NO_TRANS ? row * job->lda : row) * size;
+    intptr_t b = job->b + (job->trans_b == CBLAS_NO_TRANS ? column : column * job->ldb) * size;
+    intptr_t c = job->c + (row * job->ldc + column) * size;
     if (job->is_double)
-        ((dgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, hi - lo, job->columns,
-                              job->inner, 1.0, (const double *)a, job->lda,
-                              (const double *)job->b, job->ldb, 0.0, (double *)c, job->ldc);
+        ((dgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, rows, columns,
+                              job->inner, 1.0, (const double *)a, job->lda, (const double *)b,
+                              job->ldb, 0.0, (double *)c, job->ldc);
     else
-        ((sgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, hi - lo, job->columns,
-                              job->inner, 1.0f, (const float *)a, job->lda,
-                              (const float *)job->b, job->ldb, 0.0f, (float *)c, job->ldc);
+        ((sgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, rows, columns,
+                              job->inner, 1.0f, (const float *)a, job->lda, (const float *)b,
+                              job->ldb, 0.0f, (float *)c, job->ldc);
+}
+
+/* Block `block` of the product, cut as blas.product_blocks cuts it. */
+static void run_block(const struct job *job, int64_t block) {
+    int64_t length = job->axis == GEMM_POOL_ROW_BLOCKS ? job->rows : job->columns;
+    int64_t lo = length * block / job->blocks, hi = length * (block + 1) / job->blocks;
+    if (job->axis == GEMM_POOL_ROW_BLOCKS)
+        gemm_call(job, lo, hi - lo, 0, job->columns);
+    else
+        gemm_call(job, 0, job->rows, lo, hi - lo);
 }
 
 /* Claim and run blocks of job `generation` until none is left. */
@@ -259,12 +272,14 @@ static int all_blocks_done(const void *blocks) {
 
 int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, int64_t rows,
                        int64_t columns, int64_t inner, intptr_t a, int64_t lda, intptr_t b,
-                       int64_t ldb, intptr_t c, int64_t ldc, int blocks, int helpers,
-                       int64_t spin_ns) {
-    struct job job = {gemm, is_double, trans_a, trans_b, rows, columns, inner, blocks,
+                       int64_t ldb, intptr_t c, int64_t ldc, int axis, int blocks,
+                       int helpers, int64_t spin_ns) {
+    struct job job = {gemm, is_double, trans_a, trans_b, axis, rows, columns, inner, blocks,
                       a, b, c, lda, ldb, ldc};
     if (blocks < 1 || blocks > GEMM_POOL_MAX_BLOCKS)
         return 0;         /* `claim` has 16 bits for them (blas.py checks) */
+    if (axis != GEMM_POOL_ROW_BLOCKS && axis != GEMM_POOL_COLUMN_BLOCKS)
+        return 0;
     if (helpers <= 0) {   /* every block on this thread (blas.blocks_are_exact) */
         for (int64_t block = 0; block < blocks; block++)
             run_block(&job, block);

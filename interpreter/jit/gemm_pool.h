@@ -7,9 +7,14 @@
 #define GEMM_POOL_MAX_WORKERS 63
 /* Most blocks in one product (a 16-bit field of the pool's claim word). */
 #define GEMM_POOL_MAX_BLOCKS 65535
+/* Which dimension of C the blocks cut (the `axis` argument). */
+#define GEMM_POOL_ROW_BLOCKS 0
+#define GEMM_POOL_COLUMN_BLOCKS 1
 
 /* C = A @ B (row-major, C rows x columns with leading dimension ldc) by
- * `blocks` row blocks, block k being rows [rows*k/blocks, rows*(k+1)/blocks).
+ * `blocks` blocks of rows (axis GEMM_POOL_ROW_BLOCKS), block k being rows
+ * [rows*k/blocks, rows*(k+1)/blocks), or likewise blocks of columns
+ * (GEMM_POOL_COLUMN_BLOCKS); each block is one gemm call.
  * `gemm` is the address of OpenBLAS's ILP64 cblas_sgemm (is_double 0) or
  * cblas_dgemm (1); trans_a/trans_b are CblasNoTrans (111) or CblasTrans
  * (112) with the leading dimensions CBLAS expects for a row-major call.
@@ -17,13 +22,14 @@
  * exactness probe uses). Otherwise up to `helpers` pool workers help;
  * workers spin `spin_ns` ns for the next job before sleeping.
  * Returns 1 when C is computed, 0 when another thread's product holds the
- * pool or `blocks` is not in 1..GEMM_POOL_MAX_BLOCKS (nothing was done:
+ * pool, `blocks` is not in 1..GEMM_POOL_MAX_BLOCKS or `axis` is neither
+ * value (nothing was done:
  * compute C another way). The caller has checked every other argument
  * (blas.py); nothing here can fail. */
 int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, int64_t rows,
                        int64_t columns, int64_t inner, intptr_t a, int64_t lda, intptr_t b,
-                       int64_t ldb, intptr_t c, int64_t ldc, int blocks, int helpers,
-                       int64_t spin_ns);
+                       int64_t ldb, intptr_t c, int64_t ldc, int axis, int blocks,
+                       int helpers, int64_t spin_ns);
 
 /* Workers spinning right now, waiting for a job (they are "runnable" in
  * /proc/loadavg but would yield to any real work). */

@@ -7,7 +7,7 @@ ordinary call of the kernel on slices of the arrays. Results are the same
 bits as one call over everything (no element's computation changes).
 
 The pieces go to the pool that large matrix products use
-(`blas.run_shared`): the calling thread takes pieces until none is left,
+(helper_threads.py): the calling thread takes pieces until none is left,
 helper threads are woken only for CPUs that are idle at that moment, and
 the caller never waits for a helper that has not started. Pieces are
 several per thread, so a thread on a busy core takes fewer of them.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 
-from . import blas
+from . import blas, helper_threads
 
 MAX_DEFAULT_THREADS = 8
 # Pieces smaller than this are not worth a thread hand-off (tens of µs).
@@ -68,4 +68,4 @@ def run_split(run_piece, size: int, min_piece: int = MIN_PIECE) -> None:
         run_piece(0, size)
         return
     jobs = [functools.partial(run_piece, start, stop) for start, stop in ranges]
-    blas.run_shared(jobs, helpers)
+    helper_threads.run_shared(jobs, helpers)

@@ -13,8 +13,10 @@ evaluate the same approximations in the same precision (f64 in f64, every
 narrower float type in f32 and rounded at the end) with XLA CPU's own
 arithmetic habits (`chlo_numerics`: fused multiply-adds, its log1p). That
 keeps us within a few ulp of XLA, edge cases included: lgamma(+-inf) = +inf and +inf at the
-poles, digamma = NaN at 0 and negative integers, erf_inv(+-1) = +-inf,
-zeta/polygamma's domain errors (NaN) and poles (+inf).
+poles, digamma = -inf at +-0 and NaN at the negative integers, erf_inv(+-1) = +-inf,
+zeta/polygamma's domain errors (NaN) and poles (+inf). Where XLA's versions
+disagree, the newest is followed and tests/test_ops_chlo_special.py says
+how far the older ones are.
 """
 from __future__ import annotations
 
@@ -257,7 +259,8 @@ def lgamma_approximation(x: np.ndarray) -> np.ndarray:
 
 
 def digamma_approximation(x: np.ndarray) -> np.ndarray:
-    """digamma(x); reflection below 1/2; NaN at 0 and the negative integers."""
+    """digamma(x); reflection below 1/2; -inf at +-0 (the pole's value XLA
+    gives from 0.12 on; it gave NaN before), NaN at the negative integers."""
     f = x.dtype.type
     reflect, z = _reflection_argument(x)
     a = np.full_like(x, _LANCZOS_BASE)
@@ -274,7 +277,8 @@ def digamma_approximation(x: np.ndarray) -> np.ndarray:
     angle = f(math.pi) * reduced
     reflected = digamma - f(math.pi) * cos(angle) / sin(angle)
     digamma = np.where(reflect, reflected, digamma)
-    is_pole = (x <= 0) & (x == np.floor(x))
+    is_pole = (x < 0) & (x == np.floor(x))
+    digamma = np.where(x == 0, f(-np.inf), digamma)
     return np.where(is_pole, f(np.nan), digamma)
 
 

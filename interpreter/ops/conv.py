@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import InvalidArgument, Unimplemented
+from ..jit import blas
 from ..registry import register
 from .dot import from_work, to_work, work_dtype
 from .window import pad_and_dilate
@@ -105,7 +106,8 @@ def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, r
     (N, spatial..., C); each window position's strided slice of x is copied
     into rows of (C, window...), one whole slice at a time (fast, unlike a
     copy of a window view), and the rows are multiplied by the kernel laid
-    out (I, window...) x O. Same sums in the same order as `tensordot`."""
+    out (I, window...) x O, a product computed as dot_general's are
+    (`blas.matmul`: fixed blocks of rows, each one gemm call)."""
     spatial = len(numbers.input_spatial_dimensions)
     x = np.transpose(to_work(lhs, work), (numbers.input_batch_dimension,
                                           *numbers.input_spatial_dimensions,
@@ -133,8 +135,8 @@ def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, r
             patches[(Ellipsis, slice(None)) + position] = x[(slice(None),) + source]
     rows = int(np.prod((n,) + out_spatial, dtype=np.int64))
     depth = channels * int(np.prod(window, dtype=np.int64))
-    with np.errstate(all="ignore"):
-        result = np.matmul(patches.reshape(rows, depth), kernel.reshape(depth, out_features))
+    with np.errstate(all="ignore"):   # blas.matmul: split over idle CPUs like dot_general
+        result = blas.matmul(patches.reshape(rows, depth), kernel.reshape(depth, out_features))
     result = result.reshape((n,) + out_spatial + (out_features,))
     # result is (N, spatial..., O): move to the output dimension numbers.
     order = (numbers.output_batch_dimension, *numbers.output_spatial_dimensions,

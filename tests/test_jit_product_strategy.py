@@ -1,0 +1,212 @@
+"""Finding numpy's OpenBLAS (interpreter/jit/openblas.py) and deciding, by
+timing, how a shape of product runs on this machine
+(interpreter/jit/product_strategy.py, used by blas.py). Timings are never
+asserted: the rules are checked on given times (a fake clock), and the
+integration on whatever this machine measures, both ways a decision can
+go leading to the same promised bits."""
+from __future__ import annotations
+
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from jit_support import product_in_blocks
+from pjrt_ref.interpreter.jit import blas, openblas, product_strategy
+from pjrt_ref.interpreter.jit.product_strategy import Strategy
+
+SITE = "/venv/lib/python3.12/site-packages"
+NUMPY_DIR = SITE + "/numpy"
+NUMPY_WHEEL = SITE + "/numpy.libs/libscipy_openblas64_-2a2b.so"
+SCIPY_WHEEL = SITE + "/scipy.libs/libscipy_openblas-6cdc.so"
+SYSTEM = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+
+
+def test_numpys_own_openblas_comes_first_and_other_packages_copies_never():
+    mapped = [SCIPY_WHEEL, "/usr/lib/x86_64-linux-gnu/libc.so.6", SYSTEM, NUMPY_WHEEL, NUMPY_WHEEL]
+    found = openblas.candidate_paths(mapped, NUMPY_DIR)
+    assert found[:2] == [NUMPY_WHEEL, SYSTEM]
+    assert SCIPY_WHEEL not in found
+    # numpy from a distribution, linked to the system's OpenBLAS:
+    assert openblas.candidate_paths([SCIPY_WHEEL, SYSTEM], NUMPY_DIR)[0] == SYSTEM
+
+
+def test_find_answers_whether_numpy_uses_openblas():
+    """numpy built on OpenBLAS: the library is found, mapped in this
+    process, and names its kernels; built on another BLAS: None."""
+    blas_name = str(np.__config__.CONFIG["Build Dependencies"]["blas"]["name"]).lower()
+    found = openblas.find()
+    if "openblas" in blas_name:
+        assert found is not None
+        assert found.config.startswith("OpenBLAS") and found.corename
+        with open("/proc/self/maps") as maps:
+            assert found.path in maps.read()
+        assert openblas.describe()["corename"] == found.corename
+    else:
+        assert found is None
+        assert openblas.describe()["corename"] is None
+
+
+def test_without_openblas_threads_are_left_alone_and_products_are_one_call(monkeypatch):
+    monkeypatch.setattr(openblas, "find", lambda: None)
+    monkeypatch.setattr(blas, "_DONE", False)
+    monkeypatch.setattr(blas, "_BLAS_THREADS", None)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert blas.limit_blas_threads() is None
+    monkeypatch.setattr(blas, "compute_blocks", lambda *args: pytest.fail("blocks computed"))
+    a, b = np.random.default_rng(0).standard_normal((2, 256, 256)).astype(np.float32)
+    np.testing.assert_array_equal(blas.matmul(a, b), np.matmul(a, b))
+
+
+# --- The rules, on given times ------------------------------------------------
+
+@pytest.mark.parametrize("times,expected", [
+    ({"serial": 1.0, "split": 0.6}, Strategy(split=True)),
+    ({"serial": 1.0, "split": 1.2}, Strategy(split=False)),
+    ({"serial": 1.0}, Strategy(split=True)),                          # one CPU: nothing to decide
+    ({"serial": 1.0, "split": 0.6, "openblas": 0.35}, Strategy(split=True)),   # not 2x better
+    ({"serial": 3.5, "split": 1.75, "openblas": 0.56}, Strategy(split=False, openblas_threads=2)),
+])
+def test_decide(times, expected):
+    decided = product_strategy.decide(times, openblas_threads=2)
+    assert (decided.split, decided.openblas_threads) == (expected.split, expected.openblas_threads)
+    assert decided.measured_us == pytest.approx({n: s * 1e6 for n, s in times.items()})
+
+
+class FakeClock:
+    """perf_counter for product_strategy: candidates advance it."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.calls: dict = {}
+
+    def candidate(self, name: str, seconds: float):
+        def run():
+            self.calls[name] = self.calls.get(name, 0) + 1
+            self.now += seconds
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(product_strategy, "time",
+                        types.SimpleNamespace(perf_counter=lambda: fake.now, sleep=lambda s: None))
+    return fake
+
+
+def test_measure_times_our_candidates_in_turns_and_openblas_only_if_it_may_win(clock):
+    ours = {"serial": clock.candidate("serial", 3.0), "split": clock.candidate("split", 2.0)}
+    times = product_strategy.measure(ours, clock.candidate("openblas", 10.0), quiet=lambda: True)
+    assert times == {"serial": 3.0, "split": 2.0, "openblas": 10.0}
+    rounds = product_strategy.ROUNDS
+    assert clock.calls == {"serial": 1 + rounds, "split": 1 + rounds, "openblas": 2}
+    clock.calls.clear()
+    times = product_strategy.measure(ours, clock.candidate("openblas", 1.0), quiet=lambda: True)
+    assert times["openblas"] == 1.0
+    assert clock.calls["openblas"] == 2 + 1 + rounds   # it beat ours once: its own rounds
+
+
+def test_a_busy_machine_measures_nothing(clock):
+    ours = {"serial": clock.candidate("serial", 3.0), "split": clock.candidate("split", 2.0)}
+    assert product_strategy.measure(ours, None, quiet=lambda: False) is None
+    assert clock.calls == {"serial": 1, "split": 1}   # the untimed first calls only
+
+
+# --- Remembering ---------------------------------------------------------------
+
+@pytest.fixture
+def fresh_cache(monkeypatch, tmp_path):
+    """An empty kernel cache directory, and nothing known in this process."""
+    monkeypatch.setenv("PJRT_REF_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PJRT_REF_PRODUCT_PROBE", raising=False)
+    product_strategy.forget_all()
+    monkeypatch.setattr(blas, "_STRATEGIES", {})
+    yield tmp_path
+    product_strategy.forget_all()
+
+
+def test_strategies_are_kept_on_disk_per_machine(fresh_cache, monkeypatch):
+    kept = Strategy(split=False, measured_us={"serial": 300.0, "split": 320.0})
+    product_strategy.remember("float32 256x256x256 rows,rows c", kept)
+    product_strategy.forget_all()                        # as a new process
+    assert product_strategy.lookup("float32 256x256x256 rows,rows c") == kept
+    (path,) = fresh_cache.iterdir()
+    assert path.name.startswith("products-") and path.suffix == ".json"
+    content = json.loads(path.read_text())
+    assert content["machine"] == product_strategy.machine()
+    assert content["machine"]["usable_cpus"] == len(os.sched_getaffinity(0))
+    product_strategy.forget_all()
+    other = {**product_strategy.machine(), "kernels": "another CPU's"}
+    monkeypatch.setattr(product_strategy, "machine", lambda: other)
+    assert product_strategy.lookup("float32 256x256x256 rows,rows c") is None
+
+
+def test_a_shape_is_timed_once_per_machine(fresh_cache, monkeypatch):
+    """The first product of a shape is timed (the other CPUs said idle),
+    later ones and a later process reuse the verdict; whichever way it
+    went, the result is the blocks' bits, or with OpenBLAS's threads the
+    product's value."""
+    blas.limit_blas_threads()
+    monkeypatch.setattr(blas, "idle_cpus", lambda: len(os.sched_getaffinity(0)) - 1)
+    measured = []
+    real = blas.measure_strategy
+    monkeypatch.setattr(blas, "measure_strategy", lambda *args: (
+        measured.append(args[2]), real(*args))[1])
+    a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
+    results = [blas.matmul(a, b) for _ in range(3)]
+    assert len(measured) == 1
+    monkeypatch.setattr(blas, "_STRATEGIES", {})
+    product_strategy.forget_all()                        # as a new process
+    results.append(blas.matmul(a, b))
+    assert len(measured) == 1
+    (strategy,) = blas._STRATEGIES.values()
+    assert strategy.measured_us["serial"] > 0
+    for result in results:
+        if strategy.openblas_threads:
+            np.testing.assert_allclose(result, np.matmul(a, b), rtol=1e-5, atol=1e-4)
+        else:
+            np.testing.assert_array_equal(result, product_in_blocks(a, b, 0, 2))
+
+
+def test_busy_machine_uses_the_default_and_writes_nothing(fresh_cache, monkeypatch):
+    blas.limit_blas_threads()
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)
+    monkeypatch.setattr(product_strategy, "QUIET_WAIT_SECONDS", 0)
+    monkeypatch.setattr(product_strategy, "usable_cpus", lambda: 2)
+    a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
+    np.testing.assert_array_equal(blas.matmul(a, b), product_in_blocks(a, b, 0, 2))
+    assert list(blas._STRATEGIES.values()) == [product_strategy.DEFAULT]
+    assert list(fresh_cache.iterdir()) == []
+
+
+def test_probe_switched_off_times_nothing(fresh_cache, monkeypatch):
+    monkeypatch.setenv("PJRT_REF_PRODUCT_PROBE", "0")
+    monkeypatch.setattr(blas, "measure_strategy", lambda *args: pytest.fail("timed"))
+    a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
+    blas.matmul(a, b)
+    assert list(blas._STRATEGIES.values()) == [product_strategy.DEFAULT]
+
+
+@pytest.mark.skipif(blas._thread_local_setter() is None,
+                    reason="this OpenBLAS exports no openblas_set_num_threads_local: never chosen")
+def test_openblas_threads_strategy_makes_one_threaded_call(monkeypatch):
+    """Where the timing chose OpenBLAS's own threads: one np.matmul call
+    with them, for this thread only (its setting is restored after)."""
+    blas.limit_blas_threads()
+    monkeypatch.setattr(blas, "_strategy", lambda *args: Strategy(split=False, openblas_threads=2))
+    calls = []
+    real = blas._on_openblas_threads
+    monkeypatch.setattr(blas, "_on_openblas_threads", lambda a, b, threads: (
+        calls.append(threads), real(a, b, threads))[1])
+    monkeypatch.setattr(blas, "compute_blocks", lambda *args: pytest.fail("blocks computed"))
+    a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
+    setter = blas._thread_local_setter()
+    before = setter(0)
+    setter(before)
+    np.testing.assert_allclose(blas.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    assert calls == [2]
+    assert setter(before) == before
