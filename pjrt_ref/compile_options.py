@@ -166,13 +166,19 @@ def _repeated_ints(column: bytes) -> list[int]:
         if field != 1:
             continue
         if wire == _LEN:
-            position = 0
-            while position < len(value):
-                item, position = _read_varint(value, position, "replica_device_ids")
-                ids.append(_signed(item))
+            ids.extend(_signed(item) for item in packed_varints(value, "replica_device_ids"))
         else:
             ids.append(_signed(value))
     return ids
+
+
+def packed_varints(data: bytes, what: str) -> list[int]:
+    """The values of a packed repeated integer field (one LEN field of varints)."""
+    values, position = [], 0
+    while position < len(data):
+        value, position = _read_varint(data, position, what)
+        values.append(value)
+    return values
 
 
 def _signed(value: int) -> int:

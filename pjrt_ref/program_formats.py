@@ -9,6 +9,9 @@ pjrt-ref runs StableHLO. A framework may send another format:
   which `PjRtCApiClient` serializes as format "hlo"). It is converted with
   XLA's own HLO -> StableHLO importer, which jaxlib ships
   (`jax._src.lib._jax.mlir.hlo_to_stablehlo`), rather than parsed here.
+  The importer keeps no trace of the module's buffer donors, so which
+  parameters are donated is read from the proto and written back on the
+  converted entry function (`donated_parameters`, `_mark_donors`).
 
 The way back, `hlo_module`, gives a StableHLO program as an HloModuleProto,
 with jaxlib's `mlir_module_to_xla_computation`: what a framework that keeps
@@ -18,8 +21,11 @@ jaxlib is imported when a program needs converting, never at import time.
 """
 from __future__ import annotations
 
+import io
 import re
+from dataclasses import dataclass
 
+from .compile_options import packed_varints, wire_fields
 from .errors import InvalidArgument, PjrtRefError, Unimplemented
 
 MLIR = "mlir"                          # pjrt_c_api.h: PJRT_Program format "mlir"
@@ -51,10 +57,119 @@ def _hlo_to_stablehlo(code: bytes) -> bytes:
     from jax._src.lib import _jax
 
     try:
-        return _jax.mlir.hlo_to_stablehlo(code)
+        converted = _jax.mlir.hlo_to_stablehlo(code)
     except Exception as error:   # jaxlib's XlaRuntimeError: "<STATUS CODE>: message"
         raise _conversion_error("PJRT_Program format 'hlo': XLA's HLO importer (jaxlib) could not "
                                 "convert this HloModuleProto to StableHLO", error) from None
+    donors = donated_parameters(code)
+    return _mark_donors(converted, donors) if donors else converted
+
+
+@dataclass(frozen=True)
+class DonatedParameters:
+    """The entry parameters an HloModuleProto lets the runtime take over.
+
+    `aliased`: parameter number -> output index, from `input_output_alias`
+    (an output may be written into the parameter's buffer); `donors`: the
+    parameter numbers of `buffer_donor` (the buffer may be reused for any
+    output). PyTorch/XLA marks its donated tensors as buffer donors.
+    """
+
+    aliased: dict[int, int]
+    donors: frozenset[int]
+
+    def __bool__(self) -> bool:
+        return bool(self.aliased or self.donors)
+
+
+def donated_parameters(code: bytes) -> DonatedParameters:
+    """The donated entry parameters of serialized HloModuleProto `code` (xla/service/hlo.proto):
+
+        HloModuleProto             8: input_output_alias, 18: buffer_donor
+        HloInputOutputAliasProto   1: entries (AliasEntryProto)
+        AliasEntryProto            1: output_shape_index, 2: parameter_number,
+                                   3: parameter_shape_index (repeated int64), 4: kind
+        HloBufferDonorProto        1: entries (BufferDonorEntryProto)
+        BufferDonorEntryProto      1: parameter_number, 2: parameter_shape_index
+
+    Only whole parameters count (an empty `parameter_shape_index`): the
+    converted entry function has a parameter per HLO parameter, and a part
+    of a tuple parameter has no argument of its own to mark.
+    """
+    aliased: dict[int, int] = {}
+    donors: set[int] = set()
+    for field, _, value in wire_fields(code, "HloModuleProto"):
+        if field == 8:
+            for entry in _entries(value, "HloInputOutputAliasProto"):
+                numbers = _numbers_of(entry, "AliasEntryProto")
+                if numbers[3]:
+                    continue
+                if len(numbers[1]) <= 1:       # the output tuple's element (or the only output)
+                    aliased[_first(numbers[2])] = _first(numbers[1])
+                else:                          # inside a nested tuple: no one output to name
+                    donors.add(_first(numbers[2]))
+        elif field == 18:
+            for entry in _entries(value, "HloBufferDonorProto"):
+                numbers = _numbers_of(entry, "BufferDonorEntryProto")
+                if not numbers[2]:
+                    donors.add(_first(numbers[1]))
+    return DonatedParameters(aliased, frozenset(donors - set(aliased)))
+
+
+def _entries(message: bytes, what: str) -> list[bytes]:
+    """The `entries` (field 1) of an alias or donor config message."""
+    return [value for field, _, value in wire_fields(message, what) if field == 1]
+
+
+def _numbers_of(entry: bytes, what: str) -> dict[int, list[int]]:
+    """Every integer field of `entry` (packed or not), by field number: field -> values."""
+    numbers: dict[int, list[int]] = {1: [], 2: [], 3: [], 4: []}
+    for field, wire, value in wire_fields(entry, what):
+        numbers.setdefault(field, []).extend(packed_varints(value, what) if wire == 2 else [value])
+    return numbers
+
+
+def _first(values: list[int]) -> int:
+    """A scalar field's value (proto3: absent means 0), or an index's first element (empty: 0)."""
+    return values[0] if values else 0
+
+
+def _mark_donors(stablehlo: bytes, donated: DonatedParameters) -> bytes:
+    """`stablehlo` with its entry parameters marked as donated, as JAX marks them:
+    `tf.aliasing_output = OUTPUT` on an aliased parameter, `jax.buffer_donor`
+    on a donor (what XLA's own StableHLO -> HLO conversion turns back into
+    `input_output_alias` and `buffer_donor`)."""
+    from jaxlib.mlir import ir
+
+    from .interpreter.loader import make_context, parse_module
+
+    context = make_context()
+    module = parse_module(stablehlo, context)
+    with context:
+        entry = _entry_function(module)
+        count = len(ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value).inputs)
+        old = list(entry.attributes["arg_attrs"]) if "arg_attrs" in entry.attributes else []
+        attributes = [{a.name: a.attr for a in old[i]} if i < len(old) else {} for i in range(count)]
+        for number, output in donated.aliased.items():
+            if number < count:
+                attributes[number]["tf.aliasing_output"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(32), output)
+        for number in donated.donors:
+            if number < count:
+                attributes[number]["jax.buffer_donor"] = ir.BoolAttr.get(True)
+        entry.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get(a) for a in attributes])
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+    return buffer.getvalue()
+
+
+def _entry_function(module):
+    """The converted module's entry function: XLA's importer names it `main`."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and op.attributes["sym_name"].value == "main":
+            return op
+    raise InvalidArgument("XLA's HLO importer gave a module without a @main function")
 
 
 def hlo_module(stablehlo_text: str) -> bytes:

@@ -47,6 +47,42 @@ def test_an_hlo_module_runs_like_jax_cpu():
     api.call("PJRT_Client_Destroy", client=client)
 
 
+def _with_buffer_donors(module: bytes, parameters: list[int]) -> bytes:
+    """`module` with an HloModuleProto `buffer_donor` (field 18) naming `parameters`:
+    what PyTorch/XLA sends for a donated tensor (JAX writes the field only
+    for some sharded programs). Appending a field to a serialized message
+    sets it (protobuf merges). Written out by hand, parameters < 128 (one-byte varints)."""
+    entries = b"".join(b"\x0a\x02\x08" + bytes([p]) for p in parameters)  # entries {parameter_number: p}
+    return module + b"\x92\x01" + bytes([len(entries)]) + entries      # field 18 (LEN)
+
+
+def _is_deleted(api: Api, buffer) -> bool:
+    return bool(api.call("PJRT_Buffer_IsDeleted", buffer=buffer).is_deleted)
+
+
+@pytest.mark.parametrize("how", ["input_output_alias", "buffer_donor"])
+def test_an_hlo_modules_donated_parameters_are_deleted_by_execute(how):
+    # As on JAX's cpu backend: a donated argument's buffer is gone after the
+    # execution, the others stay, and the result is the same.
+    fn = lambda x, y: x * 2 + y                                           # noqa: E731
+    x, y = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    if how == "input_output_alias":        # JAX writes `input_output_alias` for tf.aliasing_output
+        module = jax.jit(fn, donate_argnums=0).lower(x, y).compiler_ir("hlo").as_serialized_hlo_module_proto()
+    else:
+        module = _with_buffer_donors(_hlo_module(fn, x, y), [0])
+    on_cpu = [jax.device_put(v, jax.devices("cpu")[0]) for v in (x, y)]
+    expected = np.asarray(jax.jit(fn, donate_argnums=0)(*on_cpu))
+    assert on_cpu[0].is_deleted() and not on_cpu[1].is_deleted()        # XLA CPU's behaviour
+    api = Api()
+    client = api.client()
+    arguments = [api.buffer(client, v) for v in (x, y)]
+    loaded = api.compile(client, module, fmt="hlo")
+    [result] = api.execute(loaded, arguments, 1)
+    assert [_is_deleted(api, b) for b in arguments] == [True, False]
+    np.testing.assert_array_equal(api.to_host(result, np.float32, (4,)), expected)
+    api.call("PJRT_Client_Destroy", client=client)
+
+
 def test_optimized_program_of_an_hlo_module_is_stablehlo_text():
     # PyTorch/XLA reads this after every compile (PjRtCApiExecutable::GetHloModules
     # accepts "mlir" and converts it to HLO with its own XLA).

@@ -155,6 +155,27 @@ def test_in_place_updates_match_torch_cpu():
     """)
 
 
+def test_donated_tensors_buffers_are_given_up_and_results_match_torch_cpu():
+    # torch_xla marks a tensor donated by the user, and one updated in place,
+    # as HLO buffer donors; as on torch_xla's CPU device, the execution takes
+    # the donated buffer (its tensor becomes a placeholder until it is
+    # written again) and the results are those of torch on the CPU.
+    run_torch("""
+        import torch_xla.debug.metrics as met
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(4, 2, 2, generator=g), torch.randn(4, 2, 2, generator=g)
+        t0, t1 = a.to(DEVICE), b.to(DEVICE)
+        assert torch_xla._XLAC._set_buffer_donation(t0, True)
+        t2 = t0 + t1
+        t1 += 2
+        torch_xla.sync(wait=True)
+        assert torch_xla._XLAC._is_placecholder(t0)
+        assert met.metric_data("InputOutputAliasCount")[1] == 2.0
+        same(t2, a + b)
+        same(t1, b + 2)
+    """)
+
+
 def test_dtype_round_trips_and_ops_keep_their_types():
     run_torch("""
         values = torch.tensor([[0.5, -1.25, 3.0], [1e-3, 250.0, -7.5]])
