@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
 
 from pjrt_ref.frameworks import test_suite
 from pjrt_ref.frameworks.jax import suite as jax_suite
@@ -55,3 +56,18 @@ def test_each_framework_chooses_its_backends_through_the_environment(tmp_path):
     assert ref["PJRT_REF_NUM_DEVICES"] == "2" and ref["JAX_NUM_GENERATED_CASES"] == "3"
     assert ref["PJRT_REF_JAX_DEVICE_TAG"] == "cpu" and "PJRT_REF_JAX_DEVICE_TAG" not in cpu
 
+
+
+def test_a_kept_reference_run_is_read_back_only_with_the_same_settings(tmp_path):
+    options = argparse.Namespace(checkout=str(tmp_path), devices=1, cases=3, x64=True, device_tag="cpu",
+                                 files=["test/test_operations.py"], k=None)
+    cpu = _run(tmp_path, "cpu", JUNIT)
+    settings = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    assert settings["environment"]["JAX_NUM_GENERATED_CASES"] == "3"
+    test_suite.save_run(cpu, settings, str(tmp_path))
+    again = test_suite.load_run("cpu", settings, str(tmp_path), str(tmp_path))
+    assert again.outcomes == cpu.outcomes and again.seconds == cpu.seconds
+    options.x64 = False
+    other = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    with pytest.raises(SystemExit, match="other settings"):
+        test_suite.load_run("cpu", other, str(tmp_path), str(tmp_path))

@@ -10,6 +10,11 @@ file how many passed, failed and were skipped on each backend, then every
 test id that passes on the reference backend and not on pjrt_ref, with the
 first line of its error.
 
+The reference backend's outcomes depend only on the framework's version and
+the run's settings, not on pjrt-ref, so `--reference-from DIR` reads them
+from an earlier run kept with `--keep DIR` instead of running them again;
+each kept run records its settings (`BACKEND.json`) and a mismatch is refused.
+
 pytest runs with an empty configuration (the checkout's own ini could, as
 JAX's does, turn every warning into an error), from the checkout's root.
 """
@@ -116,6 +121,30 @@ def run_backend(backend: str, env: dict[str, str], files: list[str], options: ar
     return Run(backend, read_junit(junit, options.checkout), seconds)
 
 
+def run_settings(backend: str, env: dict[str, str], options: argparse.Namespace) -> dict:
+    """What decides a backend's outcomes besides the framework: the files, -k
+    and the environment variables the suite sets for it."""
+    changed = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    return {"backend": backend, "files": list(options.files), "k": options.k or "",
+            "environment": dict(sorted(changed.items()))}
+
+
+def save_run(run: Run, settings: dict, scratch: str) -> None:
+    with open(os.path.join(scratch, f"{run.backend}.json"), "w") as handle:
+        json.dump({**settings, "seconds": run.seconds}, handle, indent=1)
+
+
+def load_run(backend: str, settings: dict, directory: str, root: str) -> Run:
+    """A backend's run kept by an earlier `--keep DIR`, if it ran with these settings."""
+    with open(os.path.join(directory, f"{backend}.json")) as handle:
+        recorded = json.load(handle)
+    seconds = recorded.pop("seconds")
+    if recorded != settings:
+        raise SystemExit(f"{directory}/{backend}.json was run with other settings:\n"
+                         f"  kept: {recorded}\n  now:  {settings}")
+    return Run(backend, read_junit(os.path.join(directory, f"{backend}.xml"), root), seconds)
+
+
 def counts(outcomes: dict[str, Outcome], file: str) -> dict[str, int]:
     tally = {"passed": 0, "failed": 0, "skipped": 0}
     for identifier, outcome in outcomes.items():
@@ -181,6 +210,8 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-k", help="pytest -k expression")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
     parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
+    parser.add_argument("--reference-from", metavar="DIR",
+                        help=f"read {suite.backends[0]}'s outcomes from an earlier run's --keep DIR")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
     if suite.add_options:
         suite.add_options(parser)
@@ -198,8 +229,15 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
     scratch = options.keep or tempfile.mkdtemp(prefix="pjrt-ref-tests-")
     os.makedirs(scratch, exist_ok=True)
     chosen = [options.only] if options.only else list(suite.backends)
-    runs = {backend: run_backend(backend, suite.environment(backend, options), options.files, options, scratch)
-            for backend in chosen}
+    runs = {}
+    for backend in chosen:
+        env = suite.environment(backend, options)
+        settings = run_settings(backend, env, options)
+        if options.reference_from and backend == suite.backends[0]:
+            runs[backend] = load_run(backend, settings, options.reference_from, options.checkout)
+            continue
+        runs[backend] = run_backend(backend, env, options.files, options, scratch)
+        save_run(runs[backend], settings, scratch)
     if options.json:
         with open(options.json, "w") as handle:
             json.dump({backend: {"seconds": run.seconds,
