@@ -66,6 +66,7 @@ def test_without_openblas_threads_are_left_alone_and_products_are_one_call(monke
 @pytest.mark.parametrize("times,expected", [
     ({"serial": 1.0, "split": 0.6}, Strategy(split=True)),
     ({"serial": 1.0, "split": 1.2}, Strategy(split=False)),
+    ({"serial": 1.0, "split": 1.0}, Strategy(split=True)),            # helpers never ran: no verdict against
     ({"serial": 1.0}, Strategy(split=True)),                          # one CPU: nothing to decide
     ({"serial": 1.0, "split": 0.6, "openblas": 0.35}, Strategy(split=True)),   # not 2x better
     ({"serial": 3.5, "split": 1.75, "openblas": 0.56}, Strategy(split=False, openblas_threads=2)),

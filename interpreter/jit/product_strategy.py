@@ -19,7 +19,8 @@ shape and layout:
 
 and keeps a `Strategy`. `serial` and `split` compute the same blocks, so
 they give the same bits; choosing between them only moves time, and
-splitting is kept unless it measured slower. `openblas` gives other bits
+splitting is kept unless it measured clearly slower (SPLIT_MARGIN).
+`openblas` gives other bits
 (OpenBLAS cuts a product by its own thread count) and busy-waits its
 threads, which made products tens of times slower on a loaded machine; it
 is chosen only where it beat both by OPENBLAS_MARGIN.
@@ -55,6 +56,11 @@ from . import codegen, openblas
 
 # `openblas` must be this many times faster than the better of the others.
 OPENBLAS_MARGIN = 2.0
+# Splitting is dropped only where it measured this many times slower than
+# serial. Equal times mean the helpers never ran (the CPUs were busier than
+# the quiet check saw): a 256x256 probe during a pip install kept serial at
+# 414.7 µs against split 414.7 µs and ran W2 on one core for good.
+SPLIT_MARGIN = 1.1
 # Timed rounds of each candidate (after one untimed call); the best counts.
 # A round starts only when the machine is quiet: up to MAX_ROUNDS tries,
 # QUIET_WAIT_SECONDS apart.
@@ -65,7 +71,7 @@ QUIET_WAIT_SECONDS = 0.001
 # splitting pays on any machine, and the probe would cost too much.
 MAX_PROBED_SECONDS = 0.02
 # Bumped when the candidates or the rule change: older files are ignored.
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ def decide(times: dict[str, float], openblas_threads: int) -> Strategy:
     threaded = times.get("openblas")
     if threaded is not None and threaded * OPENBLAS_MARGIN < ours:
         return Strategy(split=False, openblas_threads=openblas_threads, measured_us=measured)
-    split = "split" not in times or times["split"] <= times["serial"]
+    split = "split" not in times or times["split"] <= times["serial"] * SPLIT_MARGIN
     return Strategy(split=split, measured_us=measured)
 
 
