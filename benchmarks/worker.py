@@ -102,6 +102,70 @@ def run_jax(workload, repeats: int) -> tuple[dict, list]:
     return info, flat_arrays(out)
 
 
+def time_compile(fn, args) -> tuple[float, float]:
+    """Seconds for `jax.jit(fn).lower(*args).compile()`, start to end
+    (tracing, lowering to StableHLO and the backend's compile), and the
+    seconds of `.compile()` alone."""
+    import jax
+
+    t0 = time.perf_counter()
+    lowered = jax.jit(fn).lower(*args)
+    t1 = time.perf_counter()
+    lowered.compile()
+    t2 = time.perf_counter()
+    return t2 - t0, t2 - t1
+
+
+def run_compile(workload, repeats: int) -> tuple[dict, list]:
+    """compile_cold and compile_warm workloads. The backend is started
+    first (`jax.devices()`), so neither time includes starting it.
+
+    Cold: the process's first compile. The parent gives every such worker
+    an empty PJRT_REF_CACHE_DIR (no numba kernels or product timings on
+    disk) and turns JAX's persistent compilation cache off; Python's
+    bytecode cache stays warm, as for an installed package.
+    Warm: after that first compile, `jax.clear_caches()` (JAX's in-memory
+    tracing, lowering and executable caches) and compile again; the median
+    of `repeats` such compiles (at most 5). What stays warm: for XLA, its
+    initialised LLVM and JAX's imported modules; for pjrt_ref, its imported
+    op modules, numba kernels compiled in this process (and on disk), the
+    running bytecode checker process (bytecode_guard.py) and the product
+    timings. pjrt_ref keeps no compiled programs between compiles."""
+    import jax
+
+    fn, args = workload.build()
+    platform = jax.devices()[0].platform
+    cold, cold_backend = time_compile(fn, args)
+    samples, backend = [cold], [cold_backend]
+    if workload.kind == "compile_warm":
+        samples, backend = [], []
+        for _ in range(max(1, min(repeats, 5))):
+            jax.clear_caches()
+            total, backend_only = time_compile(fn, args)
+            samples.append(total)
+            backend.append(backend_only)
+    out = jax.block_until_ready(jax.jit(fn)(*args))
+    return (dict(samples=samples, cold_s=cold, backend_compile_s=statistics.median(backend),
+                 platform=platform), flat_arrays(out))
+
+
+def run_programs(workload) -> tuple[dict, list]:
+    """programs workloads: jit, compile and run each small program once, as
+    a test suite does; one sample, the total wall time (backend started
+    first; the default caches, warm on disk as for the other workloads)."""
+    import jax
+
+    programs = workload.build()
+    platform = jax.devices()[0].platform
+    outputs = []
+    t0 = time.perf_counter()
+    for _, fn, arg in programs:
+        outputs.append(jax.block_until_ready(jax.jit(fn)(arg)))
+    total = time.perf_counter() - t0
+    return (dict(samples=[total], programs=len(programs), platform=platform),
+            [np.asarray(o) for o in outputs])
+
+
 def lowered_text(workload) -> tuple[str, list[np.ndarray]]:
     import jax
 
@@ -198,7 +262,11 @@ def main(argv: list[str]) -> None:
     workload = WORKLOADS.get(name)
     if name == "W1":
         repeats *= DISPATCH_SAMPLES_FACTOR
-    if mode in ("cpu", "plugin"):
+    if mode in ("cpu", "plugin") and workload.kind.startswith("compile"):
+        info, out = run_compile(workload, repeats)
+    elif mode in ("cpu", "plugin") and workload.kind == "programs":
+        info, out = run_programs(workload)
+    elif mode in ("cpu", "plugin"):
         info, out = run_jax(workload, repeats)
     elif mode == "interpreter":
         info, out = run_interpreter(workload, repeats)

@@ -1,9 +1,19 @@
-"""The seven workloads of issue 4, as JAX functions with fixed inputs.
+"""The workloads of issues 4 (W1 to W7) and 15 (W8 to W12), as JAX
+functions with fixed inputs.
 
-Each workload is a `Workload(name, title, build)`; `build()` returns the
-function to `jax.jit` and its arguments (numpy arrays or pytrees of them,
-from a seeded generator, so every backend process sees the same inputs).
-JAX is imported inside the builders: the parent process never imports it.
+Each workload is a `Workload(name, title, build, target_ratio, kind)`;
+`build()` returns the function to `jax.jit` and its arguments (numpy arrays
+or pytrees of them, from a seeded generator, so every backend process sees
+the same inputs). JAX is imported inside the builders: the parent process
+never imports it.
+
+`kind` says what the worker times (benchmarks/worker.py):
+  steady         the median of repeated calls of one compiled program
+  compile_cold   `jit(f).lower(*args).compile()` once, in a fresh process
+                 with empty compilation caches
+  compile_warm   the same, again, after a first compile in the process
+  programs       `build()` returns [(name, function, argument)]: each is
+                 jitted, compiled and run once; the total wall time
 """
 from __future__ import annotations
 
@@ -18,8 +28,9 @@ class Workload:
     name: str
     title: str
     build: Callable[[], tuple]
-    # Issue 4's target for the ratio pjrt_ref / XLA CPU (steady state).
+    # The issue's target for the ratio pjrt_ref / XLA CPU of what `kind` times.
     target_ratio: float
+    kind: str = "steady"
 
 
 def _rng() -> np.random.Generator:
@@ -124,6 +135,36 @@ def build_sort_gather_segment():
     return fn, (x, indices, segments)
 
 
+def build_transformer_step():
+    from . import models
+
+    return models.transformer_train_step(_rng())
+
+
+def build_lstm():
+    from . import models
+
+    return models.lstm_train_step(_rng())
+
+
+def build_resnet_block_step():
+    from . import models
+
+    return models.resnet_block_train_step(_rng())
+
+
+def build_transformer_forward():
+    from . import models
+
+    return models.transformer_forward(_rng(), layers=12)
+
+
+def build_small_programs():
+    from . import models
+
+    return models.small_programs(_rng())
+
+
 WORKLOADS = {
     w.name: w
     for w in (
@@ -134,5 +175,31 @@ WORKLOADS = {
         Workload("W5", "conv NHWC 8x32x32x3 -> 16 -> 32, relu, mean", build_conv, 3),
         Workload("W6", "fori_loop 1000 x (x*0.99 + 0.01*sin x), 16 f32", build_loop, 20),
         Workload("W7", "sort 1e5 f32, take 1e4, segment_sum 100", build_sort_gather_segment, 3),
+        Workload("W8", "transformer block train step (d 256, 4 heads, MLP 1024, batch 8x128, "
+                 "vocab 1000, AdamW)", build_transformer_step, 2),
+        Workload("W9", "LSTM scan 64 steps, hidden 256, batch 32, value and grad", build_lstm, 2),
+        Workload("W10", "ResNet block train step, NHWC 16x32x32x64, batch norm, SGD momentum",
+                 build_resnet_block_step, 2),
+        Workload("W11c", "compile, cold: 12-layer transformer forward (fresh process, empty caches)",
+                 build_transformer_forward, 0.5, "compile_cold"),
+        Workload("W11w", "compile, warm: 12-layer transformer forward (second compile in the process)",
+                 build_transformer_forward, 0.1, "compile_warm"),
+        Workload("W12", "300 small programs, each jitted, compiled and run once (total)",
+                 build_small_programs, 1, "programs"),
     )
 }
+
+
+def select(names: list[str]) -> list[str]:
+    """The workloads `--only` names: exact names, or a prefix that stops at
+    a number ("W11" is W11c and W11w, but "W1" is W1 alone)."""
+    chosen = []
+    for name in names:
+        if name in WORKLOADS:
+            chosen.append(name)
+            continue
+        family = [w for w in WORKLOADS if w.startswith(name) and not w[len(name)].isdigit()]
+        if not family:
+            raise KeyError(name)
+        chosen += family
+    return chosen

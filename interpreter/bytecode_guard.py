@@ -21,6 +21,8 @@ A fresh interpreter inherits nothing. It reads requests from its stdin
 from __future__ import annotations
 
 import atexit
+import collections
+import hashlib
 import os
 import select
 import signal
@@ -105,19 +107,40 @@ _LOCK = threading.Lock()
 _CHECKER: Checker | None = None
 
 
+# Digests of (entry, bytecode) the checker survived, most recent last: a
+# program compiled again (a warm recompile, a framework that compiles the
+# same module per device) is not parsed a third time. The verdict depends
+# on the bytes alone, so a survivor stays one.
+_SURVIVED: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
+_SURVIVED_KEEP = 256
+
+
+def _digest(entry: str, data: bytes) -> bytes:
+    return hashlib.sha256(entry.encode() + b"\0" + data).digest()
+
+
 def check_bytecode(data: bytes, entry: str) -> None:
-    """Raise InvalidArgument if parsing `data` crashes or hangs the checker process."""
+    """Raise InvalidArgument if parsing `data` crashes or hangs the checker
+    process (bytes it survived before are not sent again)."""
     global _CHECKER
     if not check_enabled():
         return
     timeout = timeout_seconds()
+    digest = _digest(entry, data)
     with _LOCK:
+        if digest in _SURVIVED:
+            _SURVIVED.move_to_end(digest)
+            return
         if _CHECKER is None or not _CHECKER.alive:
             _CHECKER = Checker()
         why = _CHECKER.verdict(entry, data, timeout)
         if why is not None:
             _CHECKER.close()
             _CHECKER = None
+        else:
+            _SURVIVED[digest] = None
+            if len(_SURVIVED) > _SURVIVED_KEEP:
+                _SURVIVED.popitem(last=False)
     if why is not None:
         raise InvalidArgument(f"MLIR bytecode rejected: {why}")
 

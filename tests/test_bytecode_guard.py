@@ -119,3 +119,19 @@ def test_a_bad_timeout_setting_is_named():
         print(outcome(bytecode(2)))
     """, PJRT_REF_BYTECODE_CHECK_TIMEOUT="soon")
     assert lines == ["PJRT_REF_BYTECODE_CHECK_TIMEOUT='soon' is not a number of seconds"]
+
+
+def test_bytes_the_checker_survived_are_not_checked_again_and_crashers_stay_rejected():
+    lines = run("""
+        sent = []
+        real_verdict = bytecode_guard.Checker.verdict
+        def counting_verdict(self, entry, data, timeout):
+            sent.append(len(data))
+            return real_verdict(self, entry, data, timeout)
+        bytecode_guard.Checker.verdict = counting_verdict
+        crasher = open(sys.argv[1], "rb").read()
+        print(outcome(bytecode(2)), outcome(bytecode(2)), outcome(bytecode(5)), len(sent))
+        print(outcome(crasher)[:26], outcome(crasher)[:26], len(sent))
+    """, str(CORPUS / "crash-04603b67f1b9.mlirbc"))
+    assert lines[0] == "[2.0, 2.0, 2.0] [2.0, 2.0, 2.0] [5.0, 5.0, 5.0] 2"
+    assert lines[1] == "MLIR bytecode rejected: it MLIR bytecode rejected: it 4"

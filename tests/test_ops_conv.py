@@ -103,3 +103,23 @@ def test_dynamic_conv():
     ours = load(_DYNAMIC)(x, k, padding)
     theirs = run_reference_interpreter(_DYNAMIC, [x, k, padding])
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("out_spatial,window,strides,dilation", [
+    ((3, 3), (8, 8), (1, 1), (1, 1)),      # a kernel gradient: window larger than the output
+    ((2, 3), (3, 2), (2, 1), (1, 2)),      # strided and dilated
+    ((4,), (5,), (1,), (1,)),
+])
+def test_im2col_fills_by_output_and_by_window_position_agree(out_spatial, window, strides, dilation):
+    """The two orders of filling the im2col patches (conv.py) give the same
+    patches, so the same product: which one runs changes no bit."""
+    from pjrt_ref.interpreter.ops import conv
+
+    rng = np.random.default_rng(7)
+    spatial = tuple((o - 1) * s + (w - 1) * d + 1 for o, w, s, d in zip(out_spatial, window, strides, dilation))
+    x = rng.standard_normal((2,) + spatial + (3,)).astype(np.float32)
+    shape = (2,) + out_spatial + (3,) + window
+    by_window, by_output = np.empty(shape, np.float32), np.empty(shape, np.float32)
+    conv._fill_patches_by_window_position(by_window, x, window, out_spatial, strides, dilation)
+    conv._fill_patches_by_output_position(by_output, x, out_spatial, strides, dilation)
+    np.testing.assert_array_equal(by_window, by_output)

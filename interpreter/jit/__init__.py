@@ -21,7 +21,11 @@ runs, and rewrites its steps:
    tensors; see fusion.py, "When numba pays").
 3. `loops` (numba): a `while` whose cond and body are small element-wise
    programs becomes one compiled function running every iteration.
-4. the function body's constants move into the frame every call starts
+4. `in_place`: a `while` whose body only updates a carried buffer with
+   `dynamic_update_slice` (lax.scan's stacked outputs) owns that buffer
+   (one copy on entry) and writes each update into it, instead of copying
+   the whole buffer per iteration.
+5. the function body's constants move into the frame every call starts
    from (`plan.preset_constants`): no step runs for them.
 
 Kernels with regions ask `regions` (numba) for compiled bodies when their
@@ -86,7 +90,7 @@ def optimize_function(plan) -> None:
     if not optimize_enabled():
         return
     from ..plan import preset_constants
-    from . import dots, fastpath, heap
+    from . import dots, fastpath, heap, in_place
 
     heap.keep_freed_memory()
 
@@ -96,6 +100,7 @@ def optimize_function(plan) -> None:
         from . import fusion
 
         fusion.fuse_region(plan.body)
+    in_place.update_carries_in_place(plan.body)
     preset_constants(plan)  # last: the passes above read constants from the steps
 
 

@@ -128,11 +128,10 @@ def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, r
     fits = 0 not in out_spatial and all(s <= size for s, size in zip(spans, x.shape[1:-1]))
     # Every element is written below when the windows fit; else the result is 0.
     patches = (np.empty if fits else np.zeros)((n,) + out_spatial + (channels,) + window, work)
-    if fits:
-        for position in np.ndindex(*window):
-            source = tuple(slice(p * d, p * d + (o - 1) * s + 1, s) for p, d, o, s
-                           in zip(position, rhs_dilation, out_spatial, strides))
-            patches[(Ellipsis, slice(None)) + position] = x[(slice(None),) + source]
+    if fits and np.prod(out_spatial) < np.prod(window):
+        _fill_patches_by_output_position(patches, x, out_spatial, strides, rhs_dilation)
+    elif fits:
+        _fill_patches_by_window_position(patches, x, window, out_spatial, strides, rhs_dilation)
     rows = int(np.prod((n,) + out_spatial, dtype=np.int64))
     depth = channels * int(np.prod(window, dtype=np.int64))
     with np.errstate(all="ignore"):   # blas.matmul: split over idle CPUs like dot_general
@@ -143,6 +142,32 @@ def _convolve_channels_last(lhs, rhs, numbers, padding, strides, lhs_dilation, r
              numbers.output_feature_dimension)
     result = np.transpose(result, np.argsort(order))
     return np.asarray(from_work(result, result_type.dtype), order="C")
+
+
+def _fill_patches_by_window_position(patches, x, window, out_spatial, strides, dilation) -> None:
+    """im2col, one copy per window position: the strided slice of x (N,
+    spatial..., C) that this kernel tap meets at every output position.
+    Few copies when the window is small (a 3x3 kernel: 9)."""
+    for position in np.ndindex(*window):
+        source = tuple(slice(p * d, p * d + (o - 1) * s + 1, s) for p, d, o, s
+                       in zip(position, dilation, out_spatial, strides))
+        patches[(Ellipsis, slice(None)) + position] = x[(slice(None),) + source]
+
+
+def _fill_patches_by_output_position(patches, x, out_spatial, strides, dilation) -> None:
+    """im2col, one copy per output position: the window of x it sees, for
+    every batch row and channel. The same patches as by window position;
+    this is for windows larger than the output, as in a convolution's
+    kernel gradient (JAX's transpose of a 3x3 convolution over 32x32 has
+    a 32x32 window and a 3x3 output: 9 copies instead of 1024 scattered
+    ones, each a contiguous (N, C, window...) block of the patches). x is
+    first laid out (N, C, spatial...) so each copy reads runs of a row."""
+    channels_first = np.ascontiguousarray(np.moveaxis(x, -1, 1))
+    window = patches.shape[2 + len(out_spatial):]
+    for position in np.ndindex(*out_spatial):
+        source = tuple(slice(p * s, p * s + (w - 1) * d + 1, d) for p, s, w, d
+                       in zip(position, strides, window, dilation))
+        patches[(slice(None),) + position] = channels_first[(slice(None), slice(None)) + source]
 
 
 def _windows(x, window, strides, dilation, out_spatial) -> np.ndarray:

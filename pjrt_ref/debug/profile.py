@@ -138,6 +138,17 @@ def self_times(events: list[dict]) -> list[tuple[dict, float]]:
     return result
 
 
+def dispatch_share_line(timed: list[tuple[dict, float]]) -> str:
+    """How much of executing was outside every op: the interpreter's own
+    Python between ops (running the plan, moving arguments and results) and
+    the PJRT layer around it, i.e. the executes' self time."""
+    executing = sum(e["dur"] for e, _ in timed if e.get("cat") == "execute")
+    outside = sum(spent for e, spent in timed if e.get("cat") == "execute")
+    share = 100 * outside / executing if executing else 0.0
+    return (f"outside ops (dispatch: plan loop, arguments, results): {outside / 1e3:.2f} ms, "
+            f"{share:.1f}% of executing")
+
+
 def merge(paths: list[str]) -> dict:
     """One Chrome trace from the files of a job's processes: a row group per
     process (named `pjrt-ref process i`), a row per device thread inside it,
@@ -175,6 +186,7 @@ def report(path: str, top: int = 10, events: list | None = None) -> str:
     lines = [f"{path}: {totals['compile'] / 1e3:.2f} ms compiling, {totals['execute'] / 1e3:.2f} ms executing, "
              f"{len(ops)} op runs"]
     op_total = sum(t for _, t in ops) or 1.0
+    lines.append(dispatch_share_line(timed))
     for title, key in (("op", lambda e: e["args"].get("op", e["name"])),
                        ("source line", lambda e: source_line(e["args"].get("location", "")))):
         groups: dict[str, list[float]] = {}
