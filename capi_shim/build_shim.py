@@ -164,8 +164,12 @@ GONE_ACTIONS = {
 
 
 # Calls that must not fail while Python exits: jaxlib's process-info watcher
-# thread LOG(FATAL)s if PJRT_Client_UpdateGlobalProcessInfo returns an error.
-SUCCEED_WHEN_GONE = frozenset({"PJRT_Client_UpdateGlobalProcessInfo"})
+# thread LOG(FATAL)s if PJRT_Client_UpdateGlobalProcessInfo returns an error,
+# and so does its external-reference destructor (PjRtCApiExternalReference)
+# if PJRT_Buffer_DecreaseExternalReferenceCount does: a numpy view of a result
+# still alive when Python exits is released then.
+SUCCEED_WHEN_GONE = frozenset({"PJRT_Client_UpdateGlobalProcessInfo",
+                               "PJRT_Buffer_DecreaseExternalReferenceCount"})
 
 
 def slot_wrapper(name: str) -> str:

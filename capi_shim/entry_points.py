@@ -25,7 +25,7 @@ RETURNS_VOID = frozenset({"PJRT_Error_Destroy", "PJRT_Error_Message"})
 FAST_PATHS = frozenset({
     "PJRT_Executable_NumReplicas", "PJRT_Executable_NumPartitions", "PJRT_Executable_NumOutputs",
     "PJRT_Buffer_Device", "PJRT_Buffer_Memory", "PJRT_Buffer_IsDeleted", "PJRT_Buffer_ReadyEvent",
-    "PJRT_Buffer_Destroy",
+    "PJRT_Buffer_Destroy", "PJRT_Buffer_IsOnCpu",
     "PJRT_Memory_Kind",
     "PJRT_Event_Destroy", "PJRT_Event_IsReady", "PJRT_Event_Error", "PJRT_Event_Await", "PJRT_Event_OnReady",
     "PJRT_Error_Destroy",

@@ -346,6 +346,16 @@ static int pjrt_ref_fast_PJRT_Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args* args)
     return 1;
 }
 
+/* Python twin: pjrt_ref/capi/buffer.py `buffer_is_on_cpu`: every pjrt-ref
+ * buffer is host memory (jaxlib asks on each np.asarray of a result). */
+static int pjrt_ref_fast_PJRT_Buffer_IsOnCpu(PJRT_Buffer_IsOnCpu_Args* args) {
+    pjrt_ref_fact fact;
+    if (args == NULL || !PJRT_REF_HAS(args, PJRT_Buffer_IsOnCpu_Args, is_on_cpu)
+        || !pjrt_ref_lookup(args->buffer, PJRT_REF_FACT_BUFFER, &fact)) return 0;
+    args->is_on_cpu = true;
+    return 1;
+}
+
 /* Python twin: pjrt_ref/capi/buffer.py `buffer_ready_event`, for a buffer
  * born ready (its ready event is complete without error): a new C-only
  * ready event. A pending or failed buffer goes to Python. */

@@ -79,6 +79,7 @@ QUERIES = [
     ("PJRT_Buffer_Device", "buffer", "x", ("device",)),
     ("PJRT_Buffer_Memory", "buffer", "x", ("memory",)),
     ("PJRT_Buffer_IsDeleted", "buffer", "x", ("is_deleted",)),
+    ("PJRT_Buffer_IsOnCpu", "buffer", "x", ("is_on_cpu",)),
     ("PJRT_Memory_Kind", "memory", "memory", ("kind", "kind_size")),
 ]
 

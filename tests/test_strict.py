@@ -192,6 +192,25 @@ destroy_client()
     assert "leak report: nothing left alive" in proc.stderr
 
 
+def test_external_references_misused():
+    """Decreasing below zero is an error; destroying a buffer whose external
+    references are still held is logged (the pointers they guarded go)."""
+    proc = strict("""
+buffer = host_buffer()
+fails("PJRT_Buffer_DecreaseExternalReferenceCount", INVALID, "external reference count is already 0",
+      buffer=buffer)
+ok("PJRT_Buffer_IncreaseExternalReferenceCount", buffer=buffer)
+ok("PJRT_Buffer_Delete", buffer=buffer)
+fails("PJRT_Buffer_IncreaseExternalReferenceCount", PRECONDITION, "after it was deleted", buffer=buffer)
+ok("PJRT_Buffer_Destroy", buffer=buffer)
+fails("PJRT_Buffer_DecreaseExternalReferenceCount", INVALID, "use of destroyed PJRT_Buffer", buffer=buffer)
+destroy_client()
+""")
+    assert "PJRT_Buffer_Destroy: PJRT_Buffer 0x" in proc.stderr
+    assert "destroyed with 1 external reference(s) still held" in proc.stderr
+    assert "leak report: nothing left alive" in proc.stderr
+
+
 def test_leak_report_at_client_destroy():
     proc = strict("""
 leaked = host_buffer()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import handles
+from .. import handles, strict
 from ..buffer import Buffer
 from ..device import Device
 from ..dtypes import to_numpy
@@ -197,14 +197,20 @@ def buffer_destroy(args: Args) -> None:
 
 
 def destroy_buffer(key: int) -> None:
-    """Drop the buffer handle at address `key` and the buffer's data.
+    """Drop the buffer handle at address `key`, the buffer's data and its external references.
 
     PJRT_Buffer_Destroy's work; also run for the destroys the C fast path
     answered (pjrt_ref/capi/fast_paths.py `finish_buffer_destroys`).
+    Destroying a buffer whose external references are still held ends them
+    (as XLA's C API does: they live in the PJRT_Buffer): strict mode logs it,
+    since the pointers they guarded are then invalid.
     """
     buffer = handles.remove_address(key, Buffer, "PJRT_Buffer")
     buffer.handle = None
-    buffer.delete()
+    if buffer.external_references and strict.ENABLED:
+        strict.report(f"PJRT_Buffer 0x{key:x} destroyed with {buffer.external_references} external "
+                      "reference(s) still held: the data pointers they guarded are now invalid", error=None)
+    buffer.destroy()
 
 
 @entry_point("PJRT_Buffer_ElementType")
@@ -286,9 +292,20 @@ def buffer_is_deleted(args: Args) -> None:
 
 @entry_point("PJRT_Buffer_IsOnCpu")
 def buffer_is_on_cpu(args: Args) -> None:
-    """PJRT_Buffer_IsOnCpu: false, so frameworks copy out rather than alias our numpy memory."""
+    """PJRT_Buffer_IsOnCpu: true, the data is host memory (a numpy array).
+
+    It lets a framework alias results instead of copying them: jaxlib's
+    `np.asarray(y)` of a buffer on CPU (jaxlib/py_array.cc
+    `IsZeroCopyableCpuBuffer`: on CPU, 8 bits or wider, default layout)
+    takes an external reference, reads
+    PJRT_Buffer_OpaqueDeviceMemoryDataPointer and wraps that memory in a
+    read-only numpy array; sub-byte types still go through
+    PJRT_Buffer_ToHostBuffer. `Buffer` keeps that memory valid while the
+    reference lives (see pjrt_ref/buffer.py). Answered in C too
+    (capi_shim/fast_paths.c).
+    """
     _buffer(args)
-    args.is_on_cpu = False
+    args.is_on_cpu = True
 
 
 @entry_point("PJRT_Buffer_ReadyEvent")
@@ -320,20 +337,23 @@ def buffer_copy_to_memory(args: Args) -> None:
 
 @entry_point("PJRT_Buffer_IncreaseExternalReferenceCount")
 def buffer_increase_external_reference_count(args: Args) -> None:
-    """PJRT_Buffer_IncreaseExternalReferenceCount."""
-    _buffer(args).external_references += 1
+    """PJRT_Buffer_IncreaseExternalReferenceCount: the data is shared with another
+    framework and must stay where it is, alive, until the matching decrease
+    (even if the buffer is deleted or donated meanwhile). A deleted buffer:
+    FAILED_PRECONDITION."""
+    _buffer(args).acquire_external_reference()
 
 
 @entry_point("PJRT_Buffer_DecreaseExternalReferenceCount")
 def buffer_decrease_external_reference_count(args: Args) -> None:
-    """PJRT_Buffer_DecreaseExternalReferenceCount."""
-    buffer = _buffer(args)
-    if buffer.external_references <= 0:
-        raise InvalidArgument("external reference count is already 0")
-    buffer.external_references -= 1
+    """PJRT_Buffer_DecreaseExternalReferenceCount: ends one reference; "returns an
+    error if the reference count is zero" (INVALID_ARGUMENT). Works on a
+    deleted buffer: the references taken before the delete end here."""
+    _buffer(args).release_external_reference()
 
 
 def _data_pointer(buffer: Buffer) -> int:
+    """Address of the buffer's (read-only, C-contiguous, aligned) data; waits until it is ready."""
     return int(buffer.array.__array_interface__["data"][0])
 
 
@@ -345,5 +365,10 @@ def buffer_unsafe_pointer(args: Args) -> None:
 
 @entry_point("PJRT_Buffer_OpaqueDeviceMemoryDataPointer")
 def buffer_opaque_device_memory_data_pointer(args: Args) -> None:
-    """PJRT_Buffer_OpaqueDeviceMemoryDataPointer: the same address, as void*."""
+    """PJRT_Buffer_OpaqueDeviceMemoryDataPointer: the same address, as void*.
+
+    pjrt_c_api.h: it "may become invalid at any point unless the external
+    reference count is greater than 0". With a reference held it stays valid
+    until the reference ends, whatever happens to the buffer meanwhile.
+    """
     args.device_memory_ptr = _boundary.ffi.cast("void*", _data_pointer(_buffer(args)))

@@ -2,7 +2,8 @@
 
 Per jitted call, JAX asks a dozen questions whose answers are fixed when a
 handle is made: an executable's replica/partition/output counts, a buffer's
-device and memory, a memory's kind, whether a just-born event is ready.
+device and memory (and that it is on CPU: every buffer is), a memory's
+kind, whether a just-born event is ready.
 Entering Python for each costs microseconds, so the shim answers them in C
 from a table that this module fills:
 
