@@ -2,7 +2,8 @@
 
 JAX passes a function's `compiler_options` to the plugin as the
 `env_option_overrides` of the CompileOptionsProto (after taking out the
-effort levels it sets itself). They are XLA's `DebugOptions` fields, and
+effort levels it sets itself). They are XLA's `DebugOptions` fields, or
+the two effort fields of ExecutableBuildOptions that JAX 0.12 leaves in, and
 XLA rejects what it cannot apply: an unknown name is "No such compile
 option: 'name'", a value of the wrong type "While setting option name,
 'value' is not a valid bool value." (xla/pjrt/pjrt_executable.cc,
@@ -36,13 +37,19 @@ _PROTO_TYPES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6:
                 7: "fixed32", 8: "bool", 9: "string", 10: "group", 11: "message", 12: "bytes",
                 13: "uint32", 14: "enum", 15: "sfixed32", 16: "sfixed64", 17: "sint32", 18: "sint64"}
 _REPEATED = 3
+# ExecutableBuildOptions fields XLA's ApplyOption also sets from an override
+# (JAX 0.10 took them out itself; JAX 0.12 passes them on).
+_BUILD_OPTION_TYPES = {"exec_time_optimization_effort": "float", "memory_fitting_effort": "float"}
 
 
 def check_option_overrides(overrides) -> None:
     """Raise InvalidArgument for the first (name, value) XLA would refuse."""
-    types = debug_option_types()
+    debug_types = debug_option_types()
+    types = None if debug_types is None else {**debug_types, **_BUILD_OPTION_TYPES}
     for name, value in overrides:
         if types is None:
+            if name in _BUILD_OPTION_TYPES:
+                continue
             if not name.startswith("xla_"):
                 raise InvalidArgument(f"No such compile option: '{name}'")
             continue

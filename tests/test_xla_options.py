@@ -37,6 +37,10 @@ def test_the_installed_xlas_debug_options_are_found():
     ("xla_dump_to", "/tmp", True),
     ("xla_dump_to", 3, False),
     ("not_an_option", "x", False),
+    ("exec_time_optimization_effort", 0.5, True),     # JAX 0.12 leaves the effort fields in
+    ("memory_fitting_effort", "-1.0", True),
+    ("memory_fitting_effort", "high", False),
+    ("exec_time_compilation_effort", 0.0, False),
 ])
 def test_values_are_checked_by_the_options_type(name, value, accepted):
     if accepted:
