@@ -3,6 +3,8 @@ and comparing two backends (pjrt_ref/frameworks/test_suite.py), on made-up repor
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
 import pytest
 
@@ -71,3 +73,40 @@ def test_a_kept_reference_run_is_read_back_only_with_the_same_settings(tmp_path)
     other = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
     with pytest.raises(SystemExit, match="other settings"):
         test_suite.load_run("cpu", other, str(tmp_path), str(tmp_path))
+
+
+HANGING_TESTS = """
+import time
+
+def test_first():
+    pass
+
+def test_hangs():
+    time.sleep(600)       # stands for a test blocked in C with the GIL held
+
+def test_after_the_hang():
+    assert 1 == 2, "a plain failure"
+
+def test_skipped():
+    import pytest
+    pytest.skip("not here")
+"""
+
+
+def test_a_hanging_test_is_reported_hung_and_the_rest_still_run(tmp_path, capsys):
+    checkout = tmp_path / "checkout"
+    (checkout / "test").mkdir(parents=True)
+    (checkout / "test" / "test_hang.py").write_text(HANGING_TESTS)
+    suite = test_suite.Suite(command="t", description="t", checkout="t",
+                             default_files=("test/test_hang.py",), backends=("cpu", "pjrt_ref"),
+                             environment=lambda backend, options: dict(os.environ),
+                             check_version=lambda checkout: None)
+    report = tmp_path / "report.json"
+    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--stall", "3",
+                                   "--timeout", "0", "--json", str(report)]) == 0
+    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    status = {k.split("::")[-1]: (v["status"], v["reason"]) for k, v in outcomes.items()}
+    assert status["test_first"] == ("passed", "")
+    assert status["test_hangs"][0] == "failed" and status["test_hangs"][1].startswith("hung")
+    assert status["test_after_the_hang"][0] == "failed" and "a plain failure" in status["test_after_the_hang"][1]
+    assert status["test_skipped"] == ("skipped", "not here")

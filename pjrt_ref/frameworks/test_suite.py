@@ -15,14 +15,21 @@ the run's settings, not on pjrt-ref, so `--reference-from DIR` reads them
 from an earlier run kept with `--keep DIR` instead of running them again;
 each kept run records its settings (`BACKEND.json`) and a mismatch is refused.
 
+A test that hangs its pytest process where no in-process timeout can reach
+(progress_plugin.py says how) does not hang the command: when no test has
+finished for `--stall` seconds the run is killed, the tests it had started
+are reported as hung, and the rest run in a new pytest process.
+
 pytest runs with an empty configuration (the checkout's own ini could, as
 JAX's does, turn every warning into an error), from the checkout's root.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -103,22 +110,98 @@ def pytest_command(files: list[str], junit: str, options: argparse.Namespace, in
 
 def run_backend(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
                 scratch: str) -> Run:
-    """Run the files on one backend in one pytest process tree; outcomes from its junit XML."""
+    """Run the files on one backend; outcomes from pytest's junit XML, or,
+    for a run killed because nothing finished for `options.stall` seconds,
+    from the progress plugin's records, the tests it had started marked
+    hung, and the rest run again without them."""
+    started = time.perf_counter()
+    outcomes: dict[str, Outcome] = {}
+    for segment in itertools.count():
+        hung = run_segment(backend, env, files, options, scratch, segment, deselect=sorted(outcomes))
+        progress = read_progress(progress_path(scratch, backend, segment))
+        if hung is None:
+            junit = os.path.join(scratch, f"{backend}.xml")
+            if not os.path.exists(junit):
+                raise RuntimeError(f"pytest on {backend} wrote no report; see {scratch}/{backend}.log")
+            outcomes.update(read_junit(junit, options.checkout))
+            break
+        outcomes.update(progress.finished)
+        for identifier in progress.running or ["(collection)"]:
+            outcomes[identifier] = Outcome("failed", f"hung: nothing finished for {options.stall} s "
+                                                     f"(the run was killed and went on without it)")
+        if not progress.running:
+            break                                    # stuck before any test: nothing left to skip
+    return Run(backend, outcomes, time.perf_counter() - started)
+
+
+def run_segment(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
+                scratch: str, segment: int, deselect: list[str]) -> bool | None:
+    """One pytest process tree; None when it ended by itself, True when it
+    stalled and was killed."""
     junit = os.path.join(scratch, f"{backend}.xml")
     ini = os.path.join(scratch, "pytest.ini")
     with open(ini, "w") as handle:
         handle.write("[pytest]\n")      # the checkout's own ini could make every warning an error
     command = pytest_command(files, junit, options, ini)
-    started = time.perf_counter()
-    log = open(os.path.join(scratch, f"{backend}.log"), "w") if not options.verbose else None
-    subprocess.run(command, cwd=options.checkout, env=env,
-                   stdout=log, stderr=subprocess.STDOUT if log else None)
-    if log:
-        log.close()
-    seconds = time.perf_counter() - started
-    if not os.path.exists(junit):
-        raise RuntimeError(f"pytest on {backend} wrote no report; see {scratch}/{backend}.log")
-    return Run(backend, read_junit(junit, options.checkout), seconds)
+    for identifier in deselect:
+        command += ["--deselect", identifier]
+    progress = progress_path(scratch, backend, segment)
+    open(progress, "w").close()
+    env = {**env, "PJRT_REF_SUITE_PROGRESS": progress}
+    log_name = os.path.join(scratch, f"{backend}.log" if segment == 0 else f"{backend}.{segment}.log")
+    log = open(log_name, "w") if not options.verbose else None
+    process = subprocess.Popen(command, cwd=options.checkout, env=env, start_new_session=True,
+                               stdout=log, stderr=subprocess.STDOUT if log else None)
+    try:
+        return wait_or_stall(process, progress, options.stall)
+    finally:
+        if log:
+            log.close()
+
+
+def wait_or_stall(process: subprocess.Popen, progress: str, stall: float) -> bool | None:
+    """Wait for the process; kill its whole group if `progress` has not grown for `stall` s."""
+    try:
+        while True:
+            try:
+                process.wait(timeout=min(5.0, stall or 5.0))
+                return None
+            except subprocess.TimeoutExpired:
+                if stall and time.time() - os.path.getmtime(progress) > stall:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                    return True
+    except BaseException:                 # Ctrl-C: the run's own session would outlive us
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        raise
+
+
+def progress_path(scratch: str, backend: str, segment: int) -> str:
+    return os.path.join(scratch, f"{backend}.progress.{segment}.jsonl")
+
+
+@dataclass
+class Progress:
+    """What the progress plugin recorded: finished tests' outcomes, and the started ones still running."""
+    finished: dict[str, Outcome]
+    running: list[str]
+
+
+def read_progress(path: str) -> Progress:
+    finished: dict[str, Outcome] = {}
+    started: list[str] = []
+    with open(path) as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue                               # a line cut short by the kill
+            if "start" in record:
+                started.append(record["start"])
+            elif "end" in record and finished.get(record["end"], Outcome("")).status not in ("failed", "error"):
+                finished[record["end"]] = Outcome(record["status"], record.get("reason", ""))
+    return Progress(finished, [i for i in dict.fromkeys(started) if i not in finished])
 
 
 def run_settings(backend: str, env: dict[str, str], options: argparse.Namespace) -> dict:
@@ -130,8 +213,10 @@ def run_settings(backend: str, env: dict[str, str], options: argparse.Namespace)
 
 
 def save_run(run: Run, settings: dict, scratch: str) -> None:
+    """The run's settings, wall time and outcomes (those of killed runs are in no junit file)."""
     with open(os.path.join(scratch, f"{run.backend}.json"), "w") as handle:
-        json.dump({**settings, "seconds": run.seconds}, handle, indent=1)
+        json.dump({**settings, "seconds": run.seconds,
+                   "outcomes": {k: vars(v) for k, v in run.outcomes.items()}}, handle, indent=1)
 
 
 def load_run(backend: str, settings: dict, directory: str, root: str) -> Run:
@@ -139,10 +224,13 @@ def load_run(backend: str, settings: dict, directory: str, root: str) -> Run:
     with open(os.path.join(directory, f"{backend}.json")) as handle:
         recorded = json.load(handle)
     seconds = recorded.pop("seconds")
+    outcomes = recorded.pop("outcomes", None)
     if recorded != settings:
         raise SystemExit(f"{directory}/{backend}.json was run with other settings:\n"
                          f"  kept: {recorded}\n  now:  {settings}")
-    return Run(backend, read_junit(os.path.join(directory, f"{backend}.xml"), root), seconds)
+    if outcomes is None:               # kept before outcomes were saved with the settings
+        return Run(backend, read_junit(os.path.join(directory, f"{backend}.xml"), root), seconds)
+    return Run(backend, {k: Outcome(**v) for k, v in outcomes.items()}, seconds)
 
 
 def counts(outcomes: dict[str, Outcome], file: str) -> dict[str, int]:
@@ -195,6 +283,7 @@ class Suite:
     workers: int = 0                               # default pytest-xdist workers
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
     pytest_plugins: tuple[str, ...] = ()           # modules every run loads (pytest -p)
+    stall: float = 600.0                           # default --stall
 
 
 def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
@@ -207,6 +296,9 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
                         help=f"pytest-xdist workers (default {suite.workers}; 0: no xdist)")
     parser.add_argument("--only", choices=sorted(suite.backends), help="run one backend only")
     parser.add_argument("--timeout", type=int, default=0, help="per-test timeout in s (pytest-timeout)")
+    parser.add_argument("--stall", type=float, default=suite.stall,
+                        help=f"kill a run in which no test finished for this many s, mark the tests "
+                             f"it was running hung and go on (default {suite.stall:g}; 0: never)")
     parser.add_argument("-k", help="pytest -k expression")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
     parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
@@ -218,7 +310,7 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
     options = parser.parse_args(argv)
     options.checkout = os.path.abspath(options.checkout)
     options.files = options.files or list(suite.default_files)
-    options.pytest_plugins = suite.pytest_plugins
+    options.pytest_plugins = ("pjrt_ref.frameworks.progress_plugin", *suite.pytest_plugins)
     return options
 
 

@@ -63,7 +63,7 @@ def check_version(checkout: str) -> None:
 SUITE = Suite(command="pjrt-ref torch-tests", description=__doc__.split("\n\n")[1],
               checkout="a checkout of PyTorch/XLA's repository (its test/ and setup.py at least)",
               default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
-              check_version=check_version)
+              check_version=check_version, stall=300.0)
 
 
 def main(argv: list[str] | None = None) -> int:
