@@ -119,3 +119,20 @@ def test_a_token_buffer_is_not_an_array():
     """, **PJRT_REF_AND_CPU)
     assert proc.stdout.splitlines() == [
         "INVALID_ARGUMENT: Cannot convert a token-shape buffer to a numpy array.", "Token"]
+
+
+def test_complex_cosh_and_sinh_through_the_plugin_give_xlas_special_values():
+    # JAX hands plugins chlo.cosh/sinh as a composite whose decomposition is
+    # built from stablehlo.exponential; with C99's cexp, cosh(-inf + inf i)
+    # came out inf + NaN i where XLA CPU (and JAX's accuracy test) give NaN + NaN i.
+    run_jax("""
+        parts = [-np.inf, -3.0, 0.0, 3.0, np.inf, np.nan]
+        z = np.array([complex(a, b) for a in parts for b in parts], np.complex64)
+        for f in (jnp.cosh, jnp.sinh, jnp.exp):
+            ours = np.asarray(jax.jit(f)(jax.device_put(z, jax.devices("pjrt_ref")[0])))
+            xla = np.asarray(jax.jit(f)(jax.device_put(z, jax.devices("cpu")[0])))
+            for part in ("real", "imag"):
+                a, b = getattr(ours, part), getattr(xla, part)
+                assert np.array_equal(np.isnan(a), np.isnan(b)), (f, part, z[np.isnan(a) != np.isnan(b)])
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=0)
+    """, JAX_PLATFORMS="pjrt_ref,cpu")

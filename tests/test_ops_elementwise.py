@@ -450,3 +450,20 @@ def test_complex_tan_special_values_as_xla(dtype):
         a, b = getattr(ours[0], part), getattr(theirs[0], part)
         assert np.array_equal(np.isnan(a), np.isnan(b)), (z[np.isnan(a) != np.isnan(b)])
         np.testing.assert_allclose(a, b, rtol=8 * np.finfo(a.dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("function", [lax.exp, lax.cosh, lax.sinh], ids=["exp", "cosh", "sinh"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_exp_special_values_as_xla(function, dtype):
+    """e^(a + bi) is e^a cos(b) + i e^a sin(b) as on XLA CPU, so that
+    e^(-inf + inf i) is NaN + NaN i (C99: 0 + 0i), and cosh/sinh, which JAX
+    sends to plugins decomposed into exponentials, give XLA's NaNs and
+    infinities (cosh(-inf + inf i): NaN + NaN i, not C99's inf + NaN i), as
+    JAX's accuracy tests expect."""
+    parts = [-np.inf, -3.0, -0.0, 0.0, 3.0, np.inf, np.nan]
+    z = np.array([complex(a, b) for a in parts for b in parts], dtype)
+    ours, theirs = compare_with_jax(function, z)
+    for part in ("real", "imag"):
+        a, b = getattr(ours[0], part), getattr(theirs[0], part)
+        assert np.array_equal(np.isnan(a), np.isnan(b)), z[np.isnan(a) != np.isnan(b)]
+        np.testing.assert_allclose(a, b, rtol=8 * np.finfo(a.dtype).eps, atol=0)
