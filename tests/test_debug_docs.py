@@ -5,8 +5,9 @@ real output.
 Lines are compared after putting the test's directory in place of
 `/tmp/tutorial`. Skipped: `...` (a cut), lines with handle addresses (`0x`)
 and the profile's timing lines (they change from run to run). The jaxlib
-version and how many ops the diff compared (JAX 0.12 lowers the tutorial's
-model to one op fewer than 0.10) are compared as placeholders.
+version, how many ops the diff compared (JAX 0.12 lowers the tutorial's
+model to one op fewer than 0.10) and how often `explain` saw each entry
+point called (JAX versions differ) are compared as placeholders.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ _FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.S)
 _CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
 _VARIABLE = re.compile(r"0x[0-9a-f]+|\d+\.\d+ ms|\d\.\d+%")
 _VERSIONED = [(re.compile(r"jaxlib \d+(\.\d+)+"), "jaxlib X"),
-              (re.compile(r"all \d+ ops compared"), "all N ops compared")]
+              (re.compile(r"all \d+ ops compared"), "all N ops compared"),
+              (re.compile(r"\b\d+(  PJRT_\w+)$", re.M), r"N\1")]   # explain's calls per entry point
 
 
 def unversioned(text: str) -> str:
