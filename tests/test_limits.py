@@ -155,8 +155,13 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
         f(jnp.ones(3))
         print("finished", flush=True)
     """)
+    # As from a shell: SIGINT at its default. A child inherits an ignored
+    # SIGINT (and Python then installs no handler); something earlier in a
+    # full run under JAX 0.12 left pytest's SIGINT ignored, and the child
+    # never saw the ^C.
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=clean_env(JAX_PLATFORMS="pjrt_ref"))
+                            text=True, env=clean_env(JAX_PLATFORMS="pjrt_ref"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline().strip() == "start"
         import time
@@ -172,3 +177,15 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
     assert last == "KeyboardInterrupt", err[-3000:]
     assert "Traceback (most recent call last)" in err
     assert "Fatal" not in err and "Check failure" not in err, err[-3000:]
+
+
+def test_the_plugin_leaves_the_hosts_sigint_handler_alone():
+    """Ctrl-C stays the host's: compiling and running on pjrt_ref (bytecode
+    checker, helper threads, numba) installs no SIGINT handler of its own."""
+    run_jax("""
+        import signal
+        before = signal.getsignal(signal.SIGINT)
+        f = jax.jit(lambda x: jnp.tanh(x) @ x.T)
+        print(f(jnp.ones((300, 300))).sum())
+        assert signal.getsignal(signal.SIGINT) is before, signal.getsignal(signal.SIGINT)
+    """)
