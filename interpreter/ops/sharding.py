@@ -74,7 +74,14 @@ def manual_call(op, *operands):
 
 @register("sdy.sharding_constraint", "sdy.reshard")
 def sharding_constraint(op, operand):
-    """Shardy's sharding constraint / reshard: the identity on global values."""
+    """Shardy's sharding constraint / reshard: the identity on global values,
+    except where it drops unreduced axes of its operand (marked at load time,
+    `pjrt_ref/spmd_unreduced.py`): there each device's partial sums are
+    added up over those axes, XLA's all-reduce."""
+    axes = op.attrs.get("pjrt_ref.reduce_axes")
+    run = _partitioned_run()
+    if axes and run is not None and run.per_device:
+        return run.sum_partials(op, operand, frozenset(axes.split(",")))
     return operand
 
 
