@@ -87,17 +87,21 @@ class Layout:
 
         Every tile is taken from the first device (in device order) that
         holds it; its replicas are expected to hold the same values and are
-        not read. For an unreduced value, `view_of` names the device whose
-        partial sum is wanted (only the devices holding that one are read).
-        A shard of the wrong shape is an error naming `what`.
+        not read. `view_of` names the device whose view is wanted: its own
+        tile comes from its own shard (as on XLA, where a shard_map result
+        that is not the same on every device, `check_vma=False`, stays each
+        device's local value), and for an unreduced value only the devices
+        holding the same partial sum are read. A shard of the wrong shape is
+        an error naming `what`.
         """
+        order = sorted(shards)
         if view_of is not None:
             held = set(self.holders(view_of))
-            shards = {d: v for d, v in shards.items() if d in held}
+            order = sorted((d for d in shards if d in held), key=lambda d: (d != view_of, d))
         shard_shape = self.shard_shape(global_shape, what)
         result = np.empty(global_shape, dtype=dtype)
         filled = set()
-        for device in sorted(shards):
+        for device in order:
             tile = self.tile_of[device]
             if tile in filled:
                 continue

@@ -104,6 +104,15 @@ class PartitionedRun:
             total += shared[d]
         return total
 
+    def split_into_partials(self, op, value, axes: frozenset) -> np.ndarray:
+        """A whole value made unreduced over mesh `axes`: XLA keeps it on the
+        devices at coordinate 0 of those axes and gives the others zeros."""
+        mesh = parse_tensor_sharding(op.attrs["sharding"]).mesh(self.meshes)
+        coordinates = mesh.coordinates()[_this_device(self)]
+        if all(coordinates[axis] == 0 for axis in axes):
+            return value
+        return np.zeros_like(np.asarray(value))
+
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
         """Run the region `body` once per device, each in its own copy of the
         region's frame (see `run_per_device`)."""

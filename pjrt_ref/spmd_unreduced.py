@@ -20,6 +20,12 @@ through element-wise and shape ops, calls and manual computations to a
 sharding that says. The op gets the attribute `pjrt_ref.reduce_axes`
 ("x,y"), which `interpreter/ops/sharding.py` turns into a sum over the
 devices that differ only in those axes.
+
+The other way round (`jax.reshard(x, P(unreduced={'x'}))`, or a gradient
+seeded with ones that JAX marks unreduced), a constraint makes a whole
+value unreduced over new axes: XLA keeps the value on the devices at
+coordinate 0 of those axes and zeros on the others, so the partial sums
+still add up to the value. Such a constraint gets `pjrt_ref.unreduce_axes`.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from .spmd_gspmd import attribute_text
 from .spmd_layout import parse_sharding_per_value, parse_tensor_sharding
 
 REDUCE_AXES_ATTR = "pjrt_ref.reduce_axes"
+UNREDUCE_AXES_ATTR = "pjrt_ref.unreduce_axes"
 _CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
 # Ops through which a partial sum stays a partial sum over the same axes
 # (the linear ops JAX's unreduced rules allow, and pure data movement).
@@ -36,8 +43,9 @@ _LINEAR = frozenset("stablehlo." + name for name in (
 
 
 def mark_reductions(module, entry: str) -> bool:
-    """Set `pjrt_ref.reduce_axes` on every reduction point of `module`
-    (an MLIR module, changed in place); whether there was one."""
+    """Set `pjrt_ref.reduce_axes` / `pjrt_ref.unreduce_axes` on every
+    constraint of `module` (an MLIR module, changed in place) that drops or
+    adds unreduced axes; whether there was one."""
     from jaxlib.mlir import ir
 
     functions = {_name(op): op for op in _ops(module.body) if op.name == "func.func"}
@@ -48,10 +56,12 @@ def mark_reductions(module, entry: str) -> bool:
             if op.name not in _CONSTRAINTS:
                 continue
             target = _unreduced_names(attribute_text(op.attributes["sharding"]))
-            dropped = finder.of(op.operands[0]) - target
-            if dropped:
-                op.attributes[REDUCE_AXES_ATTR] = ir.StringAttr.get(",".join(sorted(dropped)))
-                marked = True
+            operand = finder.of(op.operands[0])
+            for name, axes in ((REDUCE_AXES_ATTR, operand - target),
+                               (UNREDUCE_AXES_ATTR, target - operand)):
+                if axes:
+                    op.attributes[name] = ir.StringAttr.get(",".join(sorted(axes)))
+                    marked = True
     return marked
 
 
