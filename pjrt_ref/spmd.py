@@ -139,6 +139,8 @@ class PartitionedRunner:
                 self.per_device_program = load(annotate_full_to_shard(text))
             else:
                 self.global_program = load(text)
+        elif "unreduced" in program.text:
+            self.per_device_program = _with_reductions_marked(program)
         module = program.mlir_module()
         self.meshes = _read_meshes(module)
         func = _entry_function(module, program.entry)
@@ -223,14 +225,15 @@ class PartitionedRunner:
         if sorted(shards) != self.devices:
             raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
                                   f"got arguments for {len(shards)}")
-        global_arguments = self.assemble_arguments([shards[d] for d in self.devices])
+        per_device_arguments = [shards[d] for d in self.devices]
         if self.per_device_program is None:
+            global_arguments = self.assemble_arguments(per_device_arguments)
             run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
                                  placement=placement)
             results = run_with(run, lambda: _run_program(self.global_program, global_arguments))
             per_device_results = {d: results for d in devices}
         else:
-            per_device_results = self.run_on_every_device(global_arguments, placement)
+            per_device_results = self.run_on_every_device(per_device_arguments, placement)
         return [[layout.cut(np.asarray(result), device, f"result {i}")
                  for i, (layout, result) in enumerate(zip(self.result_layouts, per_device_results[device]))]
                 for device in devices]
@@ -270,22 +273,35 @@ class PartitionedRunner:
     def _process_id(self, device: int) -> tuple[int, int]:
         return divmod(device, self.num_partitions)
 
-    def run_on_every_device(self, global_arguments: list, placement=None) -> dict:
-        """GSPMD manual regions: the whole program on every device (of this
-        process), one thread each (see `spmd_manual`); {device: its results}."""
+    def run_on_every_device(self, per_device_arguments: list, placement=None) -> dict:
+        """GSPMD manual regions, or unreduced values: the whole program on
+        every device (of this process), one thread each (see `spmd_manual`),
+        on that device's view of the global arguments; {device: its results}."""
         program = self.per_device_program
-        arguments = program.check_arguments(global_arguments)
+        views = {}                       # arguments differ only where some are unreduced
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
 
         function = live_profile.function_to_run(program)    # instrumented under jax.profiler.trace
 
-        def job() -> list:
-            return run_with(run, lambda: function.run(list(arguments)))
+        def job(device: int):
+            key = self.argument_view_key(device)
+            if key not in views:
+                views[key] = program.check_arguments(
+                    self.assemble_arguments(per_device_arguments, view_of=device))
+            arguments = views[key]
+            return lambda: run_with(run, lambda: function.run(list(arguments)))
         return run_on_grid(None, self.num_replicas, self.num_partitions,
-                           [job for _ in self.devices], placement)
+                           [job(d) for d in self.devices], placement)
 
-    def assemble_arguments(self, per_device_arguments) -> list[np.ndarray]:
-        """Each global argument, from the shards of the devices that hold its tiles."""
+    def argument_view_key(self, device: int) -> tuple:
+        """Which devices see the same global arguments: those holding the same
+        partial sums of every unreduced argument."""
+        return tuple(layout.partial_of[device] for layout in self.argument_layouts
+                     if layout.partial_of is not None)
+
+    def assemble_arguments(self, per_device_arguments, view_of: int | None = None) -> list[np.ndarray]:
+        """Each global argument, from the shards of the devices that hold its
+        tiles (for an unreduced argument, `view_of`'s partial sum)."""
         expected = len(self.program.input_types)
         for device, shards in enumerate(per_device_arguments):
             if len(shards) != expected:
@@ -298,7 +314,8 @@ class PartitionedRunner:
                 arguments.append(shards[0])
                 continue
             arguments.append(layout.assemble(shards, _shape(ttype), ttype.dtype,
-                                             f"argument {i} of @{self.program.entry}"))
+                                             f"argument {i} of @{self.program.entry}",
+                                             view_of=view_of))
         return arguments
 
     def _layout(self, attrs: dict, ttype) -> Layout:
@@ -357,6 +374,20 @@ class PartitionedRunner:
                 if layout is not None:
                     return layout
         return None
+
+
+def _with_reductions_marked(program):
+    """`program` with its unreduced values' reduction points marked
+    (`spmd_unreduced`), loaded to run on every device."""
+    from jaxlib.mlir import ir
+    from .interpreter import load
+    from .interpreter.loader import make_context
+    from .spmd_unreduced import mark_reductions
+
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(program.text)
+        mark_reductions(module, program.entry)
+        return load(str(module), program.entry)
 
 
 def _run_program(program, arguments: list) -> list:

@@ -40,11 +40,25 @@ class Layout:
 
     `tile_counts[d]` is the number of equal tiles along dimension d;
     `tile_of[device]` the tile index the device holds. Devices that hold the
-    same tile hold the same values (they are replicas of that tile).
+    same tile hold the same values (they are replicas of that tile), unless
+    the value is *unreduced*: `partial_of[device]` is then the device's
+    coordinates on the unreduced mesh axes, and the value is the sum over
+    those axes of the devices' partial values (Shardy's `unreduced={"x"}`,
+    XLA's `last_tile_dims={unreduced}`: no all-reduce is inserted, each
+    device keeps its own partial sum). Only devices with the same partial
+    index hold copies of one tile.
     """
 
     tile_counts: tuple[int, ...]
     tile_of: dict
+    partial_of: dict | None = None
+
+    def holders(self, device: int) -> list[int]:
+        """The devices whose shards make up `device`'s view of the value:
+        every device, or for an unreduced value those holding the same partial sum."""
+        if self.partial_of is None:
+            return list(self.tile_of)
+        return [d for d in self.tile_of if self.partial_of[d] == self.partial_of[device]]
 
     def shard_shape(self, global_shape: tuple[int, ...], what: str) -> tuple[int, ...]:
         """The shape of one device's shard; tiles must divide the dimensions."""
@@ -67,17 +81,27 @@ class Layout:
         """`device`'s shard of the global `array` (a copy: shards are separate buffers)."""
         return np.array(array[self.shard_slices(array.shape, device, what)], copy=True)
 
-    def assemble(self, shards: dict, global_shape: tuple[int, ...], dtype, what: str) -> np.ndarray:
+    def assemble(self, shards: dict, global_shape: tuple[int, ...], dtype, what: str,
+                 view_of: int | None = None) -> np.ndarray:
         """The global array from each device's shard (`shards[device]`).
 
         Every tile is taken from the first device (in device order) that
         holds it; its replicas are expected to hold the same values and are
-        not read. A shard of the wrong shape is an error naming `what`.
+        not read. `view_of` names the device whose view is wanted: its own
+        tile comes from its own shard (as on XLA, where a shard_map result
+        that is not the same on every device, `check_vma=False`, stays each
+        device's local value), and for an unreduced value only the devices
+        holding the same partial sum are read. A shard of the wrong shape is
+        an error naming `what`.
         """
+        order = sorted(shards)
+        if view_of is not None:
+            held = set(self.holders(view_of))
+            order = sorted((d for d in shards if d in held), key=lambda d: (d != view_of, d))
         shard_shape = self.shard_shape(global_shape, what)
         result = np.empty(global_shape, dtype=dtype)
         filled = set()
-        for device in sorted(shards):
+        for device in order:
             tile = self.tile_of[device]
             if tile in filled:
                 continue
@@ -172,6 +196,7 @@ class TensorSharding:
     mesh_name: str | None
     inline_mesh: Mesh | None
     dims: tuple[tuple[AxisRef, ...], ...]
+    unreduced: tuple[AxisRef, ...] = ()
 
     def mesh(self, meshes: dict) -> Mesh:
         if self.inline_mesh is not None:
@@ -197,14 +222,20 @@ class TensorSharding:
                     index = index * axis.extent(mesh) + axis.coordinate(coordinates, mesh)
                 tile.append(index)
             tile_of[device] = tuple(tile)
-        return Layout(counts, tile_of)
+        unreduced = [a for a in self.unreduced if keep_axes is None or a.name in keep_axes]
+        if not unreduced:
+            return Layout(counts, tile_of)
+        partial_of = {device: tuple(a.coordinate(coordinates, mesh) for a in unreduced)
+                      for device, coordinates in mesh.coordinates().items()}
+        return Layout(counts, tile_of, partial_of)
 
 
 def parse_tensor_sharding(text: str) -> TensorSharding:
     """One Shardy tensor sharding, with or without its `#sdy.sharding` wrapper.
 
-    Open dimensions (`{"x", ?}`) and the `replicated=` / `unreduced=` lists
-    do not change which tile a device holds, so they are read past.
+    Open dimensions (`{"x", ?}`) and the `replicated=` list do not change
+    which tile a device holds, so they are read past; `unreduced={"x"}`
+    (the value is a sum of partial values over those axes) is kept.
     """
     body = text.strip()
     if body.startswith("#sdy.sharding<"):
@@ -228,7 +259,9 @@ def parse_tensor_sharding(text: str) -> TensorSharding:
         raise InvalidArgument(f"cannot read the dimension shardings of {text}")
     dims_text = rest[1:_matching(rest, 0)]
     dims = tuple(_axis_refs(group) for group in re.findall(r"\{([^}]*)\}", dims_text))
-    return TensorSharding(mesh_name, inline_mesh, dims)
+    unreduced = re.search(r"unreduced\s*=\s*\{([^}]*)\}", rest[_matching(rest, 0):])
+    return TensorSharding(mesh_name, inline_mesh, dims,
+                          _axis_refs(unreduced.group(1)) if unreduced else ())
 
 
 def parse_sharding_per_value(text: str) -> list[TensorSharding]:
@@ -342,21 +375,34 @@ def _tile_assignment(text: str, rank: int):
 def hlo_sharding_text(layout: Layout, devices) -> str:
     """`layout` in XLA's HloSharding text, the spelling PJRT reports shardings in.
 
-    A tile held by several devices becomes a trailing replication dimension
-    (`last_tile_dim_replicate`), its devices in increasing order.
+    A tile held by several devices becomes trailing sub-group dimensions:
+    first the devices holding different partial sums of an unreduced value
+    (`last_tile_dims={unreduced}`, as XLA's HloSharding::Unreduced /
+    `OpSharding.Type.UNREDUCED`), then the copies of one partial sum
+    (`replicated`), devices in increasing order. XLA's parser
+    canonicalizes the result (`{devices=[2]0,1 last_tile_dims={unreduced}}`
+    is `{unreduced}`), and so do JAX's comparisons.
     """
     devices = sorted(devices)
-    if all(count == 1 for count in layout.tile_counts):
+    partial_of = layout.partial_of or {d: () for d in devices}
+    if all(count == 1 for count in layout.tile_counts) and layout.partial_of is None:
         return "{replicated}"
     holders: dict = {}
     for device in devices:
-        holders.setdefault(layout.tile_of[device], []).append(device)
-    copies = {len(held) for held in holders.values()}
-    if len(copies) != 1:
+        holders.setdefault(layout.tile_of[device], {}) \
+            .setdefault(partial_of[device], []).append(device)
+    partials = {len(by_partial) for by_partial in holders.values()}
+    copies = {len(held) for by_partial in holders.values() for held in by_partial.values()}
+    if len(partials) != 1 or len(copies) != 1:
         raise Unimplemented(f"tiles held by different numbers of devices: {holders}")
-    (replication,) = copies
+    (unreduced,), (replication,) = partials, copies
     ids = [device for tile in itertools.product(*map(range, layout.tile_counts))
-           for device in holders[tile]]
-    dims = list(layout.tile_counts) + ([replication] if replication > 1 else [])
+           for partial in sorted(holders[tile]) for device in holders[tile][partial]]
+    kinds = (["unreduced"] if layout.partial_of is not None else []) + \
+        (["replicated"] if replication > 1 else [])
+    dims = list(layout.tile_counts) + ([unreduced] if layout.partial_of is not None else []) + \
+        ([replication] if replication > 1 else [])
     text = "{devices=[" + ",".join(map(str, dims)) + "]" + ",".join(map(str, ids))
-    return text + (" last_tile_dim_replicate}" if replication > 1 else "}")
+    if kinds == ["replicated"]:
+        return text + " last_tile_dim_replicate}"
+    return text + (" last_tile_dims={" + ", ".join(kinds) + "}}" if kinds else "}")

@@ -40,7 +40,7 @@ import numpy as np
 from .errors import Internal, PjrtRefError, Unimplemented
 from .spmd_gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from .spmd_layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
-                          parse_sharding_per_value)
+                          parse_sharding_per_value, parse_tensor_sharding)
 
 
 class PartitionedRun:
@@ -89,7 +89,29 @@ class PartitionedRun:
         device = _this_device(self)
         results = [np.asarray(r) for r in body(*_cut_operands(op, in_layouts, operands, device))]
         shared = self.exchange(op, _devices_differing_only_in(op, self.meshes, device), results)
-        return _assemble_results(op, out_layouts, shared)
+        return _assemble_results(op, out_layouts, shared, view_of=device)
+
+    def sum_partials(self, op, value, axes: frozenset) -> np.ndarray:
+        """An unreduced value's sum over mesh `axes` (a sharding that drops
+        them, `spmd_unreduced`): XLA's all-reduce over the devices that differ
+        from this one only in those axes, added in device order."""
+        mesh = parse_tensor_sharding(op.attrs["sharding"]).mesh(self.meshes)
+        device = _this_device(self)
+        group = devices_differing_only_in(mesh, device, axes)
+        shared = self.exchange(op, group, np.asarray(value))
+        total = shared[group[0]].copy()
+        for d in group[1:]:
+            total += shared[d]
+        return total
+
+    def split_into_partials(self, op, value, axes: frozenset) -> np.ndarray:
+        """A whole value made unreduced over mesh `axes`: XLA keeps it on the
+        devices at coordinate 0 of those axes and gives the others zeros."""
+        mesh = parse_tensor_sharding(op.attrs["sharding"]).mesh(self.meshes)
+        coordinates = mesh.coordinates()[_this_device(self)]
+        if all(coordinates[axis] == 0 for axis in axes):
+            return value
+        return np.zeros_like(np.asarray(value))
 
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
         """Run the region `body` once per device, each in its own copy of the
@@ -256,10 +278,12 @@ def _cut_operands(op, layouts: list[Layout], operands, device: int) -> list[np.n
             for i, (layout, x) in enumerate(zip(layouts, operands))]
 
 
-def _assemble_results(op, layouts: list[Layout], per_device: dict) -> list[np.ndarray]:
-    """Each of the op's global results, from {device: its local results}."""
+def _assemble_results(op, layouts: list[Layout], per_device: dict,
+                      view_of: int | None = None) -> list[np.ndarray]:
+    """Each of the op's global results, from {device: its local results}
+    (unreduced ones as device `view_of`'s partial sum)."""
     return [layout.assemble({d: values[i] for d, values in per_device.items()},
-                            tuple(t.shape), t.dtype, f"result {i} of {op.name}")
+                            tuple(t.shape), t.dtype, f"result {i} of {op.name}", view_of=view_of)
             for i, (layout, t) in enumerate(zip(layouts, op.result_types))]
 
 
@@ -283,9 +307,14 @@ def _devices_differing_only_in(op, meshes: dict, device: int) -> list[int]:
                  + parse_sharding_per_value(op.attrs["out_shardings"]))
     if not shardings:
         return [device]
-    mesh = shardings[0].mesh(meshes)
+    return devices_differing_only_in(shardings[0].mesh(meshes), device, manual)
+
+
+def devices_differing_only_in(mesh, device: int, axes) -> list[int]:
+    """The devices of `mesh` whose coordinates equal `device`'s on every axis
+    not in `axes`, in increasing order."""
     coordinates = mesh.coordinates()
-    mine = {axis: c for axis, c in coordinates[device].items() if axis not in manual}
+    mine = {axis: c for axis, c in coordinates[device].items() if axis not in axes}
     return sorted(d for d, coords in coordinates.items()
                   if all(coords[axis] == c for axis, c in mine.items()))
 

@@ -101,3 +101,18 @@ def test_comparator_with_a_call_sorts_pairwise_and_stably():
     ours, theirs = ours_and_xla(_CALL_COMPARATOR, [x, y])
     for a, b in zip(ours, theirs):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: lax.approx_max_k(x, 2),
+    lambda x: lax.approx_min_k(x, 3, recall_target=0.5, aggregate_to_topk=False),
+    lambda x: lax.approx_max_k(x, 2, reduction_dimension=0),
+], ids=["max_k", "min_k_not_aggregated", "max_k_dim0"])
+def test_approx_top_k_is_xla_cpus_exact_top_k(fn):
+    """`custom_call @ApproxTopK` (interpreter/ops/approx_top_k.py): XLA CPU's
+    exact fallback, ties included (NaN is left out: under JAX's `GT`
+    comparator it is unordered, and XLA's sort places it where its
+    algorithm happens to)."""
+    x = RNG.normal(size=(3, 7)).astype(np.float32)
+    x[0, 2] = x[0, 5]
+    assert_same_as_jax(fn, x)

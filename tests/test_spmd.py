@@ -28,7 +28,6 @@ from pjrt_ref.interpreter import load
 from pjrt_ref.spmd import make_partitioned_runner
 from pjrt_ref.spmd_layout import parse_hlo_sharding
 
-CASES_SCRIPT = os.path.join(os.path.dirname(__file__), "spmd_cases.py")
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_train_step", "shard_map_collectives",
          "shard_map_mesh_2d", "shard_map_inside_jit", "shard_map_reversed_mesh",
@@ -41,11 +40,17 @@ SHARDING_DIFFERS = {"shard_map_partial_manual"}
 
 def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
     """Run tests/spmd_cases.py in a fresh process with `env`; its pickled results."""
+    return run_script(tmp_path_factory, "spmd_cases.py", name, **env)
+
+
+def run_script(tmp_path_factory, script: str, name: str, **env: str) -> dict:
+    """Run the case script tests/`script` in a fresh process with `env`
+    (and no other JAX_/PJRT_/XLA_ variables); its pickled results."""
     out = tmp_path_factory.mktemp("spmd") / f"{name}.pkl"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
     clean.update(env)
-    proc = subprocess.run([sys.executable, CASES_SCRIPT, str(out)], env=clean,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), script),
+                           str(out)], env=clean, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     with open(out, "rb") as handle:
         return pickle.load(handle)

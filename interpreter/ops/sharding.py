@@ -74,7 +74,19 @@ def manual_call(op, *operands):
 
 @register("sdy.sharding_constraint", "sdy.reshard")
 def sharding_constraint(op, operand):
-    """Shardy's sharding constraint / reshard: the identity on global values."""
+    """Shardy's sharding constraint / reshard: the identity on global values,
+    except where it drops unreduced axes of its operand (marked at load time,
+    `pjrt_ref/spmd_unreduced.py`): there each device's partial sums are
+    added up over those axes, XLA's all-reduce; where it adds unreduced axes,
+    the devices off coordinate 0 of them hold zeros."""
+    run = _partitioned_run()
+    if run is None or not run.per_device:
+        return operand
+    if "pjrt_ref.reduce_axes" in op.attrs:
+        return run.sum_partials(op, operand, frozenset(op.attrs["pjrt_ref.reduce_axes"].split(",")))
+    if "pjrt_ref.unreduce_axes" in op.attrs:
+        return run.split_into_partials(op, operand,
+                                       frozenset(op.attrs["pjrt_ref.unreduce_axes"].split(",")))
     return operand
 
 

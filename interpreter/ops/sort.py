@@ -43,24 +43,29 @@ def sort(op, *inputs, regions):
     rank = inputs[0].ndim
     axis = _dimension(op, rank)
     rows = [np.moveaxis(x, axis, -1) for x in inputs]
-    if rows[0].shape[-1] <= 1 or rows[0].size == 0:
-        order = np.broadcast_to(np.arange(rows[0].shape[-1]), rows[0].shape)
-    else:
-        key = _simple_sort_key(plan, rows)
-        if key is None:
-            key = _derived_sort_key(comparator, plan, rows)
-        orderer = None if key is not None else sort_orderer(op)
-        if key is not None:
-            order = np.argsort(key, axis=-1, kind="stable")
-        elif orderer is not None:
-            order = sort_order(orderer, rows)  # numba merge sort (interpreter/jit)
-        elif is_elementwise(plan):
-            order = _bitonic_order(comparator, rows)
-        else:
-            order = _python_order(comparator, rows)
+    order = stable_order(rows, comparator, plan, op)
     results = [np.asarray(np.moveaxis(np.take_along_axis(r, order, axis=-1), -1, axis), order="C")
                for r in rows]
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def stable_order(rows: list, comparator, plan, op=None) -> np.ndarray:
+    """The permutation that sorts `rows` (sorted along their last axis)
+    stably by `comparator` (bound to its `plan`); the numba path needs the
+    sort `op` whose region the comparator is."""
+    if rows[0].shape[-1] <= 1 or rows[0].size == 0:
+        return np.broadcast_to(np.arange(rows[0].shape[-1]), rows[0].shape)
+    key = _simple_sort_key(plan, rows)
+    if key is None:
+        key = _derived_sort_key(comparator, plan, rows)
+    if key is not None:
+        return np.argsort(key, axis=-1, kind="stable")
+    orderer = None if op is None else sort_orderer(op)
+    if orderer is not None:
+        return sort_order(orderer, rows)  # numba merge sort (interpreter/jit)
+    if is_elementwise(plan):
+        return _bitonic_order(comparator, rows)
+    return _python_order(comparator, rows)
 
 
 # ---------------------------------------------------------------------------
