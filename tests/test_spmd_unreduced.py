@@ -4,6 +4,7 @@ in a child process each): every device's shard and the reported sharding
 must be XLA's. See pjrt_ref/spmd_unreduced.py."""
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -23,6 +24,9 @@ def both(tmp_path_factory) -> tuple[dict, dict]:
 @pytest.mark.parametrize("name", CASES)
 def test_unreduced_shards_match_jax_cpu(both, name):
     cpu, ours = both[0][name], both[1][name]
+    if isinstance(cpu, dict):
+        pytest.skip(f"jax {jax.__version__} refuses this program on its own cpu backend: {cpu['refused']}")
+    assert not isinstance(ours, dict), f"pjrt_ref: {ours['refused']}"
     assert [spec for spec, _ in ours] == [spec for spec, _ in cpu]
     for i, ((_, expected), (_, got)) in enumerate(zip(cpu, ours)):
         assert len(got) == len(expected)

@@ -75,6 +75,16 @@ def reshard_to_unreduced():
 CASES = [unreduced_out_and_reshard, unreduced_matmul_2d, reduced_input_gradient,
          reshard_to_unreduced]
 
+def run(case):
+    """The case's arrays, or why this JAX refused it (JAX 0.12 changed the
+    rules for unreduced shard_map outputs; a case it refuses on its own cpu
+    backend cannot be compared)."""
+    try:
+        return case()
+    except Exception as error:  # noqa: BLE001 - reported by the test
+        return {"refused": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+
+
 if __name__ == "__main__":
     with open(sys.argv[1], "wb") as handle:
-        pickle.dump({case.__name__: case() for case in CASES}, handle)
+        pickle.dump({case.__name__: run(case) for case in CASES}, handle)
