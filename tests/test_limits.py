@@ -155,13 +155,16 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
         f(jnp.ones(3))
         print("finished", flush=True)
     """)
-    # As from a shell: SIGINT at its default. A child inherits an ignored
-    # SIGINT (and Python then installs no handler); something earlier in a
-    # full run under JAX 0.12 left pytest's SIGINT ignored, and the child
-    # never saw the ^C.
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=clean_env(JAX_PLATFORMS="pjrt_ref"),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # As from a shell: the child must not inherit an ignored SIGINT (Python
+    # then installs no handler and the ^C is lost). In full runs under JAX
+    # 0.12 the child never saw the ^C; with pytest's SIGINT handled while it
+    # starts, it does. (No preexec_fn: forking a threaded process to run Python.)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=clean_env(JAX_PLATFORMS="pjrt_ref"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         assert proc.stdout.readline().strip() == "start"
         import time
