@@ -337,23 +337,29 @@ class PartitionedRunner:
             return replicated(rank, self.devices)
         return sharding.layout(self.meshes)
 
-    def _inherited_layout(self, value, depth: int = 0) -> Layout | None:
+    def _inherited_layout(self, value, depth: int = 0, calls: tuple = ()) -> Layout | None:
         """The layout of a result JAX left to the compiler (no sharding attribute).
 
         XLA would choose one by sharding propagation; the reference follows
-        the value back through element-wise ops of the same shape to an
-        entry argument, a sharding constraint or a manual computation's
-        result and takes that sharding (so `jit(lambda x: 2 * x)` keeps
-        x's sharding and shard_map's outputs get their out_specs). Any
-        other result is replicated. Values never depend on this choice.
+        the value back through element-wise ops of the same shape and through
+        `func.call`s (into the callee's `func.return`, and from a callee's
+        argument back to the call's operand) to an entry argument, a sharding
+        constraint or a manual computation's result and takes that sharding
+        (so `jit(lambda x: 2 * x)` keeps x's sharding and shard_map's outputs
+        get their out_specs, also when JAX outlines the shard_map into a
+        private function, as it does under `jax.grad`). Any other result is
+        replicated. Values never depend on this choice. `calls` holds the
+        `func.call` ops the walk went through, innermost last.
         """
         from jaxlib.mlir import ir
 
         if depth > 100:
             return None
         value = value.maybe_downcast()
-        if isinstance(value, ir.BlockArgument):   # only the entry block's arguments are reachable
-            return self.argument_layouts[value.arg_number]
+        if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
+            if not calls:
+                return self.argument_layouts[value.arg_number]
+            return self._inherited_layout(calls[-1].operands[value.arg_number], depth + 1, calls[:-1])
         result = value
         op = result.owner
         op = getattr(op, "operation", op)
@@ -366,14 +372,21 @@ class PartitionedRunner:
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)
+        if op.name == "func.call":
+            returned = _returned_values(self._callee(attrs["callee"]))[result.result_number]
+            return self._inherited_layout(returned, depth + 1, calls + (op,))
         if op.name not in _ELEMENTWISE:
             return None
         for operand in op.operands:
             if _shape_of(operand) == _shape_of(value):
-                layout = self._inherited_layout(operand, depth + 1)
+                layout = self._inherited_layout(operand, depth + 1, calls)
                 if layout is not None:
                     return layout
         return None
+
+    def _callee(self, symbol: str):
+        """The `func.func` a `func.call`'s `callee` attribute (`@name`) names."""
+        return _entry_function(self.program.mlir_module(), symbol.lstrip("@").strip('"'))
 
 
 def _with_reductions_marked(program):
