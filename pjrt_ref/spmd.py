@@ -84,7 +84,7 @@ from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, p
 from .spmd_gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
 from .spmd_manual import PartitionedRun, current_partitioned_run, run_on_grid, run_with
 
-__all__ = ["make_partitioned_runner", "runner_for_executable", "PartitionedRunner",
+__all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_program_text", "PartitionedRunner",
            "current_partitioned_run"]
 
 
@@ -113,6 +113,33 @@ def runner_for_executable(exe) -> "PartitionedRunner | None":
                 runner = exe._spmd_runner = make_partitioned_runner(
                     exe.program, num_partitions=exe.num_partitions, num_replicas=exe.num_replicas)
     return runner
+
+
+def optimized_program_text(exe) -> str:
+    """What PJRT_Executable_OptimizedProgram returns for `exe`.
+
+    A partitioned program's text carries its parameter and output shardings
+    (`PartitionedRunner.optimized_program_text`). A program over several
+    partitions without any sharding annotation runs whole on every device;
+    XLA's partitioner gives its unannotated parameters and results the
+    sharding `{replicated}` (its optimized HLO says so), and JAX, which left
+    them unspecified (e.g. `jnp.array` under `jax.set_mesh`), takes them from
+    there: without them it keeps an unspecified input sharding it cannot use.
+    Any other program is returned as compiled.
+    """
+    partitioned = runner_for_executable(exe)
+    if partitioned is not None:
+        return partitioned.optimized_program_text()
+    if exe.num_partitions > 1 and _converts_to_hlo(exe.program.text):
+        outputs = ["{replicated}"] * len(exe.program.output_types)
+        parameters = ["{replicated}"] * len(exe.program.input_types)
+        return _with_module_shardings(exe.program.text, _output_sharding_text(outputs), parameters)
+    return exe.program.text
+
+
+def _output_sharding_text(outputs: list[str]) -> str:
+    """`mhlo.spmd_output_sharding`: one result's sharding, or a tuple sharding of all."""
+    return outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
 
 
 class PartitionedRunner:
@@ -191,8 +218,7 @@ class PartitionedRunner:
         against the ones it asked for.
         """
         if self._optimized_text is None:
-            outputs = self.output_sharding_texts()
-            output = outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
+            output = _output_sharding_text(self.output_sharding_texts())
             if _converts_to_hlo(self.program.text):
                 text = _with_module_shardings(self.program.text, output,
                                               self.argument_sharding_texts())
