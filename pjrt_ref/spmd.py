@@ -79,8 +79,8 @@ import numpy as np
 
 from .debug import live_profile
 from .errors import InvalidArgument, Unimplemented
-from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_mesh,
-                          parse_sharding_per_value, parse_tensor_sharding, replicated)
+from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
+                          parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
 from .spmd_gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
 from .spmd_manual import PartitionedRun, current_partitioned_run, run_on_grid, run_with
 
@@ -180,6 +180,8 @@ class PartitionedRunner:
             self._layout(attrs, t) if _annotated(attrs)
             else self._inherited_layout(value) or replicated(len(_shape(t)), self.devices)
             for attrs, t, value in zip(res_attrs, program.output_types, returned)]
+        if self.per_device_program is None and any(self._kept_per_device(v) for v in returned):
+            self.per_device_program = program
         for i, (layout, t) in enumerate(zip(self.argument_layouts, program.input_types)):
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
@@ -409,6 +411,42 @@ class PartitionedRunner:
                 if layout is not None:
                     return layout
         return None
+
+    def _kept_per_device(self, value, depth: int = 0, calls: tuple = ()) -> bool:
+        """Whether a returned value is a manual computation's result that is
+        replicated over some of its manual axes, such as pmap's `out_axes=None`
+        or a shard_map's `out_specs=P()` with `check_vma=False`.
+
+        XLA inserts no communication for such a result: each device keeps the
+        value its own body computed, which need not be the same on every
+        device (jax.pmap's out_axes=None returns each device's own value).
+        The global run keeps one value for all devices, so such a program runs
+        on every device (`run_on_every_device`), where each device assembles
+        its own view (`Layout.assemble(view_of=...)`). Followed through
+        `func.call`s, as `_inherited_layout` does.
+        """
+        from jaxlib.mlir import ir
+
+        value = value.maybe_downcast()
+        if depth > 100:
+            return False
+        if isinstance(value, ir.BlockArgument):
+            return bool(calls) and self._kept_per_device(
+                calls[-1].operands[value.arg_number], depth + 1, calls[:-1])
+        op = value.owner
+        op = getattr(op, "operation", op)
+        if op.name == "func.call":
+            callee = self._callee(attribute_text(op.attributes["callee"]))
+            return self._kept_per_device(_returned_values(callee)[value.result_number],
+                                         depth + 1, calls + (op,))
+        if op.name != "sdy.manual_computation":
+            return False
+        manual = parse_manual_axes(attribute_text(op.attributes["manual_axes"]))
+        sharding = parse_sharding_per_value(attribute_text(op.attributes["out_shardings"]))[
+            value.result_number]
+        used = {axis.name for axes in sharding.dims for axis in axes} | \
+            {axis.name for axis in sharding.unreduced}
+        return bool(manual - used)
 
     def _callee(self, symbol: str):
         """The `func.func` a `func.call`'s `callee` attribute (`@name`) names."""
