@@ -264,6 +264,15 @@ with jax.set_mesh(mesh):    # jnp.array's convert runs over the mesh's 2 devices
     exe = jax.jit(lambda v: v + 1).lower(np.arange(4.0, dtype=np.float32)).compile()
     result = {"value": np.asarray(y).tolist(), "spec": str(y.sharding.spec),
               "parameters": str(exe.input_shardings), "outputs": str(exe.output_shardings)}
+
+mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
+with jax.set_mesh(mesh):    # shard_map_test's test_smap_nested_psum: JAX's C++ jit path
+    @jax.smap(axis_name="x", in_axes=0, out_axes=0)   # once raised std::bad_cast here
+    def f(v):
+        return jax.smap(lambda u: jax.lax.psum(u, "y"), axis_name="y", in_axes=0,
+                        out_axes=None)(jnp.sin(v))
+    result["smap"] = [np.asarray(f(jnp.arange(4.0))).tolist(),
+                      np.asarray(jax.jit(f)(jnp.arange(4.0))).tolist()]
 with open(sys.argv[1], "w") as handle:
     json.dump(result, handle)
 """
@@ -285,6 +294,8 @@ def run_inline(tmp_path, script: str, **env: str) -> dict:
 def test_unannotated_program_over_partitions_reports_replicated_shardings(tmp_path):
     """A program over 2 partitions without sharding annotations: XLA reports
     its parameters and results `{replicated}` and JAX, which left them
-    unspecified, uses those; PJRT_Executable_OptimizedProgram must say so too."""
+    unspecified, uses those; PJRT_Executable_OptimizedProgram must say so too.
+    Without them JAX keeps an UnspecifiedValue as an input sharding: Python's
+    dispatch fails on it (AttributeError) and the C++ one with std::bad_cast."""
     ours = run_inline(tmp_path, UNANNOTATED_SCRIPT, **PJRT_REF_4)
     assert ours == run_inline(tmp_path, UNANNOTATED_SCRIPT, **CPU_4)
