@@ -45,6 +45,11 @@ What this module does with it, correct by construction rather than fast:
    into one `@pjrt_ref.manual_call` op that runs the same way
    (`spmd_gspmd`); a region of any other shape makes the program run whole
    on every device instead (the global parts redundantly).
+4. A program returning a manual region's result that is replicated over
+   some of the region's manual axes (pmap's `out_axes=None`, shard_map's
+   `out_specs=P()` with `check_vma=False`) also runs whole on every device:
+   XLA inserts no communication there, so each device keeps its own value,
+   which the one global run could not represent (`_kept_per_device`).
 
 Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
 
@@ -142,6 +147,15 @@ def _output_sharding_text(outputs: list[str]) -> str:
     return outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
 
 
+def load_per_device_gspmd(text: str):
+    """A GSPMD program loaded to run whole on every device: each
+    `@SPMDFullToShardShape` told its operand's sharding (`annotate_full_to_shard`)."""
+    from .interpreter import load
+
+    return load(annotate_full_to_shard(text))
+
+
+
 class PartitionedRunner:
     """`program` planned for N partitions: argument/result layouts and meshes."""
 
@@ -163,7 +177,7 @@ class PartitionedRunner:
             from .interpreter import load
             text, left = make_manual_calls(program.text)
             if left:
-                self.per_device_program = load(annotate_full_to_shard(text))
+                self.per_device_program = load_per_device_gspmd(text)
             else:
                 self.global_program = load(text)
         elif "unreduced" in program.text:
@@ -181,7 +195,9 @@ class PartitionedRunner:
             else self._inherited_layout(value) or replicated(len(_shape(t)), self.devices)
             for attrs, t, value in zip(res_attrs, program.output_types, returned)]
         if self.per_device_program is None and any(self._kept_per_device(v) for v in returned):
-            self.per_device_program = program
+            self.global_program = program
+            self.per_device_program = (load_per_device_gspmd(program.text)
+                                       if "SPMDFullToShardShape" in program.text else program)
         for i, (layout, t) in enumerate(zip(self.argument_layouts, program.input_types)):
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
@@ -439,6 +455,8 @@ class PartitionedRunner:
             callee = self._callee(attribute_text(op.attributes["callee"]))
             return self._kept_per_device(_returned_values(callee)[value.result_number],
                                          depth + 1, calls + (op,))
+        if custom_call_target(op) == "SPMDShardToFullShape":
+            return self._gspmd_kept_per_device(op)
         if op.name != "sdy.manual_computation":
             return False
         manual = parse_manual_axes(attribute_text(op.attributes["manual_axes"]))
@@ -447,6 +465,20 @@ class PartitionedRunner:
         used = {axis.name for axes in sharding.dims for axis in axes} | \
             {axis.name for axis in sharding.unreduced}
         return bool(manual - used)
+
+    def _gspmd_kept_per_device(self, op) -> bool:
+        """`_kept_per_device` in GSPMD's spelling: an `@SPMDShardToFullShape`
+        leaving a fully manual region (its operand's `@Sharding` is `{manual}`)
+        whose sharding gives some tile to several devices (`{replicated}`)."""
+        operand = op.operands[0].owner
+        operand = getattr(operand, "operation", operand)
+        if "mhlo.sharding" not in op.attributes or custom_call_target(operand) != "Sharding":
+            return False
+        if attribute_text(operand.attributes["mhlo.sharding"]) != "{manual}":
+            return False
+        layout = parse_hlo_sharding(attribute_text(op.attributes["mhlo.sharding"]),
+                                    len(_shape_of(op.results[0])), self.devices)
+        return len(set(layout.tile_of.values())) < len(layout.tile_of)
 
     def _callee(self, symbol: str):
         """The `func.func` a `func.call`'s `callee` attribute (`@name`) names."""

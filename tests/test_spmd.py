@@ -37,10 +37,6 @@ CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated
 # body's open dimensions (`{?}`) with the free axis "b", the reference
 # replicates (it has no propagation beyond element-wise ops).
 SHARDING_DIFFERS = {"shard_map_partial_manual"}
-# Values agree on device 0 only in GSPMD's spelling: there the reference does
-# not yet keep a manual result replicated over the manual axes (`{replicated}`
-# on @SPMDShardToFullShape) per device, as XLA does (Shardy's spelling does).
-GSPMD_SHARDS_DIFFER = {"pmap_out_axes_none"}
 
 
 def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
@@ -115,13 +111,13 @@ def run_case(runner, program, case: dict, name: str):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_partitioned_runner_matches_jax_cpu(oracle, gspmd_cpu_oracle, name):
+def test_partitioned_runner_matches_jax_cpu(oracle, name):
     case = oracle[name]
     program = load(case["text"])
     runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
     outputs, whole = run_case(runner, program, case, name)
     assert_same_values(whole, case["globals"], name)
-    if name in SHARDING_DIFFERS or (oracle is gspmd_cpu_oracle and name in GSPMD_SHARDS_DIFFER):
+    if name in SHARDING_DIFFERS:
         return
     order = case["device_order"]
     assert_same_shards(outputs, [[per_device[order[p]] for p in range(4)]
@@ -166,10 +162,10 @@ def test_uneven_sharding_is_unimplemented():
         make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
 
 
-def assert_same_end_to_end(ours: dict, oracle: dict, skip_shards=frozenset()) -> None:
+def assert_same_end_to_end(ours: dict, oracle: dict) -> None:
     for name in CASES:
         assert_same_values(ours[name]["globals"], oracle[name]["globals"], name)
-        if name in SHARDING_DIFFERS or name in skip_shards:
+        if name in SHARDING_DIFFERS:
             continue
         assert ours[name]["specs"] == oracle[name]["specs"], name
         assert ours[name]["shard_shapes"] == oracle[name]["shard_shapes"], name
@@ -183,7 +179,7 @@ def test_end_to_end_on_four_pjrt_ref_devices(cpu_oracle, tmp_path_factory):
 
 def test_end_to_end_gspmd_on_four_pjrt_ref_devices(gspmd_cpu_oracle, tmp_path_factory):
     assert_same_end_to_end(run_cases(tmp_path_factory, "gspmd_pjrt_ref", **PJRT_REF_4, **GSPMD),
-                           gspmd_cpu_oracle, GSPMD_SHARDS_DIFFER)
+                           gspmd_cpu_oracle)
 
 
 def test_gspmd_manual_region_alone_is_an_error(gspmd_cpu_oracle):
