@@ -45,6 +45,11 @@ What this module does with it, correct by construction rather than fast:
    into one `@pjrt_ref.manual_call` op that runs the same way
    (`spmd_gspmd`); a region of any other shape makes the program run whole
    on every device instead (the global parts redundantly).
+4. A program returning a manual region's result that is replicated over
+   some of the region's manual axes (pmap's `out_axes=None`, shard_map's
+   `out_specs=P()` with `check_vma=False`) also runs whole on every device:
+   XLA inserts no communication there, so each device keeps its own value,
+   which the one global run could not represent (`_kept_per_device`).
 
 Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
 
@@ -79,12 +84,12 @@ import numpy as np
 
 from .debug import live_profile
 from .errors import InvalidArgument, Unimplemented
-from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_mesh,
-                          parse_sharding_per_value, parse_tensor_sharding, replicated)
+from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
+                          parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
 from .spmd_gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
 from .spmd_manual import PartitionedRun, current_partitioned_run, run_on_grid, run_with
 
-__all__ = ["make_partitioned_runner", "runner_for_executable", "PartitionedRunner",
+__all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_program_text", "PartitionedRunner",
            "current_partitioned_run"]
 
 
@@ -115,6 +120,42 @@ def runner_for_executable(exe) -> "PartitionedRunner | None":
     return runner
 
 
+def optimized_program_text(exe) -> str:
+    """What PJRT_Executable_OptimizedProgram returns for `exe`.
+
+    A partitioned program's text carries its parameter and output shardings
+    (`PartitionedRunner.optimized_program_text`). A program over several
+    partitions without any sharding annotation runs whole on every device;
+    XLA's partitioner gives its unannotated parameters and results the
+    sharding `{replicated}` (its optimized HLO says so), and JAX, which left
+    them unspecified (e.g. `jnp.array` under `jax.set_mesh`), takes them from
+    there: without them it keeps an unspecified input sharding it cannot use.
+    Any other program is returned as compiled.
+    """
+    partitioned = runner_for_executable(exe)
+    if partitioned is not None:
+        return partitioned.optimized_program_text()
+    if exe.num_partitions > 1 and _converts_to_hlo(exe.program.text):
+        outputs = ["{replicated}"] * len(exe.program.output_types)
+        parameters = ["{replicated}"] * len(exe.program.input_types)
+        return _with_module_shardings(exe.program.text, _output_sharding_text(outputs), parameters)
+    return exe.program.text
+
+
+def _output_sharding_text(outputs: list[str]) -> str:
+    """`mhlo.spmd_output_sharding`: one result's sharding, or a tuple sharding of all."""
+    return outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
+
+
+def load_per_device_gspmd(text: str):
+    """A GSPMD program loaded to run whole on every device: each
+    `@SPMDFullToShardShape` told its operand's sharding (`annotate_full_to_shard`)."""
+    from .interpreter import load
+
+    return load(annotate_full_to_shard(text))
+
+
+
 class PartitionedRunner:
     """`program` planned for N partitions: argument/result layouts and meshes."""
 
@@ -136,7 +177,7 @@ class PartitionedRunner:
             from .interpreter import load
             text, left = make_manual_calls(program.text)
             if left:
-                self.per_device_program = load(annotate_full_to_shard(text))
+                self.per_device_program = load_per_device_gspmd(text)
             else:
                 self.global_program = load(text)
         elif "unreduced" in program.text:
@@ -153,6 +194,10 @@ class PartitionedRunner:
             self._layout(attrs, t) if _annotated(attrs)
             else self._inherited_layout(value) or replicated(len(_shape(t)), self.devices)
             for attrs, t, value in zip(res_attrs, program.output_types, returned)]
+        if self.per_device_program is None and any(self._kept_per_device(v) for v in returned):
+            self.global_program = program
+            self.per_device_program = (load_per_device_gspmd(program.text)
+                                       if "SPMDFullToShardShape" in program.text else program)
         for i, (layout, t) in enumerate(zip(self.argument_layouts, program.input_types)):
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
@@ -191,8 +236,7 @@ class PartitionedRunner:
         against the ones it asked for.
         """
         if self._optimized_text is None:
-            outputs = self.output_sharding_texts()
-            output = outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
+            output = _output_sharding_text(self.output_sharding_texts())
             if _converts_to_hlo(self.program.text):
                 text = _with_module_shardings(self.program.text, output,
                                               self.argument_sharding_texts())
@@ -337,23 +381,29 @@ class PartitionedRunner:
             return replicated(rank, self.devices)
         return sharding.layout(self.meshes)
 
-    def _inherited_layout(self, value, depth: int = 0) -> Layout | None:
+    def _inherited_layout(self, value, depth: int = 0, calls: tuple = ()) -> Layout | None:
         """The layout of a result JAX left to the compiler (no sharding attribute).
 
         XLA would choose one by sharding propagation; the reference follows
-        the value back through element-wise ops of the same shape to an
-        entry argument, a sharding constraint or a manual computation's
-        result and takes that sharding (so `jit(lambda x: 2 * x)` keeps
-        x's sharding and shard_map's outputs get their out_specs). Any
-        other result is replicated. Values never depend on this choice.
+        the value back through element-wise ops of the same shape and through
+        `func.call`s (into the callee's `func.return`, and from a callee's
+        argument back to the call's operand) to an entry argument, a sharding
+        constraint or a manual computation's result and takes that sharding
+        (so `jit(lambda x: 2 * x)` keeps x's sharding and shard_map's outputs
+        get their out_specs, also when JAX outlines the shard_map into a
+        private function, as it does under `jax.grad`). Any other result is
+        replicated. Values never depend on this choice. `calls` holds the
+        `func.call` ops the walk went through, innermost last.
         """
         from jaxlib.mlir import ir
 
         if depth > 100:
             return None
         value = value.maybe_downcast()
-        if isinstance(value, ir.BlockArgument):   # only the entry block's arguments are reachable
-            return self.argument_layouts[value.arg_number]
+        if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
+            if not calls:
+                return self.argument_layouts[value.arg_number]
+            return self._inherited_layout(calls[-1].operands[value.arg_number], depth + 1, calls[:-1])
         result = value
         op = result.owner
         op = getattr(op, "operation", op)
@@ -366,14 +416,73 @@ class PartitionedRunner:
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)
+        if op.name == "func.call":
+            returned = _returned_values(self._callee(attrs["callee"]))[result.result_number]
+            return self._inherited_layout(returned, depth + 1, calls + (op,))
         if op.name not in _ELEMENTWISE:
             return None
         for operand in op.operands:
             if _shape_of(operand) == _shape_of(value):
-                layout = self._inherited_layout(operand, depth + 1)
+                layout = self._inherited_layout(operand, depth + 1, calls)
                 if layout is not None:
                     return layout
         return None
+
+    def _kept_per_device(self, value, depth: int = 0, calls: tuple = ()) -> bool:
+        """Whether a returned value is a manual computation's result that is
+        replicated over some of its manual axes, such as pmap's `out_axes=None`
+        or a shard_map's `out_specs=P()` with `check_vma=False`.
+
+        XLA inserts no communication for such a result: each device keeps the
+        value its own body computed, which need not be the same on every
+        device (jax.pmap's out_axes=None returns each device's own value).
+        The global run keeps one value for all devices, so such a program runs
+        on every device (`run_on_every_device`), where each device assembles
+        its own view (`Layout.assemble(view_of=...)`). Followed through
+        `func.call`s, as `_inherited_layout` does.
+        """
+        from jaxlib.mlir import ir
+
+        value = value.maybe_downcast()
+        if depth > 100:
+            return False
+        if isinstance(value, ir.BlockArgument):
+            return bool(calls) and self._kept_per_device(
+                calls[-1].operands[value.arg_number], depth + 1, calls[:-1])
+        op = value.owner
+        op = getattr(op, "operation", op)
+        if op.name == "func.call":
+            callee = self._callee(attribute_text(op.attributes["callee"]))
+            return self._kept_per_device(_returned_values(callee)[value.result_number],
+                                         depth + 1, calls + (op,))
+        if custom_call_target(op) == "SPMDShardToFullShape":
+            return self._gspmd_kept_per_device(op)
+        if op.name != "sdy.manual_computation":
+            return False
+        manual = parse_manual_axes(attribute_text(op.attributes["manual_axes"]))
+        sharding = parse_sharding_per_value(attribute_text(op.attributes["out_shardings"]))[
+            value.result_number]
+        used = {axis.name for axes in sharding.dims for axis in axes} | \
+            {axis.name for axis in sharding.unreduced}
+        return bool(manual - used)
+
+    def _gspmd_kept_per_device(self, op) -> bool:
+        """`_kept_per_device` in GSPMD's spelling: an `@SPMDShardToFullShape`
+        leaving a fully manual region (its operand's `@Sharding` is `{manual}`)
+        whose sharding gives some tile to several devices (`{replicated}`)."""
+        operand = op.operands[0].owner
+        operand = getattr(operand, "operation", operand)
+        if "mhlo.sharding" not in op.attributes or custom_call_target(operand) != "Sharding":
+            return False
+        if attribute_text(operand.attributes["mhlo.sharding"]) != "{manual}":
+            return False
+        layout = parse_hlo_sharding(attribute_text(op.attributes["mhlo.sharding"]),
+                                    len(_shape_of(op.results[0])), self.devices)
+        return len(set(layout.tile_of.values())) < len(layout.tile_of)
+
+    def _callee(self, symbol: str):
+        """The `func.func` a `func.call`'s `callee` attribute (`@name`) names."""
+        return _entry_function(self.program.mlir_module(), symbol.lstrip("@").strip('"'))
 
 
 def _with_reductions_marked(program):

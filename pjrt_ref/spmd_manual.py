@@ -187,7 +187,10 @@ class PartitionedRun:
         # devices of this device's manual group hold pieces of one value.
         group = _manual_group(op, text, len(ttype.shape), self.devices, _this_device(self))
         shards = self.exchange(op, group, np.asarray(local))
-        return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}")
+        # A tile several devices hold is this device's own value where it holds
+        # it (XLA keeps each device's local value, e.g. pmap's out_axes=None).
+        return layout.assemble(shards, tuple(ttype.shape), ttype.dtype, f"result of {op.name}",
+                               view_of=_this_device(self))
 
     def exchange(self, op, group: list[int], value) -> dict:
         """Every device of `group` shares `value` (this thread is one of them);

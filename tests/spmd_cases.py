@@ -129,6 +129,17 @@ def more_shard_map_cases():
         outer, mesh=m2, in_specs=P("a", None), out_specs=P(), axis_names={"a"},
         check_vma=False)), [put(m2, P("a", "b"), x)])
 
+    # Under jax.grad, JAX outlines the shard_map into a private function that
+    # the entry calls: the result's sharding comes through the func.call.
+    gather = jax.jit(jax.shard_map(lambda v: jax.lax.all_gather(v, "x", tiled=True, to="invarying"),
+                                   mesh=m1, in_specs=P("x"), out_specs=P()))
+    yield ("shard_map_outlined_by_grad", jax.jit(jax.grad(lambda v: (gather(v) ** 2).sum() / 2)),
+           [put(m1, P(), np.arange(8.0, dtype=np.float32))])
+    # pmap's out_axes=None: a manual result replicated over the manual axis
+    # that differs per device; XLA leaves each device its own value.
+    yield ("pmap_out_axes_none", jax.pmap(lambda v, w: (v, w), in_axes=(0, None), out_axes=(None, 0)),
+           [put(m1, P("x"), matrix(4, 2, 6)), put(m1, P(), matrix(4, 2, 7))])
+
 
 def shards(array) -> list[np.ndarray]:
     """The array's shards in device-id order."""

@@ -31,7 +31,8 @@ from pjrt_ref.spmd_layout import parse_hlo_sharding
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_train_step", "shard_map_collectives",
          "shard_map_mesh_2d", "shard_map_inside_jit", "shard_map_reversed_mesh",
-         "shard_map_all_to_all", "shard_map_loop", "shard_map_partial_manual", "shard_map_nested"]
+         "shard_map_all_to_all", "shard_map_loop", "shard_map_partial_manual", "shard_map_nested",
+         "shard_map_outlined_by_grad", "pmap_out_axes_none"]
 # Values agree; the output sharding does not: XLA's propagation fills the
 # body's open dimensions (`{?}`) with the free axis "b", the reference
 # replicates (it has no propagation beyond element-wise ops).
@@ -246,3 +247,51 @@ def test_gspmd_per_device_fallback_matches_jax_cpu(gspmd_cpu_oracle, monkeypatch
     assert runner.per_device_program is not None
     _, whole = run_case(runner, program, case, name)
     assert_same_values(whole, case["globals"], name)
+
+
+UNANNOTATED_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType
+
+mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Explicit,))
+with jax.set_mesh(mesh):    # jnp.array's convert runs over the mesh's 2 devices, unannotated
+    y = jnp.array(np.array([0.0, 1.0, 2.0, 3.0]))
+    exe = jax.jit(lambda v: v + 1).lower(np.arange(4.0, dtype=np.float32)).compile()
+    result = {"value": np.asarray(y).tolist(), "spec": str(y.sharding.spec),
+              "parameters": str(exe.input_shardings), "outputs": str(exe.output_shardings)}
+
+mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
+with jax.set_mesh(mesh):    # shard_map_test's test_smap_nested_psum: JAX's C++ jit path
+    @jax.smap(axis_name="x", in_axes=0, out_axes=0)   # once raised std::bad_cast here
+    def f(v):
+        return jax.smap(lambda u: jax.lax.psum(u, "y"), axis_name="y", in_axes=0,
+                        out_axes=None)(jnp.sin(v))
+    result["smap"] = [np.asarray(f(jnp.arange(4.0))).tolist(),
+                      np.asarray(jax.jit(f)(jnp.arange(4.0))).tolist()]
+with open(sys.argv[1], "w") as handle:
+    json.dump(result, handle)
+"""
+
+
+def run_inline(tmp_path, script: str, **env: str) -> dict:
+    """Run `script` (which writes JSON to argv[1]) in a fresh process with `env`."""
+    import json
+
+    path, out = tmp_path / "script.py", tmp_path / f"{env['JAX_PLATFORMS']}.json"
+    path.write_text(script)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
+    proc = subprocess.run([sys.executable, str(path), str(out)], env={**clean, **env},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_unannotated_program_over_partitions_reports_replicated_shardings(tmp_path):
+    """A program over 2 partitions without sharding annotations: XLA reports
+    its parameters and results `{replicated}` and JAX, which left them
+    unspecified, uses those; PJRT_Executable_OptimizedProgram must say so too.
+    Without them JAX keeps an UnspecifiedValue as an input sharding: Python's
+    dispatch fails on it (AttributeError) and the C++ one with std::bad_cast."""
+    ours = run_inline(tmp_path, UNANNOTATED_SCRIPT, **PJRT_REF_4)
+    assert ours == run_inline(tmp_path, UNANNOTATED_SCRIPT, **CPU_4)

@@ -129,15 +129,14 @@ def executable_optimized_program(args: Args) -> None:
     """PJRT_Executable_OptimizedProgram: the parsed StableHLO text ("mlir").
 
     Two calls: with `program->code == NULL` report `code_size`; then copy.
-    A partitioned program's text also carries its parameter and output
+    A program over several partitions also carries its parameter and output
     shardings, which the C API client reads from here (pjrt_ref/spmd.py).
     """
     exe = _executable(args)
     program = args.program
     if program == _boundary.NULL:
         raise InvalidArgument("PJRT_Executable_OptimizedProgram: program is NULL")
-    partitioned = spmd.runner_for_executable(exe)
-    text = (partitioned.optimized_program_text() if partitioned else exe.program.text).encode()
+    text = spmd.optimized_program_text(exe).encode()
     fmt, fmt_size = owned_text(exe, "format", "mlir")
     program.format, program.format_size = fmt, fmt_size
     if program.code == _boundary.NULL:
