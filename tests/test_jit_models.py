@@ -1,8 +1,9 @@
 """Small versions of the model workloads W8 to W10 (benchmarks/models.py):
 a transformer block's AdamW step, an LSTM's value and gradient through
 `lax.scan`, and a ResNet block's training step with batch norm. The same
-values with the optimiser and numba on, numba off (PJRT_REF_JIT=0) and the
-optimiser off (PJRT_REF_OPTIMIZE=0); XLA CPU's within float tolerance."""
+values with numba on and off (PJRT_REF_JIT=0), the same up to a product's
+rounding with the optimiser off (PJRT_REF_OPTIMIZE=0); XLA CPU's within
+float tolerance."""
 from __future__ import annotations
 
 import pathlib
@@ -43,9 +44,14 @@ def test_model_step_same_values_in_every_mode_and_close_to_xla(name, monkeypatch
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         results[setting] = load(text)(*flat)
-    for setting in ("no numba", "not optimized"):
-        for ours, theirs in zip(results["optimized"], results[setting]):
-            assert_same_values(ours, theirs)
+    for ours, theirs in zip(results["optimized"], results["no numba"]):
+        assert_same_values(ours, theirs)
+    # Unoptimised, transpose(dot_general) stays as written, and BLAS may sum
+    # the swapped product in another order (interpreter/jit/dots.py): with
+    # OpenBLAS's Haswell kernels 2 of 3072 bytes of the transformer's
+    # results differed. Equal up to that rounding.
+    for ours, theirs in zip(results["optimized"], results["not optimized"]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
     xla = [np.asarray(r) for r in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
     assert len(xla) == len(results["optimized"])
     for ours, theirs in zip(results["optimized"], xla):
