@@ -143,7 +143,12 @@ def optimized_program_text(exe) -> str:
 
 
 def _output_sharding_text(outputs: list[str]) -> str:
-    """`mhlo.spmd_output_sharding`: one result's sharding, or a tuple sharding of all."""
+    """`mhlo.spmd_output_sharding`: one result's sharding, or a tuple sharding
+    of all. A program with no results has an empty tuple, whose sharding XLA
+    keeps as one element (`HloSharding::SingleTuple`); XLA's client refuses
+    "{}" ("the output sharding has 0 elements")."""
+    if not outputs:
+        return "{{replicated}}"
     return outputs[0] if len(outputs) == 1 else "{" + ", ".join(outputs) + "}"
 
 

@@ -295,3 +295,16 @@ def test_unannotated_program_over_partitions_reports_replicated_shardings(tmp_pa
     dispatch fails on it (AttributeError) and the C++ one with std::bad_cast."""
     ours = run_inline(tmp_path, UNANNOTATED_SCRIPT, **PJRT_REF_4)
     assert ours == run_inline(tmp_path, UNANNOTATED_SCRIPT, **CPU_4)
+
+
+def test_a_program_without_results_reports_xlas_empty_tuple_sharding():
+    """XLA keeps an empty tuple's sharding as one element; its C API client
+    refuses `{}` ("HLO module output is an empty tuple, but the output
+    sharding has 0 elements"), which JAX's shard_map tests met on unannotated
+    programs over several partitions."""
+    from pjrt_ref import spmd
+
+    assert spmd._output_sharding_text([]) == "{{replicated}}"
+    assert spmd._output_sharding_text(["{replicated}"]) == "{replicated}"
+    assert spmd._output_sharding_text(["{replicated}", "{maximal device=0}"]) == \
+        "{{replicated}, {maximal device=0}}"
