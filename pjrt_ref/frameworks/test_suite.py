@@ -117,14 +117,14 @@ def run_backend(backend: str, env: dict[str, str], files: list[str], options: ar
     started = time.perf_counter()
     outcomes: dict[str, Outcome] = {}
     for segment in itertools.count():
-        hung = run_segment(backend, env, files, options, scratch, segment, deselect=sorted(outcomes))
-        progress = read_progress(progress_path(scratch, backend, segment))
-        if hung is None:
+        stalled = run_segment(backend, env, files, options, scratch, segment, deselect=sorted(outcomes))
+        if not stalled:
             junit = os.path.join(scratch, f"{backend}.xml")
             if not os.path.exists(junit):
                 raise RuntimeError(f"pytest on {backend} wrote no report; see {scratch}/{backend}.log")
             outcomes.update(read_junit(junit, options.checkout))
             break
+        progress = read_progress(progress_path(scratch, backend, segment))
         outcomes.update(progress.finished)
         for identifier in progress.running or ["(collection)"]:
             outcomes[identifier] = Outcome("failed", f"hung: nothing finished for {options.stall} s "
@@ -135,10 +135,11 @@ def run_backend(backend: str, env: dict[str, str], files: list[str], options: ar
 
 
 def run_segment(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
-                scratch: str, segment: int, deselect: list[str]) -> bool | None:
-    """One pytest process tree; None when it ended by itself, True when it
-    stalled and was killed."""
+                scratch: str, segment: int, deselect: list[str]) -> bool:
+    """One pytest process tree; True if it stalled and was killed."""
     junit = os.path.join(scratch, f"{backend}.xml")
+    if os.path.exists(junit):
+        os.remove(junit)                 # a kept directory's report from an earlier run
     ini = os.path.join(scratch, "pytest.ini")
     with open(ini, "w") as handle:
         handle.write("[pytest]\n")      # the checkout's own ini could make every warning an error
@@ -159,13 +160,13 @@ def run_segment(backend: str, env: dict[str, str], files: list[str], options: ar
             log.close()
 
 
-def wait_or_stall(process: subprocess.Popen, progress: str, stall: float) -> bool | None:
+def wait_or_stall(process: subprocess.Popen, progress: str, stall: float) -> bool:
     """Wait for the process; kill its whole group if `progress` has not grown for `stall` s."""
     try:
         while True:
             try:
                 process.wait(timeout=min(5.0, stall or 5.0))
-                return None
+                return False
             except subprocess.TimeoutExpired:
                 if stall and time.time() - os.path.getmtime(progress) > stall:
                     os.killpg(process.pid, signal.SIGKILL)
