@@ -37,6 +37,7 @@ import weakref
 from collections import Counter
 from typing import Any, Callable
 
+from .capi.cdata import ErrorObject
 from .errors import FailedPrecondition, InvalidArgument, PjrtRefError
 
 ENABLED = os.environ.get("PJRT_REF_STRICT", "0") not in ("", "0")
@@ -236,7 +237,6 @@ def _leaks(client) -> list[str]:
     """'N KIND never destroyed' lines: `client`'s buffers and executables, every event and error."""
     from . import handles
     from .buffer import Buffer
-    from .capi._boundary import ErrorObject
     from .event import Event
     from .executable import LoadedExecutable
 

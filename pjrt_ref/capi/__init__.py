@@ -6,15 +6,16 @@ its implementation here, or to a stub answering UNIMPLEMENTED with the entry
 point's name.
 
 Modules: error, plugin, event, client, device, memory, topology, executable,
-buffer; `_boundary` holds what they share (Args access within the caller's
-struct_size, PJRT_Error creation, C memory owned by Python objects).
+buffer; `cdata` holds the C data they share (Args access within the caller's
+struct_size, PJRT_Error creation, C memory owned by Python objects), and
+`_boundary` registers them and wraps each into the callback cffi runs.
 """
 from __future__ import annotations
 
 import atexit
 import time
 
-from . import _boundary
+from . import _boundary, cdata
 
 _installed = False
 
@@ -41,7 +42,7 @@ def install(ffi, lib) -> None:
         else:
             callback = _boundary.make_callback(name, fn, returns_void=name in table.RETURNS_VOID)
         ffi.def_extern(name=table.callback_name(name))(callback)
-    ffi.def_extern(name="pjrt_ref_release_blob")(_boundary.release_blob)
+    ffi.def_extern(name="pjrt_ref_release_blob")(cdata.release_blob)
     ffi.def_extern(name="pjrt_ref_callback_error")(host_callbacks.callback_error)
     from ..debug import profiler_extension   # the PJRT profiler extension's callbacks
     profiler_extension.install(ffi, lib)

@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import handles, strict
+from .. import handles
 from ..buffer import Buffer
 from ..device import Device
 from ..dtypes import to_numpy
 from ..errors import InvalidArgument, Unimplemented
 from ..limits import check_allocation, nbytes
 from ..memory import Memory
-from . import _boundary
-from ._boundary import Args, entry_point, owned_array
+from . import cdata
+from ._boundary import entry_point
+from .buffer_destroy import destroy_buffer
+from .cdata import Args, owned_array
 from .client import client_of
 from .event import new_event_handle
 
@@ -21,12 +23,12 @@ def _buffer(args: Args, field: str = "buffer") -> Buffer:
 
 
 def _optional(ptr, kind, what):
-    return None if ptr == _boundary.NULL else handles.get(ptr, kind, what)
+    return None if ptr == cdata.NULL else handles.get(ptr, kind, what)
 
 
-def _int_list(ptr, count: int, what: str = "int64 array") -> list[int]:
+def int_list(ptr, count: int, what: str = "int64 array") -> list[int]:
     """A caller's (int64_t*, count) as a list; NULL with count > 0 is INVALID_ARGUMENT."""
-    _boundary.require_array(ptr, count, what)
+    cdata.require_array(ptr, count, what)
     return [int(ptr[i]) for i in range(count)] if count else []
 
 
@@ -38,17 +40,17 @@ def register_buffer(buffer: Buffer):
 # ------------------------------------------------------------- layouts
 def _strides_from_layout(layout, dims: list[int], itemsize: int) -> list[int] | None:
     """Byte strides a `PJRT_Buffer_MemoryLayout` describes (None: dense row-major)."""
-    if layout == _boundary.NULL:
+    if layout == cdata.NULL:
         return None
-    if layout.type == _boundary.lib.PJRT_Buffer_MemoryLayout_Type_Strides:
-        strides = _int_list(layout.strides.byte_strides, layout.strides.num_byte_strides)
+    if layout.type == cdata.lib.PJRT_Buffer_MemoryLayout_Type_Strides:
+        strides = int_list(layout.strides.byte_strides, layout.strides.num_byte_strides)
         if len(strides) != len(dims):
             raise InvalidArgument(f"layout has {len(strides)} byte strides for rank {len(dims)}")
         return strides
     tiled = layout.tiled
     if tiled.num_tiles:
         raise Unimplemented("tiled layouts are not supported by pjrt-ref (dense layouts only)")
-    minor_to_major = _int_list(tiled.minor_to_major, tiled.minor_to_major_size)
+    minor_to_major = int_list(tiled.minor_to_major, tiled.minor_to_major_size)
     if sorted(minor_to_major) != list(range(len(dims))):
         raise InvalidArgument(f"minor_to_major {minor_to_major} is not a permutation of rank {len(dims)}")
     strides = [0] * len(dims)
@@ -83,8 +85,8 @@ def _strided_view(data, dtype: np.dtype, dims: list[int], strides: list[int]) ->
     first, end = _span(dims, strides, dtype.itemsize)
     if end == first:
         return None
-    start = _boundary.ffi.cast("char*", data) + first
-    raw = np.frombuffer(_boundary.ffi.buffer(start, end - first), np.uint8)
+    start = cdata.ffi.cast("char*", data) + first
+    raw = np.frombuffer(cdata.ffi.buffer(start, end - first), np.uint8)
     return np.ndarray(shape=dims, dtype=dtype, buffer=raw, offset=-first, strides=strides)
 
 
@@ -95,7 +97,7 @@ def host_to_array(data, dtype: np.dtype, dims: list[int], strides: list[int] | N
     strides = strides if strides is not None else _dense_strides(dims, dtype.itemsize)
     if any(d == 0 for d in dims):
         return np.zeros(dims, dtype)
-    if data == _boundary.NULL:
+    if data == cdata.NULL:
         raise InvalidArgument("host data pointer is NULL")
     return np.array(_strided_view(data, dtype, dims, strides), copy=True, order="C")
 
@@ -125,15 +127,15 @@ def client_buffer_from_host_buffer(args: Args) -> None:
     """
     client = client_of(args)
     dtype = to_numpy(args.type)
-    dims = _int_list(args.dims, args.num_dims)
+    dims = int_list(args.dims, args.num_dims)
     strides = None
-    if args.byte_strides != _boundary.NULL and args.num_byte_strides:
-        strides = _int_list(args.byte_strides, args.num_byte_strides)
+    if args.byte_strides != cdata.NULL and args.num_byte_strides:
+        strides = int_list(args.byte_strides, args.num_byte_strides)
         if len(strides) != len(dims):
             raise InvalidArgument(f"{len(strides)} byte strides for {len(dims)} dimensions")
-    _check_dense_device_layout(args.get("device_layout", _boundary.NULL), dims, dtype.itemsize)
+    check_dense_device_layout(args.get("device_layout", cdata.NULL), dims, dtype.itemsize)
     device = _optional(args.device, Device, "PJRT_Device")
-    memory = _optional(args.get("memory", _boundary.NULL), Memory, "PJRT_Memory")
+    memory = _optional(args.get("memory", cdata.NULL), Memory, "PJRT_Memory")
     check_allocation(nbytes(dtype, dims), f"host transfer of {dtype}{dims}")
     array = host_to_array(args.data, dtype, dims, strides)
     buffer = client.buffer_from_array(array, device, memory)
@@ -141,7 +143,8 @@ def client_buffer_from_host_buffer(args: Args) -> None:
     args.buffer = register_buffer(buffer)
 
 
-def _check_dense_device_layout(layout, dims: list[int], itemsize: int) -> None:
+def check_dense_device_layout(layout, dims: list[int], itemsize: int) -> None:
+    """UNIMPLEMENTED unless a caller's device layout (or NULL) is dense row-major, as every buffer is."""
     strides = _strides_from_layout(layout, dims, itemsize)
     if strides is not None and any(d > 1 for d in dims) and strides != _dense_strides(dims, itemsize):
         raise Unimplemented("pjrt-ref buffers are dense row-major; other device layouts are not supported")
@@ -152,7 +155,7 @@ def client_create_uninitialized_buffer(args: Args) -> None:
     """PJRT_Client_CreateUninitializedBuffer: zero-filled."""
     client = client_of(args)
     dtype = to_numpy(args.shape_element_type)
-    dims = _int_list(args.shape_dims, args.shape_num_dims)
+    dims = int_list(args.shape_dims, args.shape_num_dims)
     device = _optional(args.device, Device, "PJRT_Device")
     memory = _optional(args.memory, Memory, "PJRT_Memory")
     if any(d < 0 for d in dims):
@@ -170,7 +173,7 @@ def buffer_to_host_buffer(args: Args) -> None:
     strides = _strides_from_layout(args.host_layout, list(buffer.dims), buffer.dtype.itemsize)
     needed = _span(list(buffer.dims), strides or _dense_strides(list(buffer.dims), buffer.dtype.itemsize),
                    buffer.dtype.itemsize)[1]
-    if args.dst == _boundary.NULL:
+    if args.dst == cdata.NULL:
         args.dst_size = needed
         return
     array_to_host(array, args.dst, args.dst_size, strides)
@@ -184,8 +187,8 @@ def buffer_copy_raw_to_host(args: Args) -> None:
     offset, size = int(args.offset), int(args.transfer_size)
     if offset < 0 or size < 0 or offset + size > len(raw):
         raise InvalidArgument(f"range [{offset}, {offset + size}) outside the buffer's {len(raw)} bytes")
-    _boundary.require_array(args.dst, size, "PJRT_Buffer_CopyRawToHost dst")
-    _boundary.ffi.memmove(args.dst, raw[offset:offset + size], size)
+    cdata.require_array(args.dst, size, "PJRT_Buffer_CopyRawToHost dst")
+    cdata.ffi.memmove(args.dst, raw[offset:offset + size], size)
     args.event = new_event_handle()
 
 
@@ -194,23 +197,6 @@ def buffer_copy_raw_to_host(args: Args) -> None:
 def buffer_destroy(args: Args) -> None:
     """PJRT_Buffer_Destroy: frees the handle and the data."""
     destroy_buffer(handles.address(args.buffer))
-
-
-def destroy_buffer(key: int) -> None:
-    """Drop the buffer handle at address `key`, the buffer's data and its external references.
-
-    PJRT_Buffer_Destroy's work; also run for the destroys the C fast path
-    answered (pjrt_ref/capi/fast_paths.py `finish_buffer_destroys`).
-    Destroying a buffer whose external references are still held ends them
-    (as XLA's C API does: they live in the PJRT_Buffer): strict mode logs it,
-    since the pointers they guarded are then invalid.
-    """
-    buffer = handles.remove_address(key, Buffer, "PJRT_Buffer")
-    buffer.handle = None
-    if buffer.external_references and strict.ENABLED:
-        strict.report(f"PJRT_Buffer 0x{key:x} destroyed with {buffer.external_references} external "
-                      "reference(s) still held: the data pointers they guarded are now invalid", error=None)
-    buffer.destroy()
 
 
 @entry_point("PJRT_Buffer_ElementType")
@@ -249,14 +235,14 @@ def buffer_get_memory_layout(args: Args) -> None:
     buffer = _buffer(args)
     rank = len(buffer.dims)
     layout = args.raw.layout
-    layout.struct_size = _boundary.ffi.sizeof("PJRT_Buffer_MemoryLayout")
-    layout.type = _boundary.lib.PJRT_Buffer_MemoryLayout_Type_Tiled
+    layout.struct_size = cdata.ffi.sizeof("PJRT_Buffer_MemoryLayout")
+    layout.type = cdata.lib.PJRT_Buffer_MemoryLayout_Type_Tiled
     tiled = layout.tiled
-    tiled.struct_size = _boundary.ffi.sizeof("PJRT_Buffer_MemoryLayout_Tiled")
+    tiled.struct_size = cdata.ffi.sizeof("PJRT_Buffer_MemoryLayout_Tiled")
     tiled.minor_to_major = owned_array(buffer, "minor_to_major", "int64_t", list(range(rank - 1, -1, -1)))
     tiled.minor_to_major_size = rank
-    tiled.tile_dims = _boundary.NULL
-    tiled.tile_dim_sizes = _boundary.NULL
+    tiled.tile_dims = cdata.NULL
+    tiled.tile_dim_sizes = cdata.NULL
     tiled.num_tiles = 0
 
 
@@ -371,4 +357,4 @@ def buffer_opaque_device_memory_data_pointer(args: Args) -> None:
     reference count is greater than 0". With a reference held it stays valid
     until the reference ends, whatever happens to the buffer meanwhile.
     """
-    args.device_memory_ptr = _boundary.ffi.cast("void*", _data_pointer(_buffer(args)))
+    args.device_memory_ptr = cdata.ffi.cast("void*", _data_pointer(_buffer(args)))

@@ -6,10 +6,10 @@ from ..client import Client, make_client
 from ..executable import Executable
 from ..errors import InvalidArgument
 from ..distributed.cluster import ProcessState
-from . import _boundary
+from . import cdata
 from .kv_store import CallbackKeyValueStore
-from ._boundary import (Args, bytes_arg, entry_point, owned_array, owned_text, read_named_values,
-                        require_array, text_arg)
+from ._boundary import entry_point
+from .cdata import Args, bytes_arg, owned_array, owned_text, read_named_values, require_array, text_arg
 
 
 def client_of(args: Args, field: str = "client") -> Client:
@@ -94,8 +94,8 @@ def client_update_global_process_info(args: Args) -> None:
     states = {}
     for i in range(count):
         info = infos[i]
-        message = (_boundary.ffi.unpack(info.error_message, info.error_message_size).decode("utf-8", "replace")
-                   if info.error_message != _boundary.NULL else "")
+        message = (cdata.ffi.unpack(info.error_message, info.error_message_size).decode("utf-8", "replace")
+                   if info.error_message != cdata.NULL else "")
         states[int(info.task_id)] = ProcessState(int(info.incarnation_id),
                                                  _PROCESS_STATES.get(int(info.state), str(int(info.state))),
                                                  message)
@@ -183,7 +183,7 @@ def client_default_device_assignment(args: Args) -> None:
 
 def read_program(program) -> tuple[bytes, str]:
     """(code, format) of a caller's `PJRT_Program`."""
-    if program == _boundary.NULL:
+    if program == cdata.NULL:
         raise InvalidArgument("PJRT_Program is NULL")
     fmt = text_arg(program.format, program.format_size)
     return bytes_arg(program.code, program.code_size), fmt

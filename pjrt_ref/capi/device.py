@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from .. import handles
 from ..device import Device, DeviceDescription
-from ._boundary import (Args, Holder, entry_point, owned_array, owned_named_values,
-                        register_text_queries, set_deleter)
+from ._boundary import entry_point, register_text_queries
+from .cdata import Args, Holder, owned_array, owned_named_values, set_deleter
 
 
 def _description(args: Args) -> DeviceDescription:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from .. import handles
-from ._boundary import Args, ErrorObject, entry_point
+from ._boundary import entry_point
+from .cdata import Args, ErrorObject
 
 
 @entry_point("PJRT_Error_Destroy")

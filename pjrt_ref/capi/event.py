@@ -4,8 +4,9 @@ from __future__ import annotations
 from .. import handles
 from ..errors import InvalidArgument, PjrtRefError
 from ..event import Event
-from . import _boundary, fast_paths
-from ._boundary import Args, entry_point, error_from_exception, text_arg
+from . import cdata, fast_paths
+from ._boundary import entry_point
+from .cdata import Args, error_from_exception, text_arg
 
 
 def new_event_handle(event: Event | None = None):
@@ -27,7 +28,7 @@ def _event(args: Args) -> Event:
 
 
 def _error_handle(error: PjrtRefError | None):
-    return _boundary.NULL if error is None else error_from_exception("PJRT_Event", error)
+    return cdata.NULL if error is None else error_from_exception("PJRT_Event", error)
 
 
 @entry_point("PJRT_Event_Destroy")
@@ -66,7 +67,7 @@ def event_on_ready(args: Args) -> None:
     into C, so the callback may block or call back into the plugin.
     """
     callback, user_arg = args.callback, args.user_arg
-    if callback == _boundary.NULL:
+    if callback == cdata.NULL:
         raise InvalidArgument("PJRT_Event_OnReady: callback is NULL")
     _event(args).on_ready(lambda error: callback(_error_handle(error), user_arg))
 
@@ -84,5 +85,5 @@ def event_set(args: Args) -> None:
     code = int(args.error_code)
     error = None
     if code != 0:
-        error = _boundary.caller_error("PJRT_Event_Set", code, text_arg(args.error_message, args.error_message_size))
+        error = cdata.caller_error("PJRT_Event_Set", code, text_arg(args.error_message, args.error_message_size))
     event.set(error)

@@ -5,9 +5,9 @@ from .. import handles, spmd
 from ..buffer import Buffer
 from ..errors import InvalidArgument
 from ..executable import Executable, LoadedExecutable
-from . import _boundary
-from ._boundary import (Args, entry_point, hand_out_blob, owned, owned_array, owned_named_values, owned_text,
-                        require_array)
+from . import cdata
+from ._boundary import entry_point
+from .cdata import Args, hand_out_blob, owned, owned_array, owned_named_values, owned_text, require_array
 from .event import new_event_handle
 from .host_callbacks import attached_device_host_transfers, attached_host_transfers
 
@@ -134,17 +134,17 @@ def executable_optimized_program(args: Args) -> None:
     """
     exe = _executable(args)
     program = args.program
-    if program == _boundary.NULL:
+    if program == cdata.NULL:
         raise InvalidArgument("PJRT_Executable_OptimizedProgram: program is NULL")
     text = spmd.optimized_program_text(exe).encode()
     fmt, fmt_size = owned_text(exe, "format", "mlir")
     program.format, program.format_size = fmt, fmt_size
-    if program.code == _boundary.NULL:
+    if program.code == cdata.NULL:
         program.code_size = len(text)
         return
     if program.code_size < len(text):
         raise InvalidArgument(f"program code buffer has {program.code_size} bytes, {len(text)} needed")
-    _boundary.ffi.memmove(program.code, text, len(text))
+    cdata.ffi.memmove(program.code, text, len(text))
     program.code_size = len(text)
 
 
@@ -235,7 +235,7 @@ def loaded_executable_addressable_device_logical_ids(args: Args) -> None:
     """PJRT_LoadedExecutable_AddressableDeviceLogicalIds: (replica, partition) per device."""
     loaded = _loaded(args)
     ids = loaded.logical_ids()
-    array = owned(loaded, "logical_ids", lambda: _boundary.ffi.new("PJRT_LogicalDeviceIds[]", ids))
+    array = owned(loaded, "logical_ids", lambda: cdata.ffi.new("PJRT_LogicalDeviceIds[]", ids))
     args.addressable_device_logical_ids = array
     args.num_addressable_device_logical_ids = len(ids)
 
@@ -248,7 +248,7 @@ def loaded_executable_get_device_assignment(args: Args) -> None:
 
 
 def _non_donatable(options) -> set[int]:
-    if options == _boundary.NULL:
+    if options == cdata.NULL:
         return set()
     opts = Args(options, "PJRT_ExecuteOptions")
     count = opts.get("num_non_donatable_input_indices", 0)
@@ -269,8 +269,8 @@ def loaded_executable_execute(args: Args) -> None:
     """
     loaded = _loaded(args)
     num_devices = args.num_devices
-    execute_device = args.get("execute_device", _boundary.NULL)
-    if execute_device != _boundary.NULL:
+    execute_device = args.get("execute_device", cdata.NULL)
+    if execute_device != cdata.NULL:
         device = _chosen_device(loaded, execute_device, num_devices)
     elif num_devices != len(loaded.devices):
         raise InvalidArgument(f"executable runs on {len(loaded.devices)} device(s), got {num_devices} argument lists")
@@ -347,8 +347,8 @@ def _hand_out(outputs: list[Buffer], out_row) -> None:
 
 def _hand_out_events(args: Args, num_devices: int) -> None:
     """One completion event per device, if the caller asked for them (execution is already done)."""
-    events = args.get("device_complete_events", _boundary.NULL)
-    if events != _boundary.NULL:
+    events = args.get("device_complete_events", cdata.NULL)
+    if events != cdata.NULL:
         for d in range(num_devices):
             events[d] = new_event_handle()
 

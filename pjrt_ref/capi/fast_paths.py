@@ -20,7 +20,8 @@ from a table that this module fills:
 - `PJRT_Buffer_Destroy` is answered in C: the handle leaves the C table at
   once and is queued; `finish_buffer_destroys`, run at the start of every
   Python entry point (and by `handles.count`), drops Python's entry and the
-  buffer's data. So no Python code ever sees a destroyed handle as live,
+  buffer's data as PJRT_Buffer_Destroy does in Python (buffer_destroy.py).
+  So no Python code ever sees a destroyed handle as live,
   and a later use of it is the usual "not a live handle" error.
 
 The Python entry points remain the reference for what each call means;
@@ -41,11 +42,12 @@ from ..errors import InvalidArgument, PjrtRefError
 from ..event import COMPLETE, Event
 from ..executable import Executable
 from ..memory import Memory
+from .buffer_destroy import destroy_buffer
+from .cdata import owned_text
 
 ffi: Any = None
 lib: Any = None
 enabled = False      # mirrors the C switch; read by `new_ready_event`
-_destroy_buffer: Any = None   # pjrt_ref/capi/buffer.py destroy_buffer (imported by bind: it imports us)
 
 
 def wanted() -> bool:
@@ -57,8 +59,7 @@ def wanted() -> bool:
 
 def bind(shim_ffi, shim_lib) -> None:
     """Called by `_boundary.bind`: mirror handle facts into C from now on; switch on if wanted."""
-    global ffi, lib, _destroy_buffer
-    from .buffer import destroy_buffer as _destroy_buffer
+    global ffi, lib
     ffi, lib = shim_ffi, shim_lib
     handles.c_facts = CFacts()
     set_enabled(wanted())
@@ -88,7 +89,7 @@ def finish_buffer_destroys() -> None:
         if not key:
             return
         try:
-            _destroy_buffer(key)
+            destroy_buffer(key)
         except InvalidArgument:    # the caller raced two destroys of one handle: already gone
             pass
 
@@ -139,7 +140,6 @@ def _record_buffer(key: int, buffer: Buffer) -> None:
 
 
 def _record_memory(key: int, memory: Memory) -> None:
-    from ._boundary import owned_text
     kind, size = owned_text(memory, "kind", memory.kind)   # the pointer PJRT_Memory_Kind hands out
     lib.pjrt_ref_fact_memory(key, kind, size)
 

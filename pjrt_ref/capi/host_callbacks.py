@@ -24,8 +24,9 @@ from .. import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 from ..event import Event
 from ..host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
-from . import _boundary
-from ._boundary import Args, ErrorObject, entry_point, require_array
+from . import cdata
+from ._boundary import entry_point
+from .cdata import Args, ErrorObject, require_array
 from .event import new_event_handle
 
 _CALLBACK_ERROR = None     # PJRT_CallbackError* handed to every send callback
@@ -38,21 +39,21 @@ def callback_error(code: int, message, message_size: int):
     since NULL would mean "no error" to the plugin.
     """
     try:
-        text = _boundary.ffi.unpack(message, message_size).decode("utf-8", "replace") \
-            if message != _boundary.NULL else ""
+        text = cdata.ffi.unpack(message, message_size).decode("utf-8", "replace") \
+            if message != cdata.NULL else ""
         if int(code) not in ErrorCode._value2member_map_:
             text = f"(callback error code {int(code)}) {text}"
             code = ErrorCode.UNKNOWN
-        return _boundary.new_error(int(code), text)
+        return cdata.new_error(int(code), text)
     except BaseException:   # noqa: BLE001 - nothing may escape into C
-        return _boundary.new_error(ErrorCode.UNKNOWN, "a host callback failed (its message was unreadable)")
+        return cdata.new_error(ErrorCode.UNKNOWN, "a host callback failed (its message was unreadable)")
 
 
 def callback_error_pointer():
     """The `PJRT_CallbackError*` we hand to every framework callback that may fail."""
     global _CALLBACK_ERROR
     if _CALLBACK_ERROR is None:
-        _CALLBACK_ERROR = _boundary.ffi.new("PJRT_CallbackError*", _boundary.lib.pjrt_ref_callback_error)
+        _CALLBACK_ERROR = cdata.ffi.new("PJRT_CallbackError*", cdata.lib.pjrt_ref_callback_error)
     return _CALLBACK_ERROR
 
 
@@ -66,9 +67,9 @@ def _taken_error(error, channel_id: int) -> PjrtRefError:
 
 def _sender(info) -> Sender:
     """Send one chunk per operand to `info.send_callback` (done = true: one chunk is all)."""
-    ffi, lib = _boundary.ffi, _boundary.lib
+    ffi, lib = cdata.ffi, cdata.lib
     function, user_arg, channel_id = info.send_callback, info.user_arg, int(info.channel_id)
-    if function == _boundary.NULL:
+    if function == cdata.NULL:
         raise InvalidArgument(f"PJRT_ExecuteOptions: send callback for channel {channel_id} is NULL")
 
     def send(data: bytes) -> None:
@@ -78,7 +79,7 @@ def _sender(info) -> Sender:
         chunk.size = len(data)
         chunk.deleter = ffi.addressof(lib, "pjrt_ref_chunk_free")
         error = function(chunk, callback_error_pointer(), len(data), True, user_arg)
-        if error != _boundary.NULL:
+        if error != cdata.NULL:
             raise _taken_error(error, channel_id)
 
     return send
@@ -87,7 +88,7 @@ def _sender(info) -> Sender:
 def _receiver(info) -> Receiver:
     """Give `info.recv_callback` a fresh stream handle; it fills and destroys it."""
     function, user_arg, channel_id = info.recv_callback, info.user_arg, int(info.channel_id)
-    if function == _boundary.NULL:
+    if function == cdata.NULL:
         raise InvalidArgument(f"PJRT_ExecuteOptions: recv callback for channel {channel_id} is NULL")
 
     def receive(stream: CopyToDeviceStream) -> None:
@@ -106,7 +107,7 @@ def _callback_table(table, count: int, device_index: int, what: str, make) -> di
 
 def host_transfers_for(options, device_index: int) -> HostTransfers | None:
     """The send/recv callbacks `options` gives device `device_index`; None if it gives none."""
-    if options == _boundary.NULL:
+    if options == cdata.NULL:
         return None
     opts = Args(options, "PJRT_ExecuteOptions")
     num_send, num_recv = opts.get("num_send_ops", 0), opts.get("num_recv_ops", 0)
@@ -167,10 +168,10 @@ def copy_to_device_stream_add_chunk(args: Args) -> None:
     return a ready `transfer_complete` event (failed if the chunk overflows)."""
     stream = _stream(args)
     chunk = args.chunk
-    if chunk == _boundary.NULL:
+    if chunk == cdata.NULL:
         raise InvalidArgument("PJRT_CopyToDeviceStream_AddChunk: chunk is NULL")
-    data = _boundary.bytes_arg(chunk.data, chunk.size, "PJRT_Chunk.data")
-    if chunk.deleter != _boundary.NULL:
+    data = cdata.bytes_arg(chunk.data, chunk.size, "PJRT_Chunk.data")
+    if chunk.deleter != cdata.NULL:
         chunk.deleter(chunk.data, chunk.deleter_arg)
     try:
         stream.add_chunk(data)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from .. import handles
 from ..errors import ErrorCode, PjrtRefError
-from . import _boundary
-from ._boundary import ErrorObject
+from . import cdata
+from .cdata import ErrorObject
 from .host_callbacks import callback_error_pointer
 
 
@@ -24,7 +24,7 @@ class CallbackKeyValueStore:
     """Get, try-get and put through the caller's C callbacks."""
 
     def __init__(self, args) -> None:
-        ffi, null = _boundary.ffi, _boundary.NULL
+        ffi, null = cdata.ffi, cdata.NULL
         self._get = ffi.cast("PJRT_KeyValueGetCallback", args.kv_get_callback)
         self._get_arg = args.kv_get_user_arg
         self._put = ffi.cast("PJRT_KeyValuePutCallback", args.kv_put_callback)
@@ -36,7 +36,7 @@ class CallbackKeyValueStore:
     @staticmethod
     def given(args) -> bool:
         """Whether the Create Args carry the get and put callbacks."""
-        return args.kv_get_callback != _boundary.NULL and args.kv_put_callback != _boundary.NULL
+        return args.kv_get_callback != cdata.NULL and args.kv_put_callback != cdata.NULL
 
     def get(self, key: str, timeout_seconds: float) -> bytes:
         call, key_data = self._new_call("PJRT_KeyValueGetCallback_Args", key, self._get_arg)
@@ -52,7 +52,7 @@ class CallbackKeyValueStore:
                 return None
         call, key_data = self._new_call("PJRT_KeyValueTryGetCallback_Args", key, self._try_get_arg)
         error = self._try_get(call)
-        if error != _boundary.NULL:
+        if error != cdata.NULL:
             taken = _taken(error)
             if taken.code == ErrorCode.NOT_FOUND:
                 return None
@@ -61,14 +61,14 @@ class CallbackKeyValueStore:
 
     def put(self, key: str, value: bytes) -> None:
         call, key_data = self._new_call("PJRT_KeyValuePutCallback_Args", key, self._put_arg)
-        value_data = _boundary.ffi.new("char[]", bytes(value))
+        value_data = cdata.ffi.new("char[]", bytes(value))
         call.value, call.value_size = value_data, len(value)
         self._check(self._put(call), f"put {key!r}")
 
     # -- helpers --------------------------------------------------------------------
     @staticmethod
     def _new_call(struct: str, key: str, user_arg):
-        ffi = _boundary.ffi
+        ffi = cdata.ffi
         call = ffi.new(struct + "*")
         call.struct_size = ffi.sizeof(struct)
         key_data = ffi.new("char[]", key.encode())
@@ -79,13 +79,13 @@ class CallbackKeyValueStore:
 
     @staticmethod
     def _check(error, what: str) -> None:
-        if error != _boundary.NULL:
+        if error != cdata.NULL:
             raise _exception(_taken(error), what)
 
     @staticmethod
     def _take_value(call) -> bytes:
-        value = _boundary.ffi.unpack(call.value, call.value_size)
-        if call.value_deleter_callback != _boundary.NULL:
+        value = cdata.ffi.unpack(call.value, call.value_size)
+        if call.value_deleter_callback != cdata.NULL:
             call.value_deleter_callback(call.value)
         return value
 

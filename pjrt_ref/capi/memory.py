@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from .. import handles
 from ..memory import Memory
-from ._boundary import Args, entry_point, owned_array, register_text_queries
+from ._boundary import entry_point, register_text_queries
+from .cdata import Args, owned_array
 
 
 def _memory(args: Args) -> Memory:

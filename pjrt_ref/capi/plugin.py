@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._boundary import Args, entry_point, owned_named_values
+from ._boundary import entry_point
+from .cdata import Args, owned_named_values
 
 
 class _Plugin:

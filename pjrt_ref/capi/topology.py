@@ -5,8 +5,9 @@ from .. import handles
 from ..executable import Executable
 from ..program_formats import to_stablehlo
 from ..topology import Topology, local_topology
-from ._boundary import (Args, bytes_arg, entry_point, hand_out_blob, owned_array, owned_named_values,
-                        owned_text, read_named_values)
+from ._boundary import entry_point
+from .cdata import (Args, bytes_arg, hand_out_blob, owned_array, owned_named_values, owned_text,
+                    read_named_values)
 
 
 def _topology(args: Args) -> Topology:

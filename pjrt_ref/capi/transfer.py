@@ -7,9 +7,10 @@ from ..dtypes import to_numpy
 from ..errors import InvalidArgument
 from ..memory import Memory
 from ..transfer import TransferManager
-from . import _boundary
-from ._boundary import Args, bytes_arg, entry_point, read_named_values, text_arg
-from .buffer import _check_dense_device_layout, _int_list, register_buffer
+from . import cdata
+from ._boundary import entry_point
+from .cdata import Args, bytes_arg, read_named_values, text_arg
+from .buffer import check_dense_device_layout, int_list, register_buffer
 from .client import client_of
 from .event import new_event_handle
 
@@ -27,9 +28,9 @@ def client_create_buffers_for_async_host_to_device(args: Args) -> None:
     for i in range(args.num_shape_specs):
         spec = args.shape_specs[i]
         dtype = to_numpy(spec.element_type)
-        dims = _int_list(spec.dims, spec.num_dims)
-        if args.device_layouts != _boundary.NULL and i < args.num_device_layouts:
-            _check_dense_device_layout(args.device_layouts[i], dims, dtype.itemsize)
+        dims = int_list(spec.dims, spec.num_dims)
+        if args.device_layouts != cdata.NULL and i < args.num_device_layouts:
+            check_dense_device_layout(args.device_layouts[i], dims, dtype.itemsize)
         specs.append((dtype, tuple(dims)))
     manager = TransferManager(client, specs, memory.devices[0], memory)
     manager.handle = handles.add(manager)
@@ -81,7 +82,7 @@ def transfer_manager_buffer_size(args: Args) -> None:
 @entry_point("PJRT_AsyncHostToDeviceTransferManager_SetBufferError")
 def transfer_manager_set_buffer_error(args: Args) -> None:
     """PJRT_AsyncHostToDeviceTransferManager_SetBufferError: the buffer completes with this error."""
-    error = _boundary.caller_error("SetBufferError", args.error_code,
+    error = cdata.caller_error("SetBufferError", args.error_code,
                                    text_arg(args.error_message, args.error_message_size))
     _manager(args).set_error(args.buffer_index, error)
 

@@ -1,4 +1,9 @@
-"""What PJRT_REF_LOG_API=1 says about each call's arguments and results.
+"""The API log (PJRT_REF_LOG_API=1): its switch, its logger, and what it says about each call.
+
+`logged` wraps an entry point (capi/_boundary.py `make_callback` does it
+for every one when `ENABLED`) so that each call and its outcome go to the
+`pjrt_ref.api` logger `LOG`; the profiler extension's callbacks use the
+same switch and logger.
 
 `describe_inputs` runs before an entry point, `describe_outputs` after it;
 both return short `key=value` text. Handles (`PJRT_Buffer*`, `PJRT_Event*`,
@@ -10,18 +15,24 @@ size and name for Compile, argument and output buffers for Execute).
 """
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+import sys
+from typing import Any, Callable
 
 from .. import handles
+from ..capi import cdata
+from ..capi.cdata import Args, text_arg
+
+ENABLED = os.environ.get("PJRT_REF_LOG_API", "0") not in ("", "0")
+LOG = logging.getLogger("pjrt_ref.api")
 
 _HANDLE_FIELDS: dict[Any, tuple[str, ...]] = {}
 
 
 def _handle_fields(args) -> tuple[str, ...]:
     """Names of the Args fields holding opaque handles (and within struct_size)."""
-    from ..capi import _boundary
-
-    ffi = _boundary.ffi
+    ffi = cdata.ffi
     ctype = ffi.typeof(args.raw).item
     names = _HANDLE_FIELDS.get(ctype)
     if names is None:
@@ -81,8 +92,6 @@ def _buffer_text(ptr) -> str:
 
 # ---------------------------------------------------------- key arguments
 def _compile_inputs(args) -> str:
-    from ..capi._boundary import text_arg
-
     program = args.program
     if _is_null(program):
         return "program=NULL"
@@ -175,3 +184,25 @@ def describe_outputs(name: str, args, snapshot: dict) -> str:
     except Exception as exc:
         parts.append(f"(results unreadable: {type(exc).__name__})")
     return " ".join(p for p in parts if p)
+
+
+def logged(name: str, fn: Callable[[Args], None]) -> Callable[[Args], None]:
+    """`fn`, logging each call and its outcome to the `pjrt_ref.api` logger: on stderr,
+    or through the host's handlers if it configured logging (at INFO even if its
+    root level is higher, as PyTorch/XLA's WARNING is)."""
+    if not logging.getLogger().handlers and not LOG.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("pjrt-ref: %(message)s"))
+        LOG.addHandler(handler)
+    LOG.setLevel(logging.INFO)
+
+    def logged_call(args: Args) -> None:
+        inputs, snapshot = describe_inputs(name, args)
+        LOG.info("-> %s %s", name, inputs)
+        try:
+            fn(args)
+        except BaseException as exc:
+            LOG.info("<- %s error %s: %s", name, type(exc).__name__, exc)
+            raise
+        LOG.info("<- %s ok %s", name, describe_outputs(name, args, snapshot))
+    return logged_call

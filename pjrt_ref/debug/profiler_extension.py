@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from .. import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
-from . import live_profile, xspace
+from . import api_log, live_profile, xspace
 
 _ffi: Any = None
 _lib: Any = None
@@ -91,7 +91,7 @@ def collect_data(args) -> None:
 def _error(name: str, exc: BaseException):
     """A `PLUGIN_Profiler_Error*` for `exc` (never raises)."""
     try:
-        if isinstance(exc, KeyboardInterrupt):   # re-raised in the host's Python code (capi/_boundary.py)
+        if isinstance(exc, KeyboardInterrupt):   # re-raised in the host's Python code (capi/cdata.py)
             _lib.pjrt_ref_request_interrupt()
             code, text = int(ErrorCode.CANCELLED), f"{name}: interrupted by KeyboardInterrupt (Ctrl-C)"
         elif isinstance(exc, PjrtRefError):
@@ -108,10 +108,8 @@ def _error(name: str, exc: BaseException):
 
 def _callback(name: str, fn: Callable[[Any], None]) -> Callable[[Any], Any]:
     """What cffi runs: `fn`, logged like the PJRT entry points under PJRT_REF_LOG_API=1."""
-    from ..capi import _boundary
-
-    if _boundary.LOG_API:
-        fn = _logged(name, fn, _boundary._API_LOG)
+    if api_log.ENABLED:
+        fn = _logged(name, fn, api_log.LOG)
 
     def callback(args):
         try:
