@@ -112,11 +112,13 @@ def _compare_kernel(function):
 
 def fast_kernel(op):
     """A direct kernel for the planned op, or None if it has none."""
+    name = op.name
+    if name not in EXACT_OPS and name not in MATH_OPS and name != "stablehlo.compare":
+        return None
     types = op.operand_types + op.result_types
     dtypes = {getattr(t, "dtype", None) for t in types}
     if any(getattr(t, "quant", None) is not None for t in types):
         return None
-    name = op.name
     if name in EXACT_OPS:
         function, allowed = EXACT_OPS[name]
         if len(dtypes) == 1 and dtypes <= allowed:
