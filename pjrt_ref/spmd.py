@@ -87,7 +87,8 @@ from .errors import InvalidArgument, Unimplemented
 from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
 from .spmd_gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
-from .spmd_manual import PartitionedRun, current_partitioned_run, run_on_grid, run_with
+from .interpreter.partitioned_run import current_partitioned_run, run_with
+from .spmd_manual import PartitionedRun, run_on_grid
 
 __all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_program_text", "PartitionedRunner",
            "current_partitioned_run"]

@@ -29,15 +29,15 @@ this device's shard, runs in that thread, and puts results back together
 from the devices that differ from it only in the region's manual axes.
 
 Kernels in `interpreter/ops/sharding.py` call in here when
-`current_partitioned_run()` is set, i.e. inside `pjrt_ref/spmd.py`'s runner.
+`current_partitioned_run()` (`interpreter/partitioned_run.py`) is set, i.e.
+inside `pjrt_ref/spmd.py`'s runner.
 """
 from __future__ import annotations
-
-import contextvars
 
 import numpy as np
 
 from .errors import Internal, PjrtRefError, Unimplemented
+from .interpreter.partitioned_run import enter
 from .spmd_gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from .spmd_layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
                           parse_sharding_per_value, parse_tensor_sharding)
@@ -130,7 +130,7 @@ class PartitionedRun:
 
         def job(device: int):
             def run() -> list:
-                _PARTITIONED_RUN.set(inner)
+                enter(inner)
                 with np.errstate(all="ignore"):
                     return work(device)
             return run
@@ -209,15 +209,6 @@ class PartitionedRun:
                 for d, peer in zip(group, peers)}
 
 
-_PARTITIONED_RUN: contextvars.ContextVar = contextvars.ContextVar("pjrt_ref_partitioned_run",
-                                                                  default=None)
-
-
-def current_partitioned_run() -> PartitionedRun | None:
-    """The partitioned execute this thread belongs to, if any."""
-    return _PARTITIONED_RUN.get()
-
-
 def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placement=None,
                 everywhere: bool = False) -> dict:
     """Run `jobs[d]()` as process `divmod(d, num_partitions)` of a fresh grid,
@@ -249,15 +240,6 @@ def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placemen
     shared = share_among_hosts(grid, "results", {divmod(d, num_partitions): r for d, r in results.items()},
                                f"{op.name if op else 'manual region'}: gathering the devices' results")
     return {replica * num_partitions + partition: value for (replica, partition), value in shared.items()}
-
-
-def run_with(run: PartitionedRun, work):
-    """Call `work()` with `run` as this thread's partitioned execute."""
-    reset = _PARTITIONED_RUN.set(run)
-    try:
-        return work()
-    finally:
-        _PARTITIONED_RUN.reset(reset)
 
 
 def _this_device(run: PartitionedRun) -> int:

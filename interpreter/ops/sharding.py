@@ -17,13 +17,8 @@ error.
 from __future__ import annotations
 
 from ...errors import Unimplemented
+from ..partitioned_run import current_partitioned_run
 from ..registry import register, register_custom_call
-
-
-def _partitioned_run():
-    from ...spmd_manual import current_partitioned_run
-
-    return current_partitioned_run()
 
 
 @register_custom_call("Sharding", "xla.sdy.FuncResultSharding")
@@ -46,7 +41,7 @@ def _same_shape_identity(op, operand):
 @register_custom_call("SPMDFullToShardShape", "xla.sdy.GlobalToLocalShape")
 def full_to_shard_shape(op, operand):
     """GSPMD's entry into a manual region: this device's shard of the value."""
-    run = _partitioned_run()
+    run = current_partitioned_run()
     if run is not None and run.per_device:
         return run.full_to_shard(op, operand)
     return _same_shape_identity(op, operand)
@@ -55,7 +50,7 @@ def full_to_shard_shape(op, operand):
 @register_custom_call("SPMDShardToFullShape", "xla.sdy.LocalToGlobalShape")
 def shard_to_full_shape(op, operand):
     """GSPMD's exit from a manual region: the global value from every device's shard."""
-    run = _partitioned_run()
+    run = current_partitioned_run()
     if run is not None and run.per_device:
         return run.shard_to_full(op, operand)
     return _same_shape_identity(op, operand)
@@ -65,7 +60,7 @@ def shard_to_full_shape(op, operand):
 def manual_call(op, *operands):
     """A GSPMD shard_map made into one op at load time (`pjrt_ref/spmd_gspmd.py`):
     its callee per device, inside a partitioned execute only."""
-    run = _partitioned_run()
+    run = current_partitioned_run()
     if run is None:
         raise op.error("a manual region needs a partitioned execute", cls=Unimplemented)
     results = run.run_manual_call(op, operands)
@@ -79,7 +74,7 @@ def sharding_constraint(op, operand):
     `pjrt_ref/spmd_unreduced.py`): there each device's partial sums are
     added up over those axes, XLA's all-reduce; where it adds unreduced axes,
     the devices off coordinate 0 of them hold zeros."""
-    run = _partitioned_run()
+    run = current_partitioned_run()
     if run is None or not run.per_device:
         return operand
     if "pjrt_ref.reduce_axes" in op.attrs:
@@ -95,7 +90,7 @@ def manual_computation(op, *operands, regions):
     """Shardy's manual computation (shard_map): per device in a partitioned
     execute (`PartitionedRun.run_manual_computation`), else its body run
     once on the whole arrays."""
-    run = _partitioned_run()
+    run = current_partitioned_run()
     if run is not None:
         results = run.run_manual_computation(op, operands, regions[0])
     else:
