@@ -11,12 +11,16 @@ with INVALID_ARGUMENT. Python exceptions in the checker are not verdicts:
 the in-process parse raises them again, with their own message.
 PJRT_REF_BYTECODE_CHECK=0 turns the check off.
 
-The checker is a fresh interpreter (`python -m pjrt_ref.interpreter.bytecode_guard`)
+The checker is a fresh interpreter (`python -m pjrt_ref.interpreter.bytecode_checker`)
 started once and reused, never a `fork()` of this process: JAX runs many
 threads, and a forked child inherits the locks they hold at that instant,
 so it could crash or hang on good programs, which were then turned away.
 A fresh interpreter inherits nothing. It reads requests from its stdin
 (entry name and bytes, length-prefixed) and answers each with one byte.
+
+This module is the parent side only; the checker's loop is
+bytecode_checker.py. `Program` calls `check_bytecode`, and the checker
+builds `Program`s, so this side imports nothing of the interpreter.
 """
 from __future__ import annotations
 
@@ -34,8 +38,12 @@ import threading
 
 from ..errors import InvalidArgument
 
-_HEADER = struct.Struct("<II")     # entry length, data length
-_OK = b"\x01"
+# The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
+# then the entry name and the bytes; the checker answers SURVIVED_ANSWER.
+REQUEST_HEADER = struct.Struct("<II")     # entry length, data length
+SURVIVED_ANSWER = b"\x01"
+# The checker's module, named (not imported: it imports program.py, which imports this).
+CHECKER_MODULE = f"{__package__}.bytecode_checker"
 
 
 def check_enabled() -> bool:
@@ -58,14 +66,14 @@ class Checker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                    PJRT_REF_OPTIMIZE="0", PJRT_REF_BYTECODE_CHECK="0")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", CHECKER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.stderr, env=env, close_fds=True)
         self.owner = os.getpid()
 
     def verdict(self, entry: str, data: bytes, timeout: float) -> str | None:
         name = entry.encode()
         try:
-            self.process.stdin.write(_HEADER.pack(len(name), len(data)) + name + data)
+            self.process.stdin.write(REQUEST_HEADER.pack(len(name), len(data)) + name + data)
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
             return self._death()
@@ -73,7 +81,7 @@ class Checker:
         if not ready:
             self.close()
             return f"parsing it did not finish within {timeout:g} s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)"
-        if self.process.stdout.read(1) == _OK:
+        if self.process.stdout.read(1) == SURVIVED_ANSWER:
             return None
         return self._death()
 
@@ -149,39 +157,3 @@ def check_bytecode(data: bytes, entry: str) -> None:
 def _stop_checker() -> None:
     if _CHECKER is not None:
         _CHECKER.close()
-
-
-def _read_exactly(stream, size: int) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def serve(requests, answers) -> None:
-    """The checker's loop: parse and plan each request; answer OK unless we die first."""
-    from .program import Program
-
-    while True:
-        header = _read_exactly(requests, _HEADER.size)
-        if header is None:
-            return                      # our parent closed the pipe (or died)
-        entry_size, data_size = _HEADER.unpack(header)
-        entry = _read_exactly(requests, entry_size)
-        data = _read_exactly(requests, data_size)
-        if entry is None or data is None:
-            return
-        try:
-            Program(data, entry.decode(), _checked=True)
-        except Exception:
-            pass                        # the in-process parse reports Python errors itself
-        answers.write(_OK)
-        answers.flush()
-
-
-if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)

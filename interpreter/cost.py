@@ -244,7 +244,7 @@ def _family_by_name(name: str) -> Callable:
 
 
 def op_cost(step, program_cost) -> Cost:
-    """The cost of one planned step (`interpreter/plan.py` Step), regions included."""
+    """The cost of one planned step (`interpreter/steps.py` Step), regions included."""
     name = short_name(step.op.name)
     family = FAMILIES.get(name) or _family_by_name(name)
     try:
@@ -288,9 +288,9 @@ class ProgramCost:
 
 def unfused_plan(module_plan, name: str):
     """The function's plan before plan-time fusion: every op visible."""
-    from .plan import _FunctionPlanner
+    from .plan import FunctionPlanner
 
-    return _FunctionPlanner(module_plan, module_plan._funcs[name]).plan()
+    return FunctionPlanner(module_plan, module_plan._funcs[name]).plan()
 
 
 def planning_module(program):

@@ -116,7 +116,7 @@ class PartitionedRun:
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
         """Run the region `body` once per device, each in its own copy of the
         region's frame (see `run_per_device`)."""
-        from .interpreter.plan import run_block
+        from .interpreter.steps import run_block
 
         return self.run_per_device(
             op, lambda device: run_block(body.plan, list(body.frame), local_args[device]))

@@ -1,6 +1,7 @@
 """The bytecode guard (interpreter/bytecode_guard.py): untrusted bytecode is
-read by a separate checker process first; good programs are never turned
-away, crashers and hangs are rejected, and the checker comes back after."""
+read by a separate checker process (interpreter/bytecode_checker.py) first;
+good programs are never turned away, crashers and hangs are rejected, and
+the checker comes back after."""
 from __future__ import annotations
 
 import os

@@ -139,8 +139,8 @@ def test_releasing_every_value_keeps_captures_results_and_arguments(monkeypatch)
     # With every value released after its last reader: a while body that reads
     # a value of the enclosing block, which is read again after the loop, and
     # the function's argument, read after the loop too, are still there.
-    from pjrt_ref.interpreter import plan
-    monkeypatch.setattr(plan, "RELEASE_BYTES", 0)
+    from pjrt_ref.interpreter import steps
+    monkeypatch.setattr(steps, "RELEASE_BYTES", 0)
     program = load("""
     func.func @main(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
       %c = stablehlo.add %x, %x : tensor<3xf32>

@@ -26,7 +26,7 @@ runs, and rewrites its steps:
    (one copy on entry) and writes each update into it, instead of copying
    the whole buffer per iteration.
 5. the function body's constants move into the frame every call starts
-   from (`plan.preset_constants`): no step runs for them.
+   from (`steps.preset_constants`): no step runs for them.
 
 Kernels with regions ask `regions` (numba) for compiled bodies when their
 numpy fast paths do not apply: scatter update computations, sort
@@ -61,44 +61,24 @@ interpreter (bit for bit) and against XLA CPU.
 """
 from __future__ import annotations
 
-import os
-
-
-def optimize_enabled() -> bool:
-    return os.environ.get("PJRT_REF_OPTIMIZE", "1") != "0"
-
-
-def jit_enabled() -> bool:
-    return optimize_enabled() and os.environ.get("PJRT_REF_JIT", "1") != "0"
-
-
-# Ops whose regions the interpreter runs as ordinary blocks (their kernels
-# never look inside them): their bodies may be rewritten like a function's.
-# Regions of other ops (reduce, scatter, sort, ...) are left alone: their
-# kernels recognise bodies by their steps to pick numpy fast paths.
-CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
+from ..steps import preset_constants
+from . import blas, dots, fastpath, fusion, heap, in_place
+from .scope import jit_enabled, optimize_enabled
 
 
 def optimize_function(plan) -> None:
     """Rewrite `plan`'s steps in place (see the module docstring)."""
-    from . import blas
-
     _record_jit_setting(plan.body, jit_enabled())
     # In both modes: OpenBLAS's threads change how it splits a product, and
     # so its bits; PJRT_REF_OPTIMIZE=0 must compute what the optimiser does.
     blas.limit_blas_threads()
     if not optimize_enabled():
         return
-    from ..plan import preset_constants
-    from . import dots, fastpath, heap, in_place
-
     heap.keep_freed_memory()
 
     dots.fold_transposes(plan.body)
     fastpath.specialize_region(plan.body)
     if jit_enabled():
-        from . import fusion
-
         fusion.fuse_region(plan.body)
     in_place.update_carries_in_place(plan.body)
     preset_constants(plan)  # last: the passes above read constants from the steps

@@ -22,15 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.dot import BLAS_FLOATS, matrix_product
-from ..plan import OpInfo, Step
+from ..steps import OpInfo, Step
+from .fusion import count_uses
+from .scope import CONTROL_FLOW_OPS
 
 
 def fold_transposes(region) -> None:
     """Rewrite the pairs described above in `region` and in the bodies of
     the control-flow ops inside it."""
-    from . import CONTROL_FLOW_OPS
-    from .fusion import count_uses
-
     uses = count_uses(region)
     producers = {step.results[0]: index for index, step in enumerate(region.steps)
                  if _is_matrix_product(step)}

@@ -32,7 +32,8 @@ import dataclasses
 import numpy as np
 
 from ..ops import control, core, slicing
-from ..plan import FunctionPlan, RegionPlan, Step, _reads
+from ..steps import FunctionPlan, RegionPlan, Step, slots_read_by
+from .scope import CONTROL_FLOW_OPS
 
 
 def dynamic_update_slice_in_place(op, operand, update, *start_indices):
@@ -48,19 +49,13 @@ def update_carries_in_place(region: RegionPlan) -> None:
     """Rewrite every generic `while` in `region` (and in the bodies of
     control flow inside it) whose carried buffers qualify."""
     for index, step in enumerate(region.steps):
-        for nested in step.regions if step.op.name in control_flow_ops() else ():
+        for nested in step.regions if step.op.name in CONTROL_FLOW_OPS else ():
             update_carries_in_place(nested)
         if step.kernel is control.while_:
             rewritten = _while_in_place(step)
             if rewritten is not None:
                 region.steps[index] = rewritten
                 region.runners = None
-
-
-def control_flow_ops() -> tuple:
-    from . import CONTROL_FLOW_OPS
-
-    return CONTROL_FLOW_OPS
 
 
 def _while_in_place(step: Step) -> Step | None:
@@ -99,8 +94,8 @@ def _rewrite_single_update(region: RegionPlan, arg_slot: int, result_slot: int) 
     that step by its in-place form and return True."""
     if region.result_slots.count(result_slot) != 1 or arg_slot in region.result_slots:
         return False
-    readers = [i for i, s in enumerate(region.steps) if arg_slot in _reads(s)]
-    result_readers = [i for i, s in enumerate(region.steps) if result_slot in _reads(s)]
+    readers = [i for i, s in enumerate(region.steps) if arg_slot in slots_read_by(s)]
+    result_readers = [i for i, s in enumerate(region.steps) if result_slot in slots_read_by(s)]
     if len(readers) != 1 or result_readers:
         return False
     index = readers[0]

@@ -9,7 +9,7 @@ What qualifies (anything else keeps the interpreted loop):
 
 * every value is a tensor of static shape, 0-d or of one common shape S;
   element types f32, f64, i32, i64 or i1;
-* the ops are the ones `fusion.scalar_expression` fuses exactly, integer
+* the ops `scalar_expressions.scalar_expression` translates exactly, integer
   add/subtract/multiply/negate/maximum/minimum/compare/select, and/or/xor/not
   on integers and i1 (wrapping
   exactly like the interpreter: each result is cast back to its 32- or
@@ -29,10 +29,10 @@ import math
 import numpy as np
 
 from ...limits import loop_limit_error, max_steps
-from ..plan import OpInfo, Step
+from ..steps import OpInfo, Step
 from ..types import TensorType
 from . import codegen
-from .fusion import scalar_expression
+from .scalar_expressions import scalar_expression
 
 F32, F64, I32, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_))
 SCALAR_DTYPES = (F32, F64, I32, I64, BOOL)
@@ -57,7 +57,9 @@ class NotCompilable(Exception):
     """The loop uses something this compiler does not translate."""
 
 
-def _tensor(ttype) -> TensorType:
+def compilable_tensor(ttype) -> TensorType:
+    """`ttype` if the compilers can translate a value of it (a plain tensor
+    of static shape, element type in SCALAR_DTYPES); else NotCompilable."""
     if not isinstance(ttype, TensorType) or ttype.quant is not None:
         raise NotCompilable("not a plain tensor")
     if ttype.dtype not in SCALAR_DTYPES or any(d is None for d in ttype.shape):
@@ -88,7 +90,7 @@ def _integer_expression(op) -> str | None:
     return None
 
 
-class _Translator:
+class Translator:
     """Translates the steps of cond and body into lines of numba source."""
 
     def __init__(self, shape: tuple, module):
@@ -109,7 +111,7 @@ class _Translator:
         if key not in self.names:
             if not isinstance(key, int):
                 raise NotCompilable("value of an inlined function defined nowhere")
-            ttype = _tensor(ttype)
+            ttype = compilable_tensor(ttype)
             is_array = self._is_array(ttype)
             name = self.fresh("c")
             self.names[key] = (name, is_array)
@@ -133,7 +135,7 @@ class _Translator:
                 self.call(step, keys, depth)
                 continue
             for ttype in op.operand_types + op.result_types:
-                _tensor(ttype)
+                compilable_tensor(ttype)
             if len(step.results) != 1:
                 raise NotCompilable(op.name)
             result_key, result_type = keys(step.results[0]), op.result_types[0]
@@ -203,12 +205,12 @@ def compile_while(step) -> Step | None:
 def _compile_while(step) -> Step:
     op = step.op
     cond, body = step.regions
-    carried_types = [_tensor(t) for t in op.operand_types]
+    carried_types = [compilable_tensor(t) for t in op.operand_types]
     shapes = {t.shape for t in carried_types if t.shape != ()}
     if len(shapes) > 1:
         raise NotCompilable("carried values of several shapes")
     shape = shapes.pop() if shapes else ()
-    translator = _Translator(shape, op.module)
+    translator = Translator(shape, op.module)
     carried = []
     for index, ttype in enumerate(carried_types):
         is_array = ttype.shape != () and ttype.shape == shape

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ..plan import Step
+from ..steps import Step
 from . import threads
 from .fused_step import fused_step
 

@@ -14,7 +14,7 @@ numpy fast paths do not apply:
   sort gives the same permutation for a comparator that is a strict weak
   order, which the spec requires.
 
-A body qualifies when `loops._Translator` translates it with every value
+A body qualifies when `loops.Translator` translates it with every value
 0-d (element-wise ops of f32/f64/i32/i64/i1, constants, inlined calls) and
 it reads nothing from the enclosing function. Compiled functions are kept in
 `op.cache` and, through numba's cache, on disk. Each returns None when the
@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import codegen, jit_enabled
-from .loops import TYPE_NAMES, NotCompilable, _tensor, _Translator
+from . import codegen
+from .loops import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
+from .scope import jit_enabled
 
 _MISSING = object()
 
 
 def scalar_function_lines(region, name: str, module) -> list[str]:
     """Source lines of `def name(p0, p1, ...)` returning the body's results."""
-    translator = _Translator((), module)
+    translator = Translator((), module)
     for index, (slot, ttype) in enumerate(zip(region.arg_slots, region.arg_types)):
-        _tensor(ttype)
+        compilable_tensor(ttype)
         if ttype.shape != ():
             raise NotCompilable("non-scalar block argument")
         translator.names[slot] = (f"p{index}", False)

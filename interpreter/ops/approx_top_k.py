@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import BoundRegion
 from ..registry import register_custom_call
+from ..steps import BoundRegion
 from .sort import stable_order
 
 

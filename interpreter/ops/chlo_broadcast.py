@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...errors import Unimplemented
-from ..plan import OpInfo
+from ..steps import OpInfo
 from ..registry import lookup, register
 
 ELEMENTWISE_OP_OF = {

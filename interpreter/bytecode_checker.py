@@ -1,0 +1,52 @@
+"""The bytecode checker process: `python -m pjrt_ref.interpreter.bytecode_checker`.
+
+bytecode_guard.py, the parent side, starts this module in a fresh
+interpreter and sends it untrusted bytecode; here each program is parsed,
+verified and planned (`Program`), so that a crash or hang of MLIR's bytecode
+reader kills this process and not the caller. The parent side is imported
+by program.py and this side imports program.py, so they are two modules:
+the guard stays below `Program`, the checker above it.
+
+Requests and answers follow the guard's protocol: REQUEST_HEADER (entry and
+data lengths), the entry name, the bytes; one SURVIVED_ANSWER byte each.
+"""
+from __future__ import annotations
+
+import sys
+
+from .bytecode_guard import REQUEST_HEADER, SURVIVED_ANSWER
+from .program import Program
+
+
+def _read_exactly(stream, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def serve(requests, answers) -> None:
+    """The checker's loop: parse and plan each request; answer OK unless we die first."""
+    while True:
+        header = _read_exactly(requests, REQUEST_HEADER.size)
+        if header is None:
+            return                      # our parent closed the pipe (or died)
+        entry_size, data_size = REQUEST_HEADER.unpack(header)
+        entry = _read_exactly(requests, entry_size)
+        data = _read_exactly(requests, data_size)
+        if entry is None or data is None:
+            return
+        try:
+            Program(data, entry.decode(), _checked=True)
+        except Exception:
+            pass                        # the in-process parse reports Python errors itself
+        answers.write(SURVIVED_ANSWER)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -1,0 +1,26 @@
+"""What the optimiser may do: whether it runs at all (PJRT_REF_OPTIMIZE),
+whether it may use numba (PJRT_REF_JIT), and which ops' regions it may
+rewrite like a function body.
+
+The passes (dots.py, fusion.py, in_place.py, ...) and the region compiler
+(regions.py) ask these; they live here, not in the package's __init__,
+because __init__ imports the passes.
+"""
+from __future__ import annotations
+
+import os
+
+
+def optimize_enabled() -> bool:
+    return os.environ.get("PJRT_REF_OPTIMIZE", "1") != "0"
+
+
+def jit_enabled() -> bool:
+    return optimize_enabled() and os.environ.get("PJRT_REF_JIT", "1") != "0"
+
+
+# Ops whose regions the interpreter runs as ordinary blocks (their kernels
+# never look inside them): their bodies may be rewritten like a function's.
+# Regions of other ops (reduce, scatter, sort, ...) are left alone: their
+# kernels recognise bodies by their steps to pick numpy fast paths.
+CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
