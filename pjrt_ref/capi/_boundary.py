@@ -10,12 +10,11 @@ Nothing escapes into C.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import traceback
 from typing import Any, Callable
 
-from .. import handles, strict
+from .. import handles, settings, strict
 from . import fast_paths
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 
@@ -166,7 +165,7 @@ def _view_class(pointer_type) -> type:
     return view_class
 
 
-LOG_API = os.environ.get("PJRT_REF_LOG_API", "0") not in ("", "0")
+LOG_API = settings.get("PJRT_REF_LOG_API")      # read once, at import: it decides how the slots are bound
 _API_LOG = logging.getLogger("pjrt_ref.api")
 
 
