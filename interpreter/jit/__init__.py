@@ -38,7 +38,7 @@ thread pool (`gemm_pool.c`) without the GIL, each shape run the way
 `product_strategy` timed best on this machine; `heap`
 keeps freed array memory in the process (no page faults per op result).
 
-Switches (environment, read when a program is planned):
+Switches (declared in pjrt_ref/settings.py; read when a program is planned):
     PJRT_REF_JIT=0       no numba: no fused steps, no compiled loops or regions
     PJRT_REF_JIT_MIN_ELEMENTS  elements from which a run that needs numba
                          compiles (default 2^17; fusion.py)
@@ -61,15 +61,17 @@ interpreter (bit for bit) and against XLA CPU.
 """
 from __future__ import annotations
 
-import os
+from ... import settings
 
 
 def optimize_enabled() -> bool:
-    return os.environ.get("PJRT_REF_OPTIMIZE", "1") != "0"
+    """PJRT_REF_OPTIMIZE, read each time a function is planned."""
+    return settings.get("PJRT_REF_OPTIMIZE")
 
 
 def jit_enabled() -> bool:
-    return optimize_enabled() and os.environ.get("PJRT_REF_JIT", "1") != "0"
+    """PJRT_REF_JIT (and PJRT_REF_OPTIMIZE), read each time a function is planned."""
+    return optimize_enabled() and settings.get("PJRT_REF_JIT")
 
 
 # Ops whose regions the interpreter runs as ordinary blocks (their kernels
