@@ -10,10 +10,11 @@ tests/test_settings.py).
 
 Reading. `get(name)` reads the variable at that moment and parses it with
 its type; parsed values are cached per raw text, so reading an unchanged
-variable again costs two dict lookups. *When* a variable is read is the
+variable again costs a few dict lookups. *When* a variable is read is the
 caller's choice, said at the call site: once at import (PJRT_REF_LOG_API
-and PJRT_REF_STRICT decide how the C-API slots are bound), per client, per
-program planned or per call (so tests may change them between calls).
+and PJRT_REF_STRICT decide how the C-API slots are bound; PJRT_REF_PROFILE
+whether compile and execute are timed), per client, per program planned or
+per call (so tests may change them between calls).
 
 Values. An empty value counts as unset, i.e. the default (`VAR= cmd` is how
 a shell unsets a variable for one command). Booleans accept 1/0,
