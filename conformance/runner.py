@@ -54,10 +54,6 @@ from .worker import ERROR, FAIL, PASS, TIMEOUT, UNSUPPORTED
 DEFAULT_TIMEOUT = 60.0
 _SUMMARY_KEYS = ((PASS, "passed"), (FAIL, "failed"), (ERROR, "errors"),
                  (UNSUPPORTED, "unsupported"), (TIMEOUT, "timeouts"))
-# Work that numpy or numba would spread over threads stays in one thread
-# per worker: the pool already uses every core it is given.
-_ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "NUMBA_NUM_THREADS")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,9 +158,8 @@ class Progress:
 
 def run_cases(cases: list[Case], jobs: int, timeout: float | None,
               on_record=None) -> list[dict]:
-    """Run `cases` on a worker pool; their records, in the order of `cases`."""
-    for name in _ONE_THREAD:
-        os.environ.setdefault(name, "1")
+    """Run `cases` on a worker pool; their records, in the order of `cases`
+    (each worker computes on one thread: conformance/preload.py)."""
     records: list = [None] * len(cases)
 
     def on_result(index: int, result: tuple) -> None:

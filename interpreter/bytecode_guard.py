@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 
+from .. import settings
 from ..errors import InvalidArgument
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
@@ -47,15 +48,13 @@ CHECKER_MODULE = f"{__package__}.bytecode_checker"
 
 
 def check_enabled() -> bool:
-    return os.environ.get("PJRT_REF_BYTECODE_CHECK", "1").strip() != "0"
+    """PJRT_REF_BYTECODE_CHECK, read per load."""
+    return settings.get("PJRT_REF_BYTECODE_CHECK")
 
 
 def timeout_seconds() -> float:
-    value = os.environ.get("PJRT_REF_BYTECODE_CHECK_TIMEOUT", "").strip()
-    try:
-        return float(value) if value else 60.0
-    except ValueError:
-        raise InvalidArgument(f"PJRT_REF_BYTECODE_CHECK_TIMEOUT={value!r} is not a number of seconds") from None
+    """PJRT_REF_BYTECODE_CHECK_TIMEOUT, read per load."""
+    return settings.get("PJRT_REF_BYTECODE_CHECK_TIMEOUT")
 
 
 class Checker:

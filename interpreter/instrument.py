@@ -1,6 +1,6 @@
 """Debug instrumentation: watch every op of a program as it runs.
 
-Four switches, read from the environment when a program is loaded:
+Four switches, read when a program is loaded (pjrt_ref/settings.py declares them):
 
     PJRT_REF_CHECK_NANS=1        stop at the first op whose result holds a NaN
                                  (or an Inf) that none of its operands held
@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import threading
 import time
 
 import numpy as np
 
+from .. import settings
 from ..errors import InvalidArgument
+from ..settings import LogOrFile
 from .types import DTYPE_ELEMENT_NAMES, Token, is_complex, is_float
 
 # Ops whose bodies run as ordinary steps (run_block), so their ops can be wrapped too.
@@ -184,7 +185,10 @@ def trace_record(op, function: str, results) -> dict:
 
 # ------------------------------------------------------------ the wrapper
 class Instrument:
-    """What to do around each op; `apply(plan)` wraps a function's steps."""
+    """What to do around each op; `apply(plan)` wraps a function's steps.
+
+    The arguments are the settings' parsed values: `trace` is
+    `LogOrFile.LOG` (the log) or a file path."""
 
     def __init__(self, check_nans: bool = False, trace: str | None = None,
                  profile: str | None = None, diff: str | None = None) -> None:
@@ -192,7 +196,7 @@ class Instrument:
         self.trace_file = None
         self.trace_log = False
         if trace:
-            if trace in ("1", "stderr", "log"):
+            if trace == LogOrFile.LOG:
                 self.trace_log = True
                 _ensure_trace_handler()
             else:
@@ -210,12 +214,11 @@ class Instrument:
 
     @classmethod
     def from_environment(cls) -> "Instrument | None":
-        environ = os.environ
-        check_nans = environ.get("PJRT_REF_CHECK_NANS", "0") not in ("", "0")
-        trace = environ.get("PJRT_REF_TRACE", "0")
-        trace = None if trace in ("", "0") else trace
-        profile = environ.get("PJRT_REF_PROFILE") or None
-        diff = environ.get("PJRT_REF_DIFF") or None
+        """The instrument the debug settings ask for, or None when none is on."""
+        check_nans = settings.get("PJRT_REF_CHECK_NANS")
+        trace = settings.get("PJRT_REF_TRACE")
+        profile = settings.get("PJRT_REF_PROFILE")
+        diff = settings.get("PJRT_REF_DIFF")
         if not (check_nans or trace or profile or diff):
             return None
         return cls(check_nans, trace, profile, diff)

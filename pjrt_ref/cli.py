@@ -30,17 +30,19 @@ def _run_command(argv: list[str]) -> int:
 
 
 def _trace_command(argv: list[str]) -> int:
-    """`run` with PJRT_REF_TRACE on: each op logged to stderr (or --jsonl FILE)."""
-    import os
+    """`run` with PJRT_REF_TRACE on: each op logged to stderr (or --jsonl FILE).
 
+    The setting is overridden for the run, not written to os.environ: that
+    would outlive the command in a process that called `main`."""
+    from . import settings
     from .run_file import main as run_main
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--jsonl", metavar="FILE")
     options, rest = parser.parse_known_args(argv)
-    os.environ["PJRT_REF_TRACE"] = options.jsonl or "1"
-    return run_main(rest, prog="pjrt-ref trace",
-                    epilog="Each op is logged to stderr as it runs; --jsonl FILE writes JSON lines instead.")
+    with settings.override(PJRT_REF_TRACE=options.jsonl or "1"):
+        return run_main(rest, prog="pjrt-ref trace",
+                        epilog="Each op is logged to stderr as it runs; --jsonl FILE writes JSON lines instead.")
 
 
 def _diff_command(argv: list[str]) -> int:

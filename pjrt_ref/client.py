@@ -1,10 +1,9 @@
 """`PJRT_Client`: devices, memories, compilation and host transfers."""
 from __future__ import annotations
 
-import os
 import numpy as np
 
-from . import handles, program_formats
+from . import handles, program_formats, settings
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from .errors import InvalidArgument, NotFound
@@ -14,9 +13,9 @@ from .topology import Topology
 
 PLATFORM_NAME = "pjrt_ref"
 # How many virtual devices a client has: the `num_devices` create option
-# (PJRT_Client_Create's NamedValues), else this variable, else 1.
-NUM_DEVICES_VARIABLE = "PJRT_REF_NUM_DEVICES"
-MAX_DEVICES = 1024
+# (PJRT_Client_Create's NamedValues), else PJRT_REF_NUM_DEVICES (default 1),
+# both at most the setting's bound.
+MAX_DEVICES = settings.declared("PJRT_REF_NUM_DEVICES").kind.maximum
 
 
 def platform_version() -> str:
@@ -25,20 +24,21 @@ def platform_version() -> str:
 
 
 def device_count(options: dict | None = None) -> int:
-    """The number of virtual devices asked for: option `num_devices`, $PJRT_REF_NUM_DEVICES, or 1."""
+    """The number of virtual devices asked for: option `num_devices`, else
+    PJRT_REF_NUM_DEVICES (read at each client creation; default 1)."""
     options = options or {}
-    if "num_devices" in options:
-        value, source = options["num_devices"], "create option num_devices"
-    else:
-        value, source = os.environ.get(NUM_DEVICES_VARIABLE, "").strip() or 1, NUM_DEVICES_VARIABLE
+    if "num_devices" not in options:
+        return settings.get("PJRT_REF_NUM_DEVICES")
+    value = options["num_devices"]
     try:
         count = int(value)
         if isinstance(value, (bool, float)) or str(count) != str(value).strip():
             raise ValueError
     except (TypeError, ValueError):
-        raise InvalidArgument(f"{source}={value!r} is not an integer") from None
+        raise InvalidArgument(f"create option num_devices={value!r} is not an integer") from None
     if not 1 <= count <= MAX_DEVICES:
-        raise InvalidArgument(f"{source}={count}: pjrt_ref has between 1 and {MAX_DEVICES} devices")
+        raise InvalidArgument(f"create option num_devices={count}: pjrt_ref has between 1 and "
+                              f"{MAX_DEVICES} devices")
     return count
 
 
@@ -142,7 +142,7 @@ class Client:
         if needed > len(self.devices):
             raise InvalidArgument(
                 f"{num_replicas} replica(s) x {num_partitions} partition(s) need {needed} devices; "
-                f"pjrt_ref has {len(self.devices)} (set {NUM_DEVICES_VARIABLE} or the num_devices "
+                f"pjrt_ref has {len(self.devices)} (set PJRT_REF_NUM_DEVICES or the num_devices "
                 "create option)")
         return [[self.devices[p * num_replicas + r].id for p in range(num_partitions)]
                 for r in range(num_replicas)]

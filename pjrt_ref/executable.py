@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import os
 import threading
 import time
 
 import numpy as np
 
-from . import multi_device, serialization
+from . import multi_device, serialization, settings
 from .buffer import Buffer
 from .debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
@@ -27,7 +26,7 @@ from .xla_options import check_option_overrides
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
 # PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py);
 # the same go to jax.profiler.trace while `live_profile.ACTIVE` (pjrt_ref/debug/live_profile.py).
-_PROFILING = bool(os.environ.get("PJRT_REF_PROFILE"))
+_PROFILING = bool(settings.get("PJRT_REF_PROFILE"))        # read once, at import
 
 
 def _profile_slice(name: str, category: str, start: float, args: dict) -> None:

@@ -18,29 +18,25 @@ in an error, not in an endless loop or the OOM killer.
   dynamic dimensions are not checked (numpy's MemoryError still becomes an
   error naming the op).
 
-Both variables are read each time a limit is checked, so tests and users
-may change them between compilations.
+Both variables (pjrt_ref/settings.py) are read each time a limit is
+checked, so tests and users may change them between compilations.
 """
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import numpy as np
 
+from . import settings
 from .errors import ResourceExhausted
 
 _MEMINFO = "/proc/meminfo"
 
 
 def max_steps() -> int | None:
-    """PJRT_REF_MAX_STEPS as an int, or None when unset, empty or 0."""
-    value = os.environ.get("PJRT_REF_MAX_STEPS", "").strip()
-    if not value:
-        return None
-    steps = int(value)
-    return steps if steps > 0 else None
+    """PJRT_REF_MAX_STEPS, or None when it is 0 (its default: no limit)."""
+    return settings.get("PJRT_REF_MAX_STEPS") or None
 
 
 _MEMINFO_CACHE: list = [-1.0, None]   # [time read, value]: re-read at most once a second
@@ -67,11 +63,10 @@ def _read_mem_available() -> int | None:
 
 def max_bytes() -> int | None:
     """The allocation limit: PJRT_REF_MAX_BYTES if set, else available memory (None: no limit)."""
-    value = os.environ.get("PJRT_REF_MAX_BYTES", "").strip()
-    if value:
-        limit = int(value)
-        return limit if limit > 0 else None
-    return available_memory()
+    limit = settings.get("PJRT_REF_MAX_BYTES")
+    if limit is None:
+        return available_memory()
+    return limit or None
 
 
 def nbytes(dtype, dims) -> int:
@@ -85,7 +80,7 @@ def check_allocation(size: int, what: str, op: str | None = None, location: str 
         return
     limit = max_bytes()
     if limit is not None and size > limit:
-        source = "PJRT_REF_MAX_BYTES" if os.environ.get("PJRT_REF_MAX_BYTES", "").strip() else "available memory"
+        source = "available memory" if settings.get("PJRT_REF_MAX_BYTES") is None else "PJRT_REF_MAX_BYTES"
         raise ResourceExhausted(f"{what} needs {size} bytes, more than the limit of {limit} bytes ({source})",
                                 op=op, location=location)
 

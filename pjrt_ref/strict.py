@@ -30,17 +30,17 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import sys
 import threading
 import weakref
 from collections import Counter
 from typing import Any, Callable
 
+from . import settings
 from .capi.cdata import ErrorObject
 from .errors import FailedPrecondition, InvalidArgument, PjrtRefError
 
-ENABLED = os.environ.get("PJRT_REF_STRICT", "0") not in ("", "0")
+ENABLED = settings.get("PJRT_REF_STRICT")      # read once, at import: it decides how the slots are bound
 LOG = logging.getLogger("pjrt_ref.strict")
 
 # Entry points that read a buffer's contents: using a deleted/donated buffer there is a bug.

@@ -119,7 +119,7 @@ def test_a_bad_timeout_setting_is_named():
     lines = run("""
         print(outcome(bytecode(2)))
     """, PJRT_REF_BYTECODE_CHECK_TIMEOUT="soon")
-    assert lines == ["PJRT_REF_BYTECODE_CHECK_TIMEOUT='soon' is not a number of seconds"]
+    assert lines == ["PJRT_REF_BYTECODE_CHECK_TIMEOUT='soon' is not a number of seconds greater than 0"]
 
 
 def test_bytes_the_checker_survived_are_not_checked_again_and_crashers_stay_rejected():

@@ -1,6 +1,8 @@
 """The CLI's answer to a wrong path or a malformed file: one line on stderr and exit status 1."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pjrt_ref.cli import main
@@ -8,13 +10,14 @@ from pjrt_ref.cli import main
 
 @pytest.mark.parametrize("command", ["run", "cost", "profile", "trace"])
 def test_a_missing_file_is_one_line_naming_it(command, tmp_path, capsys, monkeypatch):
-    # `trace` turns PJRT_REF_TRACE on for the rest of its (CLI) process: undo that here.
-    monkeypatch.setenv("PJRT_REF_TRACE", "")
+    monkeypatch.delenv("PJRT_REF_TRACE", raising=False)
     missing = tmp_path / "missing.mlir"
     assert main([command, str(missing)]) == 1
     err = capsys.readouterr().err
     assert f"pjrt-ref {command}: error: No such file or directory: {missing}" in err
     assert "Traceback" not in err
+    # `trace` overrides the setting for its run only: the environment is left as it was.
+    assert "PJRT_REF_TRACE" not in os.environ
 
 
 def test_profile_of_a_file_that_is_not_json(tmp_path, capsys):

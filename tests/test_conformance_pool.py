@@ -7,6 +7,7 @@ import signal
 import time
 
 from pjrt_ref.conformance.pool import WorkerPool
+from pjrt_ref.conformance.runner import run_cases
 
 
 def misbehave(task):
@@ -47,3 +48,24 @@ def test_workers_are_reused_between_cases():
 def test_single_worker_survives_several_deaths():
     results = _run(["abort", "abort", "ok"], jobs=1)
     assert [r[0] for r in results] == ["error", "error", "pass"]
+
+
+# What the fork server (conformance/preload.py) sets to 1 unless the user chose.
+_THREAD_COUNTS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def thread_counts(task):
+    """A worker's task function: the thread counts its numeric libraries read."""
+    return "pass", " ".join(os.environ.get(name, "") for name in _THREAD_COUNTS), 0.0
+
+
+def test_workers_compute_on_one_thread_without_the_runner_writing_its_environment(monkeypatch):
+    expected = " ".join(os.environ.get(name, "1") for name in _THREAD_COUNTS)
+    results = {}
+    WorkerPool(1, 30.0, thread_counts).run([(0, "counts")], lambda key, result: results.__setitem__(key, result))
+    assert results[0][:2] == ("pass", expected)
+
+    for name in _THREAD_COUNTS:
+        monkeypatch.delenv(name, raising=False)
+    assert run_cases([], jobs=1, timeout=None) == []
+    assert not [name for name in _THREAD_COUNTS if name in os.environ]

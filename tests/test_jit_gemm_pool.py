@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jit_support import product_in_blocks
+from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.interpreter.jit import blas, product_strategy
 
 RNG = np.random.default_rng(11)
@@ -239,17 +240,21 @@ def test_module_that_does_not_import_leaves_python_threads():
 
 def test_pool_switch_and_spin_settings(monkeypatch):
     """PJRT_REF_GEMM_POOL=0 selects the Python threads; PJRT_REF_POOL_SPIN_US
-    sets the spin (0: never; unreadable: the default)."""
+    sets the spin (0: never; empty: the default; a value that is not a count
+    is rejected, naming the variable)."""
     _pool()
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
     monkeypatch.setenv("PJRT_REF_GEMM_POOL", "0")
     assert blas._gemm_call(a, b) is None
     monkeypatch.setenv("PJRT_REF_GEMM_POOL", "1")
     assert blas._gemm_call(a, b) is not None
-    for setting, nanoseconds in (("0", 0), ("50", 50_000), ("", blas.DEFAULT_SPIN_US * 1000),
-                                 ("fast", blas.DEFAULT_SPIN_US * 1000), ("-3", 0)):
+    for setting, nanoseconds in (("0", 0), ("50", 50_000), ("", blas.DEFAULT_SPIN_US * 1000)):
         monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", setting)
         assert blas._spin_ns() == nanoseconds
+    for setting in ("fast", "-3"):
+        monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", setting)
+        with pytest.raises(InvalidArgument, match=f"PJRT_REF_POOL_SPIN_US='{setting}' is not an integer"):
+            blas._spin_ns()
 
 
 def test_matmul_threads_one_never_wakes_a_helper(monkeypatch):

@@ -66,6 +66,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from ... import settings
 from . import openblas, product_strategy
 from .helper_threads import run_shared
 
@@ -89,7 +90,7 @@ def limit_blas_threads() -> int | None:
     if "OPENBLAS_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
         _BLAS_THREADS = library.threads()
         return None
-    threads = int(os.environ.get("PJRT_REF_BLAS_THREADS", "1"))
+    threads = settings.get("PJRT_REF_BLAS_THREADS")
     if threads <= 0 or not library.set_threads(threads):
         return None
     _BLAS_THREADS = threads
@@ -140,26 +141,22 @@ def product_blocks(rows: int, inner: int, columns: int) -> Blocks:
 
 
 _LOADAVG_FD: int | None = None
-_THREADS: tuple[str, int] | None = None   # (PJRT_REF_MATMUL_THREADS, threads)
+_THREADS: tuple[int | None, int] | None = None   # (PJRT_REF_MATMUL_THREADS, threads)
 
 
 def matmul_threads() -> int:
     """Threads one product may use (PJRT_REF_MATMUL_THREADS, default the
     CPUs this process may run on)."""
     global _THREADS
-    setting = os.environ.get("PJRT_REF_MATMUL_THREADS", "").strip()
-    if _THREADS is None or _THREADS[0] != setting:   # read once per setting
+    setting = settings.get("PJRT_REF_MATMUL_THREADS")
+    if _THREADS is None or _THREADS[0] != setting:   # usable_cpus() once per setting
         _THREADS = (setting, _threads_for(setting))
     return _THREADS[1]
 
 
-def _threads_for(setting: str) -> int:
-    if setting:
-        try:
-            return max(1, int(setting))
-        except ValueError:
-            pass
-    return product_strategy.usable_cpus()
+def _threads_for(setting: int | None) -> int:
+    """PJRT_REF_MATMUL_THREADS's count (0 counts as 1), or the usable CPUs when unset."""
+    return product_strategy.usable_cpus() if setting is None else max(1, setting)
 
 
 # CPUs of the machine (what /proc/loadavg's runnable count is out of): read
@@ -401,7 +398,7 @@ def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 # Long enough to bridge the gap between back-to-back calls (W2 through JAX)
 # and most gaps between the products of a training step (W4), short enough
 # that an idle plugin gives its CPU back at once (benchmarks/README.md).
-DEFAULT_SPIN_US = 300
+DEFAULT_SPIN_US = settings.default("PJRT_REF_POOL_SPIN_US")
 # CBLAS's transpose flags (cblas.h).
 _NO_TRANS, _TRANS = 111, 112
 
@@ -443,15 +440,12 @@ MAX_POOL_BLOCKS = _POOL.lib.GEMM_POOL_MAX_BLOCKS if _POOL is not None else 0
 
 
 def _pool_enabled() -> bool:
-    return _POOL is not None and os.environ.get("PJRT_REF_GEMM_POOL", "1").strip() != "0"
+    return _POOL is not None and settings.get("PJRT_REF_GEMM_POOL")
 
 
 def _spin_ns() -> int:
-    setting = os.environ.get("PJRT_REF_POOL_SPIN_US", "").strip()
-    try:
-        return max(0, int(setting)) * 1000 if setting else DEFAULT_SPIN_US * 1000
-    except ValueError:
-        return DEFAULT_SPIN_US * 1000
+    """PJRT_REF_POOL_SPIN_US in nanoseconds, read per product."""
+    return settings.get("PJRT_REF_POOL_SPIN_US") * 1000
 
 
 def _operand(x: np.ndarray, rows: int, columns: int) -> tuple[int, int, int] | None:

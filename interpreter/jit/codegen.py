@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from ... import settings
 from . import vector_math
 
 _LOCK = threading.Lock()
@@ -91,8 +92,9 @@ _TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
 
 
 def cache_dir() -> str:
-    default = os.path.join(os.path.expanduser("~"), ".cache", "pjrt_ref", "numba")
-    return os.environ.get("PJRT_REF_CACHE_DIR", default)
+    """PJRT_REF_CACHE_DIR, read at each use; by default under the user's ~/.cache."""
+    return settings.get("PJRT_REF_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                               "pjrt_ref", "numba")
 
 
 def fused_loop_source(inputs: list, body: list, outputs: list) -> str:

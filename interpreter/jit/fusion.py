@@ -59,10 +59,10 @@ spec's wrap-around would need a cast after every operation.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
+from ... import settings
 from ..steps import Step
 from ..types import TensorType
 from . import codegen, numpy_runs, threads
@@ -83,15 +83,12 @@ ALONE_WORTH_FUSING = ("stablehlo.maximum", "stablehlo.minimum")
 ALONE_MATH_MIN_ELEMENTS = 1 << 14
 # Runs that need numba compile only from this many elements on (see the
 # module docstring, "When numba pays"); PJRT_REF_JIT_MIN_ELEMENTS overrides.
-COMPILE_MIN_ELEMENTS = 1 << 17
+COMPILE_MIN_ELEMENTS = settings.default("PJRT_REF_JIT_MIN_ELEMENTS")
 
 
 def compile_min_elements() -> int:
-    setting = os.environ.get("PJRT_REF_JIT_MIN_ELEMENTS")
-    try:
-        return max(0, int(setting)) if setting is not None else COMPILE_MIN_ELEMENTS
-    except ValueError:
-        return COMPILE_MIN_ELEMENTS
+    """PJRT_REF_JIT_MIN_ELEMENTS, read for each run considered."""
+    return settings.get("PJRT_REF_JIT_MIN_ELEMENTS")
 
 
 def _worth_fusing_alone(op, shape: tuple) -> bool:

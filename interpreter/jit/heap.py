@@ -32,6 +32,8 @@ import os
 import platform
 import threading
 
+from ... import settings
+
 # glibc's <malloc.h>: parameter numbers for mallopt().
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -45,7 +47,7 @@ _APPLIED: bool | None = None
 
 
 def heap_tuning_wanted() -> bool:
-    if os.environ.get("PJRT_REF_HEAP", "1").strip() == "0":
+    if not settings.get("PJRT_REF_HEAP"):
         return False
     if any(name in os.environ for name in _USER_SETTINGS):
         return False

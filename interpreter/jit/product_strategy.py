@@ -52,6 +52,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from ... import settings
 from . import codegen, openblas
 
 # `openblas` must be this many times faster than the better of the others.
@@ -88,7 +89,7 @@ DEFAULT = Strategy()
 
 
 def probe_enabled() -> bool:
-    return os.environ.get("PJRT_REF_PRODUCT_PROBE", "1").strip() != "0"
+    return settings.get("PJRT_REF_PRODUCT_PROBE")
 
 
 def decide(times: dict[str, float], openblas_threads: int) -> Strategy:

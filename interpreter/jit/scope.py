@@ -8,15 +8,17 @@ because __init__ imports the passes.
 """
 from __future__ import annotations
 
-import os
+from ... import settings
 
 
 def optimize_enabled() -> bool:
-    return os.environ.get("PJRT_REF_OPTIMIZE", "1") != "0"
+    """PJRT_REF_OPTIMIZE, read each time a function is planned."""
+    return settings.get("PJRT_REF_OPTIMIZE")
 
 
 def jit_enabled() -> bool:
-    return optimize_enabled() and os.environ.get("PJRT_REF_JIT", "1") != "0"
+    """PJRT_REF_JIT (and PJRT_REF_OPTIMIZE), read each time a function is planned."""
+    return optimize_enabled() and settings.get("PJRT_REF_JIT")
 
 
 # Ops whose regions the interpreter runs as ordinary blocks (their kernels

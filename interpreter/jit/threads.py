@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 
+from ... import settings
 from . import blas, helper_threads
 
 MAX_DEFAULT_THREADS = 8
@@ -35,13 +36,10 @@ PIECES_PER_THREAD = 8
 
 
 def threads() -> int:
-    """How many threads a fused loop may use (PJRT_REF_JIT_THREADS)."""
-    setting = os.environ.get("PJRT_REF_JIT_THREADS")
+    """How many threads a fused loop may use (PJRT_REF_JIT_THREADS, read per loop; 0 counts as 1)."""
+    setting = settings.get("PJRT_REF_JIT_THREADS")
     if setting is not None:
-        try:
-            return max(1, int(setting))
-        except ValueError:
-            return 1
+        return max(1, setting)
     return max(1, min(MAX_DEFAULT_THREADS, len(os.sched_getaffinity(0))))
 
 

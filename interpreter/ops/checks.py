@@ -47,6 +47,7 @@ import threading
 
 import numpy as np
 
+from ... import settings
 from ...errors import ErrorCode, PjrtRefError, Unimplemented
 from ..registry import register, register_custom_call
 from ..types import TensorType, is_bool, is_complex, is_float, is_integer
@@ -58,10 +59,6 @@ CUSTOM_CALL_ALMOST_EQ_TOLERANCE = 1e-3
 CUSTOM_CALL_CHECK_EQ_TOLERANCE = 1e-4
 DEFAULT_MAX_ULP_DIFFERENCE = 1
 CUSTOM_CALL_MAX_ULP_DIFFERENCE = 3
-
-# Where `check.expect_serialized_eq` finds the tensors `interpreter.probe`
-# wrote (upstream: stablehlo-translate's --probe-output-dir).
-PROBE_DIR_VARIABLE = "PJRT_REF_PROBE_DIR"
 
 _SUB_BYTE_INTEGERS = ("int2", "int4", "uint2", "uint4")
 _UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -345,9 +342,11 @@ def print_value(op, operand):
 
 
 def _probe_directory(op) -> str:
-    directory = probe_directory or os.environ.get(PROBE_DIR_VARIABLE)
+    # Where `check.expect_serialized_eq` finds the tensors `interpreter.probe`
+    # wrote (upstream: stablehlo-translate's --probe-output-dir).
+    directory = probe_directory or settings.get("PJRT_REF_PROBE_DIR")
     if not directory:
-        raise op.error(f"needs a probe output directory (set {PROBE_DIR_VARIABLE})",
+        raise op.error("needs a probe output directory (set PJRT_REF_PROBE_DIR)",
                        cls=Unimplemented)
     return directory
 

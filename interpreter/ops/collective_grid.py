@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import collections
 import contextvars
-import os
 import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ... import settings
 from ...errors import DeadlineExceeded, InvalidArgument, PjrtRefError
 from ..registry import register
 from .side_effects import attach_host_channel
@@ -30,22 +30,12 @@ from .side_effects import attach_host_channel
 # How long a process waits for its peers before giving up (a program whose
 # processes do not run matching collectives would otherwise hang).
 # PJRT_REF_COLLECTIVE_TIMEOUT (seconds) overrides it for grids made later.
-WAIT_SECONDS = 120.0
-TIMEOUT_VARIABLE = "PJRT_REF_COLLECTIVE_TIMEOUT"
+WAIT_SECONDS = settings.default("PJRT_REF_COLLECTIVE_TIMEOUT")
 
 
 def collective_timeout() -> float:
-    """Seconds a process waits at a collective: PJRT_REF_COLLECTIVE_TIMEOUT or 120."""
-    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
-    if not text:
-        return WAIT_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise InvalidArgument(f"{TIMEOUT_VARIABLE}={text!r} is not a number of seconds") from None
-    if not seconds > 0:
-        raise InvalidArgument(f"{TIMEOUT_VARIABLE}={text!r} must be positive")
-    return seconds
+    """Seconds a process waits at a collective: PJRT_REF_COLLECTIVE_TIMEOUT, read at each call."""
+    return settings.get("PJRT_REF_COLLECTIVE_TIMEOUT")
 
 
 class MailStore:
@@ -111,7 +101,7 @@ class Mailbox:
             if not ready:
                 raise _error(op, what, f"timed out after {self.timeout:g} s waiting for "
                              f"{waiting_for} (it never arrived at this collective; set "
-                             f"{TIMEOUT_VARIABLE} to wait longer)", DeadlineExceeded)
+                             f"PJRT_REF_COLLECTIVE_TIMEOUT to wait longer)", DeadlineExceeded)
             box = store.boxes[full_key]
             box[1] -= 1
             if box[1] == 0:

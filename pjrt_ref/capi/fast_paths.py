@@ -33,10 +33,9 @@ each call) is set, or with PJRT_REF_FAST_PATHS=0.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from .. import handles, strict
+from .. import handles, settings, strict
 from ..buffer import Buffer
 from ..errors import InvalidArgument, PjrtRefError
 from ..event import COMPLETE, Event
@@ -52,9 +51,8 @@ enabled = False      # mirrors the C switch; read by `new_ready_event`
 
 def wanted() -> bool:
     """Whether this process should use the fast paths (see the module docstring)."""
-    log_api = os.environ.get("PJRT_REF_LOG_API", "0") not in ("", "0")
-    switched_off = os.environ.get("PJRT_REF_FAST_PATHS", "1") in ("", "0")
-    return not (log_api or strict.ENABLED or switched_off)
+    return (settings.get("PJRT_REF_FAST_PATHS") and not settings.get("PJRT_REF_LOG_API")
+            and not strict.ENABLED)
 
 
 def bind(shim_ffi, shim_lib) -> None:

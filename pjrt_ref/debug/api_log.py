@@ -16,15 +16,14 @@ size and name for Compile, argument and output buffers for Execute).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any, Callable
 
-from .. import handles
+from .. import handles, settings
 from ..capi import cdata
 from ..capi.cdata import Args, text_arg
 
-ENABLED = os.environ.get("PJRT_REF_LOG_API", "0") not in ("", "0")
+ENABLED = settings.get("PJRT_REF_LOG_API")      # read once, at import: it decides how the slots are bound
 LOG = logging.getLogger("pjrt_ref.api")
 
 _HANDLE_FIELDS: dict[Any, tuple[str, ...]] = {}

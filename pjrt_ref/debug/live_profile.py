@@ -16,11 +16,11 @@ they run the normal, optimised one, and the only cost left is reading
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 
+from .. import settings
 from .profile import from_environment, op_args
 from .xspace import Slice
 
@@ -29,7 +29,7 @@ _LOCK = threading.Lock()
 _STARTED: list["TraceSession"] = []
 _TRACED_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Program -> FunctionPlan
 _PLANNING = threading.Lock()
-_PROFILE_FILE = bool(os.environ.get("PJRT_REF_PROFILE"))
+_PROFILE_FILE = bool(settings.get("PJRT_REF_PROFILE"))      # read once, at import
 
 
 class TraceSession:

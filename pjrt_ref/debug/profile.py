@@ -20,6 +20,8 @@ import re
 import threading
 import time
 
+from .. import settings
+
 _RECORDERS: dict[str, "Recorder"] = {}
 _LOCK = threading.Lock()
 
@@ -101,7 +103,8 @@ def recorder(path: str) -> Recorder:
 
 
 def from_environment() -> Recorder | None:
-    path = os.environ.get("PJRT_REF_PROFILE")
+    """The recorder of PJRT_REF_PROFILE's file (read at each call), or None."""
+    path = settings.get("PJRT_REF_PROFILE")
     return recorder(path) if path else None
 
 

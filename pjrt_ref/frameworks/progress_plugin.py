@@ -15,11 +15,12 @@ every worker's tests.
 from __future__ import annotations
 
 import json
-import os
+
+from .. import settings
 
 
 def _write(record: dict) -> None:
-    path = os.environ.get("PJRT_REF_SUITE_PROGRESS")
+    path = settings.get("PJRT_REF_SUITE_PROGRESS")
     if not path:
         return
     with open(path, "a") as handle:

@@ -18,12 +18,13 @@ import sys
 import tempfile
 import threading
 
+from ... import settings
 from ...errors import Unavailable
 from .protocol import Reader, write_message
 
 # Seconds to wait for each answer of the worker (and at least this long for
 # it to load its backend).
-DEFAULT_TIMEOUT = 300.0
+DEFAULT_TIMEOUT = settings.default("PJRT_REF_DIFF_TIMEOUT")
 
 # pjrt-ref's own debug switches: the worker runs the other backend plainly
 # (a pjrt-ref worker must not diff, trace or check NaNs itself).

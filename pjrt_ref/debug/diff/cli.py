@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ... import settings
 from ...run_file import ArgumentCountError, build_parser, program_arguments
 from .backend import DEFAULT_TIMEOUT
 from .differ import Divergence
@@ -40,11 +41,9 @@ def main(argv: list[str]) -> int:
     from ...cli import _USER_INPUT_ERRORS, _describe
 
     options = parse(argv)
-    os.environ.update(PJRT_REF_DIFF=options.against, PJRT_REF_DIFF_TIMEOUT=repr(options.timeout),
-                      PJRT_REF_DIFF_RTOL="" if options.rtol is None else repr(options.rtol),
-                      PJRT_REF_DIFF_ATOL="" if options.atol is None else repr(options.atol))
     try:
-        summary = run(options)
+        with settings.override(**diff_settings(options)):
+            summary = run(options)
     except Divergence as difference:
         print(f"pjrt-ref diff: first difference: {difference}")
         if options.save_op:
@@ -55,6 +54,17 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"pjrt-ref diff: {summary}")
     return 0
+
+
+def diff_settings(options) -> dict[str, str]:
+    """The PJRT_REF_DIFF settings the options ask for ("": the default), as the
+    environment would give them; `main` overrides the settings with them
+    rather than writing os.environ, which would outlive the command."""
+    def text(value: float | None) -> str:
+        return "" if value is None else repr(value)
+
+    return {"PJRT_REF_DIFF": options.against, "PJRT_REF_DIFF_TIMEOUT": text(options.timeout),
+            "PJRT_REF_DIFF_RTOL": text(options.rtol), "PJRT_REF_DIFF_ATOL": text(options.atol)}
 
 
 def save_op(difference: Divergence, directory: str) -> str:

@@ -16,13 +16,13 @@ never compared alone). Ops that cannot run alone are counted, not compared.
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import settings
 from ...errors import Internal
 from ...interpreter.instrument import CONTROL_FLOW_OPS, summarize, summary_text, type_text
 from ...interpreter.plan import TERMINATORS
@@ -168,16 +168,9 @@ class Differ:
 
     @classmethod
     def from_environment(cls, spec: str) -> "Differ":
-        """PJRT_REF_DIFF=spec, with PJRT_REF_DIFF_RTOL / _ATOL / _TIMEOUT if set."""
-        environ = os.environ
-
-        def number(name: str):
-            text = environ.get(name)
-            return float(text) if text else None
-
-        timeout = number("PJRT_REF_DIFF_TIMEOUT")
-        return cls(spec, Tolerance(number("PJRT_REF_DIFF_RTOL"), number("PJRT_REF_DIFF_ATOL")),
-                   DEFAULT_TIMEOUT if timeout is None else timeout)
+        """PJRT_REF_DIFF=spec, with the settings PJRT_REF_DIFF_RTOL / _ATOL / _TIMEOUT."""
+        return cls(spec, Tolerance(settings.get("PJRT_REF_DIFF_RTOL"), settings.get("PJRT_REF_DIFF_ATOL")),
+                   settings.get("PJRT_REF_DIFF_TIMEOUT"))
 
     def prepare(self, plan, func_op) -> dict[int, Unit]:
         """A Unit per step of `plan` (and of its control-flow bodies), keyed by

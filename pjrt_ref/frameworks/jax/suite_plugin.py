@@ -12,12 +12,13 @@ test of platform dispatch expects pjrt_ref's branch, as JAX takes it.
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
+
+from ... import settings
 
 
 def pytest_configure(config) -> None:
-    tag = os.environ.get("PJRT_REF_JAX_DEVICE_TAG", "")
+    tag = settings.get("PJRT_REF_JAX_DEVICE_TAG")
     if tag:
         with _capturing_as_in_collection(config):
             from jax._src import test_util
