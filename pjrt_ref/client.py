@@ -3,44 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import handles, program_formats, settings
+from . import handles, program_formats
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from .errors import InvalidArgument, NotFound
 from .executable import Executable, LoadedExecutable
 from .memory import Memory
-from .topology import Topology
-
-PLATFORM_NAME = "pjrt_ref"
-# How many virtual devices a client has: the `num_devices` create option
-# (PJRT_Client_Create's NamedValues), else PJRT_REF_NUM_DEVICES (default 1),
-# both at most the setting's bound.
-MAX_DEVICES = settings.declared("PJRT_REF_NUM_DEVICES").kind.maximum
-
-
-def platform_version() -> str:
-    from . import __version__
-    return f"pjrt-ref {__version__} (StableHLO interpreter on numpy)"
-
-
-def device_count(options: dict | None = None) -> int:
-    """The number of virtual devices asked for: option `num_devices`, else
-    PJRT_REF_NUM_DEVICES (read at each client creation; default 1)."""
-    options = options or {}
-    if "num_devices" not in options:
-        return settings.get("PJRT_REF_NUM_DEVICES")
-    value = options["num_devices"]
-    try:
-        count = int(value)
-        if isinstance(value, (bool, float)) or str(count) != str(value).strip():
-            raise ValueError
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"create option num_devices={value!r} is not an integer") from None
-    if not 1 <= count <= MAX_DEVICES:
-        raise InvalidArgument(f"create option num_devices={count}: pjrt_ref has between 1 and "
-                              f"{MAX_DEVICES} devices")
-    return count
-
+from .topology import PLATFORM_NAME, Topology, device_count, platform_version
 
 def make_client(options: dict | None = None, kv_store=None) -> "Client":
     """The client PJRT_Client_Create makes.

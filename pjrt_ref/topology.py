@@ -1,4 +1,7 @@
-"""`PJRT_TopologyDescription`: the devices a client (or compile target) has."""
+"""`PJRT_TopologyDescription`: the platform and the devices a client (or compile target) has.
+
+How many virtual devices a client makes is decided here too (`device_count`),
+so that a topology can be described without making a client."""
 from __future__ import annotations
 
 import hashlib
@@ -6,7 +9,39 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import settings
 from .device import DeviceDescription
+from .errors import InvalidArgument
+
+PLATFORM_NAME = "pjrt_ref"
+# How many virtual devices a client has: the `num_devices` create option
+# (PJRT_Client_Create's NamedValues), else PJRT_REF_NUM_DEVICES (default 1),
+# both at most the setting's bound.
+MAX_DEVICES = settings.declared("PJRT_REF_NUM_DEVICES").kind.maximum
+
+
+def platform_version() -> str:
+    from . import __version__
+    return f"pjrt-ref {__version__} (StableHLO interpreter on numpy)"
+
+
+def device_count(options: dict | None = None) -> int:
+    """The number of virtual devices asked for: option `num_devices`, else
+    PJRT_REF_NUM_DEVICES (read at each client creation; default 1)."""
+    options = options or {}
+    if "num_devices" not in options:
+        return settings.get("PJRT_REF_NUM_DEVICES")
+    value = options["num_devices"]
+    try:
+        count = int(value)
+        if isinstance(value, (bool, float)) or str(count) != str(value).strip():
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"create option num_devices={value!r} is not an integer") from None
+    if not 1 <= count <= MAX_DEVICES:
+        raise InvalidArgument(f"create option num_devices={count}: pjrt_ref has between 1 and "
+                              f"{MAX_DEVICES} devices")
+    return count
 
 
 @dataclass(eq=False)
@@ -35,7 +70,6 @@ class Topology:
 
     @classmethod
     def deserialize(cls, blob: bytes) -> "Topology":
-        from .errors import InvalidArgument
         try:
             data = json.loads(blob)
             assert data["format"] == "pjrt-ref topology v1"
@@ -48,7 +82,6 @@ class Topology:
 
 
 def local_topology(options: dict | None = None) -> Topology:
-    """The topology of a fresh client made with `options` (device count: see client.device_count)."""
-    from .client import PLATFORM_NAME, device_count, platform_version
+    """The topology of a fresh client made with `options` (device count: see device_count)."""
     return Topology(PLATFORM_NAME, platform_version(),
                     [DeviceDescription.virtual(i) for i in range(device_count(options))])
