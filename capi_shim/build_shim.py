@@ -261,7 +261,7 @@ int pjrt_ref_inflight_calls(void) {{
 }}
 
 /* PJRT_Chunk memory the plugin hands to a framework's send callback, which
- * frees it with chunk->deleter (pjrt_ref/host_callbacks.py): plain C, so
+ * frees it with chunk->deleter (pjrt_ref/services/host_callbacks.py): plain C, so
  * the deleter never needs Python. */
 void* pjrt_ref_chunk_alloc(size_t size) {{
     return malloc(size ? size : 1);

@@ -22,13 +22,13 @@
  * The table holds:
  *  - facts about handles owned by Python (an executable's counts, a
  *    buffer's device, memory and deleted flag, a memory's kind): an entry
- *    exists exactly while Python's handle table (pjrt_ref/handles.py) has
+ *    exists exactly while Python's handle table (pjrt_ref/model/handles.py) has
  *    the handle, so a miss here is a miss there;
  *  - C-only ready events: a PJRT_Event* for work that is already complete
  *    without error (pjrt-ref computes synchronously, so that is every event
  *    Execute and the transfers hand out). Python creates them through
  *    `pjrt_ref_ready_event_new` and recognises them in its own handle
- *    lookups (they behave like `pjrt_ref.event.COMPLETE`); a destroyed one
+ *    lookups (they behave like `pjrt_ref.model.event.COMPLETE`); a destroyed one
  *    is quarantined like Python's handles, so a double destroy is an error
  *    rather than a hit on a recycled address;
  *  - buffers destroyed in C (PJRT_Buffer_Destroy): gone from the table at
@@ -72,7 +72,7 @@ static size_t pjrt_ref_facts_used;                 /* live + deleted slots */
 static size_t pjrt_ref_ready_events;               /* live C-only events */
 
 /* Freed C-only events stay allocated for this many more frees (as in
- * pjrt_ref/handles.py QUARANTINE), so their addresses are not reused soon. */
+ * pjrt_ref/model/handles.py QUARANTINE), so their addresses are not reused soon. */
 #define PJRT_REF_EVENT_QUARANTINE 8192
 static void* pjrt_ref_event_quarantine[PJRT_REF_EVENT_QUARANTINE];
 static size_t pjrt_ref_event_quarantine_next;

@@ -76,7 +76,7 @@ typedef struct PJRT_Api_Version {
 
 /* ------------------------------------------------------- opaque handles */
 /* The plugin hands these out; callers never look inside. In pjrt-ref each
- * one is a small allocation owned by a Python object (pjrt_ref/handles.py). */
+ * one is a small allocation owned by a Python object (pjrt_ref/model/handles.py). */
 
 typedef struct PJRT_Error PJRT_Error;
 typedef struct PJRT_Client PJRT_Client;
@@ -1073,7 +1073,7 @@ typedef struct PJRT_LoadedExecutable_GetDeviceAssignment_Args {
  * PJRT C-API plugin). "Send" is device -> host: the plugin hands a chunk to
  * the framework's send callback. "Recv" is host -> device: the plugin hands
  * a PJRT_CopyToDeviceStream to the recv callback, which fills it with
- * PJRT_CopyToDeviceStream_AddChunk. See pjrt_ref/host_callbacks.py. */
+ * PJRT_CopyToDeviceStream_AddChunk. See pjrt_ref/services/host_callbacks.py. */
 typedef struct PJRT_CopyToDeviceStream PJRT_CopyToDeviceStream;
 
 typedef struct PJRT_Chunk {

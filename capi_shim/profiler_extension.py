@@ -8,7 +8,7 @@ the entry-point guards (`pjrt_ref_enter`, `PJRT_REF_ENTER`...) it reuses;
 
 The five lifecycle functions enter Python like every PJRT slot (same guard:
 no call into a finalizing interpreter, the host's pending exception parked
-around the call) and land in `pjrt_ref/debug/profiler_extension.py`.
+around the call) and land in `pjrt_ref/capi/profiler_extension.py`.
 Errors are `PLUGIN_Profiler_Error`s, a small C allocation (code + message)
 that the host reads and frees through the api's error_* functions without
 entering Python.

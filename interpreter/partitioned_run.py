@@ -3,7 +3,7 @@
 Inside a partitioned execute a manual region runs per device, so the
 sharding ops (`ops/sharding.py`) ask `current_partitioned_run()` and call
 the run's methods; outside one it is None and they act on global values.
-The partitioner (`pjrt_ref/spmd_manual.py`) sets it around each device's
+The partitioner (`pjrt_ref/spmd/manual.py`) sets it around each device's
 work. It lives here, beside the ops and below the partitioner, so that the
 interpreter never imports the layer above it (as StableHLO's reference
 interpreter keeps its process and process grid beside `Ops.cpp`).

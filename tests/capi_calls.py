@@ -67,7 +67,7 @@ class Api:
                          compile_options=c_opts, compile_options_size=len(options)).executable
 
     def buffer(self, client, array: np.ndarray):
-        from pjrt_ref.dtypes import from_numpy
+        from pjrt_ref.model.dtypes import from_numpy
         array = np.ascontiguousarray(array)
         dims = ffi.new("int64_t[]", list(array.shape) or [0])
         self.keep += [dims, array]

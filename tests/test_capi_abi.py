@@ -12,7 +12,7 @@ import pytest
 
 from pjrt_ref.capi_shim import entry_points
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
-from pjrt_ref.dtypes import BufferType
+from pjrt_ref.model.dtypes import BufferType
 from pjrt_ref.errors import ErrorCode
 
 abi = pytest.importorskip("pypjrt._abi.pjrt_0_114")
@@ -143,7 +143,7 @@ def test_short_struct_size_is_respected():
 
 
 def test_hlo_program_that_is_no_module_is_invalid_argument():
-    # "hlo" programs are converted to StableHLO (pjrt_ref/program_formats.py,
+    # "hlo" programs are converted to StableHLO (pjrt_ref/model/program_formats.py,
     # tests/test_program_formats.py); these two bytes hold no entry computation.
     api = lib.GetPjrtApi()
     create = ffi.new("PJRT_Client_Create_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Create_Args")})

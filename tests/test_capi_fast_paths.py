@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from capi_calls import Api, PjrtCallError, ffi, lib
-from pjrt_ref import handles
+from pjrt_ref.model import handles
 from pjrt_ref.capi import fast_paths
 from test_jax_support import run_jax
 
@@ -264,7 +264,7 @@ def test_buffer_destroys_answered_in_c_are_finished_before_python_looks(api, obj
 
 def test_fast_paths_are_off_when_every_call_must_be_seen(monkeypatch):
     """The API log and strict mode must see every call; PJRT_REF_FAST_PATHS=0 is the plain switch."""
-    from pjrt_ref import strict
+    from pjrt_ref.capi import strict
     for name in ("PJRT_REF_LOG_API", "PJRT_REF_FAST_PATHS", "PJRT_REF_STRICT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(strict, "ENABLED", False)
@@ -282,7 +282,7 @@ def test_fast_paths_are_off_when_every_call_must_be_seen(monkeypatch):
 def test_a_fact_python_answers_with_an_error_stays_with_python(api, objects, monkeypatch):
     """An executable whose replica count is an error: no C fact, and NumReplicas reports the error."""
     from pjrt_ref.errors import InvalidArgument
-    from pjrt_ref.executable import Executable
+    from pjrt_ref.model.executable import Executable
 
     def conflicting(self):
         raise InvalidArgument("the compile options ask for 2 replicas, the program's module for 4")

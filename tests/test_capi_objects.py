@@ -7,14 +7,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pjrt_ref import handles
-from pjrt_ref.buffer import Buffer
+from pjrt_ref.model import handles
+from pjrt_ref.model.buffer import Buffer
 from pjrt_ref.capi import _boundary
 from pjrt_ref.capi.buffer import array_to_host, host_to_array
-from pjrt_ref.client import Client
-from pjrt_ref.dtypes import NUMPY_DTYPES, BufferType, from_numpy, to_numpy
+from pjrt_ref.model.client import Client
+from pjrt_ref.model.dtypes import NUMPY_DTYPES, BufferType, from_numpy, to_numpy
 from pjrt_ref.errors import FailedPrecondition, InvalidArgument, Unimplemented
-from pjrt_ref.event import Event
+from pjrt_ref.model.event import Event
 
 
 @pytest.fixture(scope="module")

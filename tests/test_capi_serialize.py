@@ -1,4 +1,4 @@
-"""PJRT_Executable_Serialize / PJRT_Executable_DeserializeAndLoad (pjrt_ref/serialization.py).
+"""PJRT_Executable_Serialize / PJRT_Executable_DeserializeAndLoad (pjrt_ref/services/serialization.py).
 
 Round trips through the C API in-process (tests/capi_calls.py), every kind
 of damage to a blob is INVALID_ARGUMENT, nothing in a blob is ever
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from capi_calls import Api, PjrtCallError
-from pjrt_ref import serialization
+from pjrt_ref.services import serialization
 from test_jax_support import run_jax
 
 INVALID_ARGUMENT = 3

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pjrt_ref.cli import main
+from pjrt_ref.cli.main import main
 
 
 @pytest.mark.parametrize("command", ["run", "cost", "profile", "trace"])

@@ -26,7 +26,7 @@ from pjrt_ref.errors import DeadlineExceeded
 from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.ops.collective_grid import MailStore
 from pjrt_ref.interpreter.ops.collective_hosts import HostPlacement
-from pjrt_ref.multi_device import run_per_device
+from pjrt_ref.model.multi_device import run_per_device
 from test_multi_device_collectives import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
 
 # (replica, partition) -> host: replica 0 on host 0, replica 1 on host 1.

@@ -57,14 +57,14 @@ def f(y):
     return jnp.log(y - 2.0) * 3.0
 open({str(program)!r}, "w").write(jax.jit(f).lower(1.5).as_text(debug_info=True))
 """], JAX_PLATFORMS="cpu")
-    proc = run(["-m", "pjrt_ref.cli", "trace", str(program), "--arg", "2.5"])
+    proc = run(["-m", "pjrt_ref.cli.main", "trace", str(program), "--arg", "2.5"])
     ops = [line.split()[2] for line in proc.stderr.splitlines() if line.startswith("pjrt-ref trace:")]
     assert ops == ["stablehlo.constant", "stablehlo.subtract", "stablehlo.log",
                    "stablehlo.constant", "stablehlo.multiply"], proc.stderr
     assert "f32[] min=-0.693147 max=-0.693147" in proc.stderr
     assert "-2.07944" in proc.stdout
     jsonl = tmp_path / "t.jsonl"
-    run(["-m", "pjrt_ref.cli", "trace", str(program), "--arg", "2.5", "--jsonl", str(jsonl)])
+    run(["-m", "pjrt_ref.cli.main", "trace", str(program), "--arg", "2.5", "--jsonl", str(jsonl)])
     assert [json.loads(l)["op"] for l in jsonl.read_text().splitlines()] == ops
 
 
@@ -77,7 +77,7 @@ def test_explain_summarises_the_conversation(tmp_path):
 
         print(jax.jit(f)(jnp.arange(4.0), 2.0))
     """)
-    proc = run(["-m", "pjrt_ref.cli", "explain", str(script)])
+    proc = run(["-m", "pjrt_ref.cli.main", "explain", str(script)])
     out = proc.stdout
     assert "script output:" in out and "calls per entry point:" in out
     assert "programs compiled, in order: jit_iota, jit_f" in out
@@ -115,6 +115,6 @@ def test_profile_under_jax_and_report(tmp_path):
     assert cosines[0]["args"]["operands"] == ["f32[8]"] and cosines[0]["args"]["results"] == ["f32[8]"]
     executes = [e for e in events if e["cat"] == "execute"]
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in executes)
-    report = run(["-m", "pjrt_ref.cli", "profile", str(trace)]).stdout
+    report = run(["-m", "pjrt_ref.cli.main", "profile", str(trace)]).stdout
     assert "top ops by self time:" in report and "stablehlo.cosine" in report
     assert f"{script}:5" in report

@@ -256,7 +256,7 @@ def plugin_path() -> str:
 
 def pjrt_ref_diff(cwd, *args, fault: str | None = None, timeout: float = 300):
     env = clean_env(**({"PYTHONPATH": str(cwd / fault)} if fault else {}))
-    return subprocess.run([sys.executable, "-m", "pjrt_ref.cli", "diff", "layer.mlir", "--arg", "x.npy",
+    return subprocess.run([sys.executable, "-m", "pjrt_ref.cli.main", "diff", "layer.mlir", "--arg", "x.npy",
                            "--arg", "w.npy", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -326,7 +326,7 @@ def test_w4_like_training_step_agrees_with_xla_cpu(tmp_path):
         ''')
     subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(JAX_PLATFORMS="cpu"), check=True)
     arguments = [a for i in range(8) for a in ("--arg", f"arg{i}.npy")]
-    proc = subprocess.run([sys.executable, "-m", "pjrt_ref.cli", "diff", "step.mlir", "--against", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "pjrt_ref.cli.main", "diff", "step.mlir", "--against", "cpu",
                            *arguments], cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     first, closest = proc.stdout.splitlines()[:2]

@@ -143,7 +143,7 @@ def test_processes_with_different_shapes_at_one_collective_fail_naming_both(tmp_
     for code, seconds, output in outcomes:
         assert code == 1, output
         assert seconds < FAULT_TIMEOUT, output
-    # The devices' argument shards meet first (pjrt_ref/spmd.py): that is where
+    # The devices' argument shards meet first (pjrt_ref/spmd/partitioner.py): that is where
     # the different shapes show.
     message = outcomes[0][2]
     for part in ("gathering the argument shards", "argument 0",
@@ -171,7 +171,7 @@ def test_trace_and_profile_write_a_file_per_process_and_merge(tmp_path):
         assert any(json.loads(line)["op"] == "stablehlo.all_reduce" for line in lines)
     profiles = [str(tmp_path / f"profile.process{i}.json") for i in (0, 1)]
     merged_path = tmp_path / "merged.json"
-    report = subprocess.run([sys.executable, "-m", "pjrt_ref.cli", "profile", *profiles,
+    report = subprocess.run([sys.executable, "-m", "pjrt_ref.cli.main", "profile", *profiles,
                              "--merged", str(merged_path)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "stablehlo.all_reduce" in report.stdout

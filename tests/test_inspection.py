@@ -146,7 +146,7 @@ def test_flops_agree_with_cpu_cost_analysis():
 def test_cli_cost_report(tmp_path):
     path = tmp_path / "chain.mlir"
     path.write_text(CHAIN)
-    proc = run_python(f"from pjrt_ref.cli import main; raise SystemExit(main(['cost', {str(path)!r}]))")
+    proc = run_python(f"from pjrt_ref.cli.main import main; raise SystemExit(main(['cost', {str(path)!r}]))")
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"flops {8192 + 256 + 31 * 8}   transcendentals 256")
     assert "stablehlo.dot_general" in lines[3] and lines[3].split()[0] == "8192"   # costliest first

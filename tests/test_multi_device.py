@@ -259,7 +259,7 @@ def _buffer_on(api: Api, client, array: np.ndarray, device):
     array = np.ascontiguousarray(array)
     dims = ffi.new("int64_t[]", list(array.shape))
     api.keep += [dims, array]
-    from pjrt_ref.dtypes import from_numpy
+    from pjrt_ref.model.dtypes import from_numpy
     return api.call("PJRT_Client_BufferFromHostBuffer", client=client, data=ffi.cast("void*", array.ctypes.data),
                     type=int(from_numpy(array.dtype)), dims=dims, num_dims=array.ndim, device=device,
                     host_buffer_semantics=lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall).buffer

@@ -32,7 +32,7 @@ import pytest
 
 from pjrt_ref.errors import DeadlineExceeded
 from pjrt_ref.interpreter import load
-from pjrt_ref.multi_device import run_per_device
+from pjrt_ref.model.multi_device import run_per_device
 
 R, P = 2, 2
 MANUAL = '{mhlo.sharding = "{manual}"}'

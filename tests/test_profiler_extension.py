@@ -159,7 +159,7 @@ def _collect(profiler_api, profiler) -> bytes:
 
 def _run_tanh():
     """Compile and run a one-op program through the object model; returns its executable."""
-    from pjrt_ref.client import Client
+    from pjrt_ref.model.client import Client
 
     client = Client()
     code = b"""func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
@@ -230,7 +230,7 @@ def test_outside_a_trace_the_optimised_plan_runs_and_nothing_is_kept():
 
 
 def test_a_multi_device_run_has_each_devices_ops_on_its_own_thread():
-    from pjrt_ref.client import Client
+    from pjrt_ref.model.client import Client
 
     profiler_api = _extension().profiler_api
     client = Client({"num_devices": 2})

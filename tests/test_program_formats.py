@@ -1,5 +1,5 @@
 """PJRT_Program formats other than StableHLO: an HloModuleProto ("hlo", what
-PyTorch/XLA sends) compiles through XLA's own importer (pjrt_ref/program_formats.py).
+PyTorch/XLA sends) compiles through XLA's own importer (pjrt_ref/model/program_formats.py).
 
 Programs come from JAX (`compiler_ir("hlo")`), and the expected values from
 JAX's cpu backend on the same function.

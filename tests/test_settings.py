@@ -218,17 +218,17 @@ def test_a_bad_override_fails_when_given():
 
 # ------------------------------------------------------------------ call sites
 def _max_steps():
-    from pjrt_ref.limits import max_steps
+    from pjrt_ref.interpreter.limits import max_steps
     return max_steps()
 
 
 def _max_bytes():
-    from pjrt_ref.limits import max_bytes
+    from pjrt_ref.interpreter.limits import max_bytes
     return max_bytes()
 
 
 def _device_count():
-    from pjrt_ref.client import device_count
+    from pjrt_ref.model.client import device_count
     return device_count()
 
 

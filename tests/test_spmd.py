@@ -1,4 +1,4 @@
-"""The reference SPMD partitioner (pjrt_ref/spmd.py), against JAX's cpu backend.
+"""The reference SPMD partitioner (pjrt_ref/spmd/partitioner.py), against JAX's cpu backend.
 
 The oracle is JAX on its cpu backend with 4 forced host devices
 (`tests/spmd_cases.py` in a subprocess): for each case it gives the lowered
@@ -25,8 +25,8 @@ import pytest
 
 from pjrt_ref.errors import InvalidArgument, Unimplemented
 from pjrt_ref.interpreter import load
-from pjrt_ref.spmd import make_partitioned_runner
-from pjrt_ref.spmd_layout import parse_hlo_sharding
+from pjrt_ref.spmd.partitioner import make_partitioned_runner
+from pjrt_ref.spmd.layout import parse_hlo_sharding
 
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_train_step", "shard_map_collectives",
@@ -223,7 +223,7 @@ def test_sub_axes_follow_the_shardy_spec():
     axis of x reshaped to [m, k, n/(m*k)], and its example says
     <@mesh_full, [{"devices":(1)4}, {"devices":(4)2}]> with mesh_full = <"devices"=8>
     is the same sharding as <@mesh_xy, [{"x"}, {"y"}]> with mesh_xy = <"x"=4, "y"=2>."""
-    from pjrt_ref.spmd_layout import parse_mesh, parse_tensor_sharding
+    from pjrt_ref.spmd.layout import parse_mesh, parse_tensor_sharding
 
     meshes = {"mesh_full": parse_mesh('<["devices"=8]>'),
               "mesh_xy": parse_mesh('<["x"=4, "y"=2]>')}
@@ -238,7 +238,7 @@ def test_gspmd_per_device_fallback_matches_jax_cpu(gspmd_cpu_oracle, monkeypatch
     """A GSPMD manual region that spmd_gspmd cannot make into a manual call
     runs the whole program on every device; force that path for JAX's own
     programs and check it against JAX cpu too."""
-    import pjrt_ref.spmd as spmd
+    import pjrt_ref.spmd.partitioner as spmd
 
     monkeypatch.setattr(spmd, "make_manual_calls", lambda text: (text, True))
     case = gspmd_cpu_oracle[name]
@@ -302,7 +302,7 @@ def test_a_program_without_results_reports_xlas_empty_tuple_sharding():
     refuses `{}` ("HLO module output is an empty tuple, but the output
     sharding has 0 elements"), which JAX's shard_map tests met on unannotated
     programs over several partitions."""
-    from pjrt_ref import spmd
+    from pjrt_ref.spmd import partitioner as spmd
 
     assert spmd._output_sharding_text([]) == "{{replicated}}"
     assert spmd._output_sharding_text(["{replicated}"]) == "{replicated}"

@@ -1,14 +1,14 @@
 """Unreduced values (JAX's `P(unreduced=...)`) on four pjrt_ref devices,
 against JAX's cpu backend with 4 host devices (`tests/unreduced_cases.py`
 in a child process each): every device's shard and the reported sharding
-must be XLA's. See pjrt_ref/spmd_unreduced.py."""
+must be XLA's. See pjrt_ref/spmd/unreduced.py."""
 from __future__ import annotations
 
 import jax
 import numpy as np
 import pytest
 
-from pjrt_ref.spmd_layout import hlo_sharding_text, parse_mesh, parse_tensor_sharding
+from pjrt_ref.spmd.layout import hlo_sharding_text, parse_mesh, parse_tensor_sharding
 from test_spmd import CPU_4, PJRT_REF_4, run_script
 
 CASES = ["unreduced_out_and_reshard", "unreduced_matmul_2d", "reduced_input_gradient",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pjrt_ref import xla_options
-from pjrt_ref.compile_options import parse_compile_options
+from pjrt_ref.model import xla_options
+from pjrt_ref.model.compile_options import parse_compile_options
 from pjrt_ref.errors import InvalidArgument
 
 

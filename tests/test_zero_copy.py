@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from capi_calls import Api, PjrtCallError, ffi, lib
-from pjrt_ref import handles
-from pjrt_ref.buffer import Buffer
+from pjrt_ref.model import handles
+from pjrt_ref.model.buffer import Buffer
 from test_jax_support import run_jax
 
 BOTH = {"JAX_PLATFORMS": "pjrt_ref,cpu"}
@@ -161,7 +161,7 @@ def test_views_under_strict_mode_leave_no_reference_behind():
     proc = run_jax(BIG + """
 import gc
 from pjrt_ref import handles
-from pjrt_ref.buffer import Buffer
+from pjrt_ref.model.buffer import Buffer
 y = full(4)
 views = [np.asarray(y), y.__array__(), np.asarray(memoryview(y))]
 out = jax.jit(lambda x: x + 1, donate_argnums=0)(y)

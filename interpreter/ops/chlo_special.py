@@ -399,7 +399,7 @@ SPECIAL_FUNCTIONS = {
     "chlo.zeta": zeta_approximation,
     "chlo.polygamma": polygamma_approximation,
     # HLO has an erf instruction and StableHLO no erf op: XLA's HLO importer
-    # (an "hlo" program, pjrt_ref/program_formats.py) keeps it as mhlo.erf.
+    # (an "hlo" program, pjrt_ref/model/program_formats.py) keeps it as mhlo.erf.
     "mhlo.erf": erf_approximation,
 }
 

@@ -8,7 +8,7 @@ all_reduce-with-add that StableHLO still parses.
 A program run on its own is the single process `(0, 0)`: a module that asks
 for more (`mhlo.num_replicas` x `mhlo.num_partitions` > 1) loads, but its
 collectives fail when it is called directly. pjrt-ref runs such a program on
-several devices (`pjrt_ref/multi_device.py`), and `interpreter.run_parallel`
+several devices (`pjrt_ref/model/multi_device.py`), and `interpreter.run_parallel`
 (see `collective_grid`) runs the processes of a grid; either way the
 processes are threads, and every kernel here follows the spec for any group:
 each op splits the grid into process groups with the spec's strategies

@@ -8,7 +8,7 @@ JAX marks values with `sdy.sharding_constraint` / `sdy.reshard` (Shardy) or
 The interpreter computes on global values, so every annotation is the
 identity: a sharding says where the pieces of a value live, not what the
 value is. A manual region is different: it is written per device. Inside a
-partitioned execute (`pjrt_ref/spmd.py`, `pjrt_ref/spmd_manual.py`) it runs
+partitioned execute (`pjrt_ref/spmd/partitioner.py`, `pjrt_ref/spmd/manual.py`) it runs
 per device on that device's local shards, with collectives meeting across
 devices. On its own (one device) the local shard is the whole array: the
 body runs once, and a shard-shape marker that would change the shape is an
@@ -58,7 +58,7 @@ def shard_to_full_shape(op, operand):
 
 @register_custom_call("pjrt_ref.manual_call")
 def manual_call(op, *operands):
-    """A GSPMD shard_map made into one op at load time (`pjrt_ref/spmd_gspmd.py`):
+    """A GSPMD shard_map made into one op at load time (`pjrt_ref/spmd/gspmd.py`):
     its callee per device, inside a partitioned execute only."""
     run = current_partitioned_run()
     if run is None:
@@ -71,7 +71,7 @@ def manual_call(op, *operands):
 def sharding_constraint(op, operand):
     """Shardy's sharding constraint / reshard: the identity on global values,
     except where it drops unreduced axes of its operand (marked at load time,
-    `pjrt_ref/spmd_unreduced.py`): there each device's partial sums are
+    `pjrt_ref/spmd/unreduced.py`): there each device's partial sums are
     added up over those axes, XLA's all-reduce; where it adds unreduced axes,
     the devices off coordinate 0 of them hold zeros."""
     run = current_partitioned_run()

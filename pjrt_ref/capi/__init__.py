@@ -44,7 +44,7 @@ def install(ffi, lib) -> None:
         ffi.def_extern(name=table.callback_name(name))(callback)
     ffi.def_extern(name="pjrt_ref_release_blob")(cdata.release_blob)
     ffi.def_extern(name="pjrt_ref_callback_error")(host_callbacks.callback_error)
-    from ..debug import profiler_extension   # the PJRT profiler extension's callbacks
+    from . import profiler_extension   # the PJRT profiler extension's callbacks
     profiler_extension.install(ffi, lib)
     atexit.register(_drain, lib)
     _installed = True

@@ -19,8 +19,8 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from .. import strict
-from ..debug import api_log
+from . import strict
+from . import api_log
 from ..errors import ErrorCode
 from . import cdata, fast_paths
 from .cdata import Args, error_from_exception, new_error, owned_text
@@ -50,7 +50,7 @@ def make_callback(name: str, fn: Callable[[Args], None], returns_void: bool = Fa
     if api_log.ENABLED:
         fn = api_log.logged(name, fn)
     invoke = lambda raw: fn(Args(raw, name))  # noqa: E731
-    if strict.ENABLED:  # PJRT_REF_STRICT=1: API-usage checks around the call (pjrt_ref/strict.py)
+    if strict.ENABLED:  # PJRT_REF_STRICT=1: API-usage checks around the call (pjrt_ref/capi/strict.py)
         invoke = strict.checked(name, invoke, cdata.ffi, returns_void)
     settle = fast_paths.finish_buffer_destroys    # destroys answered in C: done before any handle lookup
     if returns_void:

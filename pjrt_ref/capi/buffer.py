@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import handles
-from ..buffer import Buffer
-from ..device import Device
-from ..dtypes import to_numpy
+from ..model import handles
+from ..model.buffer import Buffer
+from ..model.device import Device
+from ..model.dtypes import to_numpy
 from ..errors import InvalidArgument, Unimplemented
-from ..limits import check_allocation, nbytes
-from ..memory import Memory
+from ..interpreter.limits import check_allocation, nbytes
+from ..model.memory import Memory
 from . import cdata
 from ._boundary import entry_point
 from .buffer_destroy import destroy_buffer
@@ -287,7 +287,7 @@ def buffer_is_on_cpu(args: Args) -> None:
     PJRT_Buffer_OpaqueDeviceMemoryDataPointer and wraps that memory in a
     read-only numpy array; sub-byte types still go through
     PJRT_Buffer_ToHostBuffer. `Buffer` keeps that memory valid while the
-    reference lives (see pjrt_ref/buffer.py). Answered in C too
+    reference lives (see pjrt_ref/model/buffer.py). Answered in C too
     (capi_shim/fast_paths.c).
     """
     _buffer(args)

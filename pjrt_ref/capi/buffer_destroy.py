@@ -7,8 +7,9 @@ needs the other.
 """
 from __future__ import annotations
 
-from .. import handles, strict
-from ..buffer import Buffer
+from ..model import handles
+from . import strict
+from ..model.buffer import Buffer
 
 
 def destroy_buffer(key: int) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, Callable
 
-from .. import handles
+from ..model import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 
 ffi: Any = None            # the shim's FFI, set by bind()

@@ -1,9 +1,9 @@
 """PJRT_Client_* entry points (pjrt_c_api.h "Client"), except buffer transfers (buffer.py)."""
 from __future__ import annotations
 
-from .. import handles
-from ..client import Client, make_client
-from ..executable import Executable
+from ..model import handles
+from ..model.client import Client, make_client
+from ..model.executable import Executable
 from ..errors import InvalidArgument
 from ..distributed.cluster import ProcessState
 from . import cdata
@@ -197,10 +197,10 @@ def register_loaded(loaded):
 @entry_point("PJRT_Client_Compile")
 def client_compile(args: Args) -> None:
     """PJRT_Client_Compile: StableHLO ("mlir": text, bytecode or portable artifact) or an
-    HloModuleProto ("hlo", what PyTorch/XLA sends; pjrt_ref/program_formats.py) -> executable.
+    HloModuleProto ("hlo", what PyTorch/XLA sends; pjrt_ref/model/program_formats.py) -> executable.
 
     From the CompileOptionsProto bytes pjrt-ref reads the replica and
-    partition counts and the device assignment (pjrt_ref/compile_options.py),
+    partition counts and the device assignment (pjrt_ref/model/compile_options.py),
     which choose the executable's devices; the bytes are kept for
     PJRT_Executable_GetCompileOptions.
     """

@@ -1,8 +1,8 @@
 """PJRT_Device_* and PJRT_DeviceDescription_* entry points (pjrt_c_api.h "Device")."""
 from __future__ import annotations
 
-from .. import handles
-from ..device import Device, DeviceDescription
+from ..model import handles
+from ..model.device import Device, DeviceDescription
 from ._boundary import entry_point, register_text_queries
 from .cdata import Args, Holder, owned_array, owned_named_values, set_deleter
 

@@ -1,9 +1,9 @@
 """PJRT_Event_* entry points (pjrt_c_api.h "Events")."""
 from __future__ import annotations
 
-from .. import handles
+from ..model import handles
 from ..errors import InvalidArgument, PjrtRefError
-from ..event import Event
+from ..model.event import Event
 from . import cdata, fast_paths
 from ._boundary import entry_point
 from .cdata import Args, error_from_exception, text_arg

@@ -1,10 +1,11 @@
 """PJRT_Executable_*, PJRT_LoadedExecutable_* and PJRT_ExecuteContext_* entry points."""
 from __future__ import annotations
 
-from .. import handles, spmd
-from ..buffer import Buffer
+from ..model import handles
+from ..spmd import partitioner as spmd
+from ..model.buffer import Buffer
 from ..errors import InvalidArgument
-from ..executable import Executable, LoadedExecutable
+from ..model.executable import Executable, LoadedExecutable
 from . import cdata
 from ._boundary import entry_point
 from .cdata import Args, hand_out_blob, owned, owned_array, owned_named_values, owned_text, require_array
@@ -114,7 +115,7 @@ def executable_output_element_types(args: Args) -> None:
 def executable_output_dimensions(args: Args) -> None:
     """PJRT_Executable_OutputDimensions: all dims concatenated, plus each output's rank.
 
-    For a partitioned program these are one device's shard shapes (pjrt_ref/spmd.py).
+    For a partitioned program these are one device's shard shapes (pjrt_ref/spmd/partitioner.py).
     """
     exe = _executable(args)
     partitioned = spmd.runner_for_executable(exe)
@@ -130,7 +131,7 @@ def executable_optimized_program(args: Args) -> None:
 
     Two calls: with `program->code == NULL` report `code_size`; then copy.
     A program over several partitions also carries its parameter and output
-    shardings, which the C API client reads from here (pjrt_ref/spmd.py).
+    shardings, which the C API client reads from here (pjrt_ref/spmd/partitioner.py).
     """
     exe = _executable(args)
     program = args.program
@@ -320,7 +321,7 @@ def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_don
 
 
 def _execute_on_devices(args: Args, loaded: LoadedExecutable, non_donatable: set[int]) -> None:
-    """Execute's multi-device case: all argument lists at once (pjrt_ref/multi_device.py),
+    """Execute's multi-device case: all argument lists at once (pjrt_ref/model/multi_device.py),
     the devices running concurrently; one output list and one event per device."""
     num_devices, num_args = args.num_devices, args.num_args
     argument_lists = require_array(args.argument_lists, num_devices, "argument_lists")

@@ -14,7 +14,7 @@ from a table that this module fills:
   one fact that changes.
 - `new_ready_event` makes a C-only `PJRT_Event*` for work already complete
   without error; the Event_* fast paths answer for it. Python's own lookups
-  (`handles.get`) see such a handle as the shared `pjrt_ref.event.COMPLETE`,
+  (`handles.get`) see such a handle as the shared `pjrt_ref.model.event.COMPLETE`,
   so every Python entry point still works on it (with the fast paths off,
   for instance).
 - `PJRT_Buffer_Destroy` is answered in C: the handle leaves the C table at
@@ -35,12 +35,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import handles, settings, strict
-from ..buffer import Buffer
+from ..model import handles
+from .. import settings
+from . import strict
+from ..model.buffer import Buffer
 from ..errors import InvalidArgument, PjrtRefError
-from ..event import COMPLETE, Event
-from ..executable import Executable
-from ..memory import Memory
+from ..model.event import COMPLETE, Event
+from ..model.executable import Executable
+from ..model.memory import Memory
 from .buffer_destroy import destroy_buffer
 from .cdata import owned_text
 
@@ -93,7 +95,7 @@ def finish_buffer_destroys() -> None:
 
 
 class CFacts:
-    """The hooks `pjrt_ref.handles` calls to keep the C table in step with its own."""
+    """The hooks `pjrt_ref.model.handles` calls to keep the C table in step with its own."""
 
     def settle(self) -> None:
         """Before counting or listing handles: finish the destroys C answered."""

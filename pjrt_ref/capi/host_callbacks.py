@@ -3,7 +3,7 @@ and the PJRT_CopyToDeviceStream_* entry points (pjrt_c_api.h "PJRT_Chunk",
 "PJRT_SendCallbackInfo", "CopyToDeviceStream").
 
 `host_transfers_for(options, device_index)` turns the caller's callback
-tables into a `pjrt_ref.host_callbacks.HostTransfers` (see that module for
+tables into a `pjrt_ref.services.host_callbacks.HostTransfers` (see that module for
 the mechanism and why pjrt-ref uses it); Execute attaches it for one
 device (`attached_host_transfers`) or one per device
 (`attached_device_host_transfers`):
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import handles
+from ..model import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
-from ..event import Event
-from ..host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
+from ..model.event import Event
+from ..services.host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
 from . import cdata
 from ._boundary import entry_point
 from .cdata import Args, ErrorObject, require_array

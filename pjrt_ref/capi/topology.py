@@ -1,10 +1,10 @@
 """PJRT_TopologyDescription_* entry points and PJRT_Compile (pjrt_c_api.h "Topology")."""
 from __future__ import annotations
 
-from .. import handles
-from ..executable import Executable
-from ..program_formats import to_stablehlo
-from ..topology import Topology, local_topology
+from ..model import handles
+from ..model.executable import Executable
+from ..model.program_formats import to_stablehlo
+from ..model.topology import Topology, local_topology
 from ._boundary import entry_point
 from .cdata import (Args, bytes_arg, hand_out_blob, owned_array, owned_named_values, owned_text,
                     read_named_values)

@@ -1,12 +1,12 @@
 """PJRT_Client_CreateBuffersForAsyncHostToDevice and PJRT_AsyncHostToDeviceTransferManager_*."""
 from __future__ import annotations
 
-from .. import handles
-from ..device import Device
-from ..dtypes import to_numpy
+from ..model import handles
+from ..model.device import Device
+from ..model.dtypes import to_numpy
 from ..errors import InvalidArgument
-from ..memory import Memory
-from ..transfer import TransferManager
+from ..model.memory import Memory
+from ..model.transfer import TransferManager
 from . import cdata
 from ._boundary import entry_point
 from .cdata import Args, bytes_arg, read_named_values, text_arg

@@ -1,6 +1,6 @@
 """Slices for the host's profiler: what `jax.profiler.trace` shows of pjrt-ref.
 
-The PJRT profiler extension (`pjrt_ref/debug/profiler_extension.py`) gives
+The PJRT profiler extension (`pjrt_ref/capi/profiler_extension.py`) gives
 the host one `TraceSession` per profiling session. While at least one is
 started, `ACTIVE` is true and pjrt-ref records the same slices as
 PJRT_REF_PROFILE (`pjrt_ref/debug/profile.py`): one per compile, per execute
@@ -24,7 +24,7 @@ from .. import settings
 from .profile import from_environment, op_args
 from .xspace import Slice
 
-ACTIVE = False                       # some session is started (read by pjrt_ref/executable.py)
+ACTIVE = False                       # some session is started (read by pjrt_ref/model/executable.py)
 _LOCK = threading.Lock()
 _STARTED: list["TraceSession"] = []
 _TRACED_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Program -> FunctionPlan

@@ -3,7 +3,7 @@
 Every process of a multi-controller job sees the same PJRT_REF_TRACE and
 PJRT_REF_PROFILE settings; writing one file from all of them would mix
 their lines. Once a client knows it is process i of a job
-(`pjrt_ref.client.make_client`), `per_process("trace.json")` is
+(`pjrt_ref.model.client.make_client`), `per_process("trace.json")` is
 `trace.process1.json`, and `pjrt-ref profile` merges such files into one
 Chrome trace with a row per process and device (`profile.merge`).
 """

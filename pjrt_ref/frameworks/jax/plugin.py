@@ -13,7 +13,7 @@ It also makes JAX's host callbacks (`jax.debug.print`, `jax.debug.callback`,
 `jax.pure_callback`, `jax.experimental.io_callback`) lower for "pjrt_ref",
 as `stablehlo.send`/`recv` host transfers served by the send/recv callbacks
 of `PJRT_ExecuteOptions`: see `_lower_callbacks_with_send_recv` and
-`pjrt_ref/host_callbacks.py`.
+`pjrt_ref/services/host_callbacks.py`.
 
 And it makes JAX's linear algebra (eigh, svd, qr, eig, ...) lower for
 "pjrt_ref" the way it does for "cpu", to LAPACK custom calls the interpreter

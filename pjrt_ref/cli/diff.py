@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import sys
 
-from ... import settings
-from ...run_file import ArgumentCountError, build_parser, program_arguments
-from .backend import DEFAULT_TIMEOUT
-from .differ import Divergence
+from .. import settings
+from .run_file import ArgumentCountError, build_parser, program_arguments
+from ..debug.diff.backend import DEFAULT_TIMEOUT
+from ..debug.diff.differ import Divergence
 
 _DESCRIPTION = ("Run a StableHLO program on pjrt-ref and each of its ops on another backend too, "
                 "with the reference's own operand values; stop at the first op whose result differs.")
@@ -38,7 +38,7 @@ def parse(argv: list[str]):
 
 
 def main(argv: list[str]) -> int:
-    from ...cli import _USER_INPUT_ERRORS, _describe
+    from .main import _USER_INPUT_ERRORS, _describe
 
     options = parse(argv)
     try:
@@ -85,7 +85,7 @@ def save_op(difference: Divergence, directory: str) -> str:
 
 def run(options) -> str:
     """Load and run the program with PJRT_REF_DIFF on; the differ's summary."""
-    from ...interpreter import load
+    from ..interpreter import load
 
     with open(options.program, "rb") as handle:
         program = load(handle.read(), entry=options.entry)

@@ -14,12 +14,14 @@ import time
 
 import numpy as np
 
-from . import multi_device, serialization, settings
+from . import multi_device
+from ..services import serialization
+from .. import settings
 from .buffer import Buffer
-from .debug import live_profile
+from ..debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
 from .dtypes import BufferType
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 from .execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
 from .xla_options import check_option_overrides
 
@@ -37,7 +39,7 @@ class Executable:
     """A compiled (planned) program; shared by its loaded executables."""
 
     def __init__(self, code: bytes, compile_options: bytes = b"") -> None:
-        from .interpreter import load
+        from ..interpreter import load
 
         start = time.perf_counter()
         self.code = bytes(code)
@@ -98,7 +100,7 @@ class Executable:
 
     # -- serialization --------------------------------------------------------
     def serialize(self) -> bytes:
-        """The PJRT_Executable_Serialize blob: see pjrt_ref/serialization.py for the format."""
+        """The PJRT_Executable_Serialize blob: see pjrt_ref/services/serialization.py for the format."""
         return serialization.encode(self.code, self.compile_options)
 
     @classmethod
@@ -167,7 +169,7 @@ def _limit_blas_threads() -> None:
     """Apply the interpreter's OpenBLAS thread setting before the first
     program is loaded. Once per process, whether or not the optimiser is on
     (the setting decides a product's bits)."""
-    from .interpreter.jit import blas
+    from ..interpreter.jit import blas
 
     blas.limit_blas_threads()
 
@@ -183,7 +185,7 @@ def _uses_host_channel(program) -> bool:
 
 def _static_signature(input_types) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
     """[(dtype, shape)] of the entry function's parameters, or None unless all are static tensors."""
-    from .interpreter.types import TensorType
+    from ..interpreter.types import TensorType
     signature = []
     for ttype in input_types:
         if type(ttype) is not TensorType or any(d is None for d in ttype.shape):

@@ -6,7 +6,7 @@ import numpy as np
 from . import handles, program_formats
 from .buffer import Buffer
 from .device import Device, DeviceDescription
-from .errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound
 from .executable import Executable, LoadedExecutable
 from .memory import Memory
 from .topology import PLATFORM_NAME, Topology, device_count, platform_version
@@ -27,9 +27,9 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
     if kv_store is None:
         raise InvalidArgument(f"num_nodes={num_nodes}: a client of several processes needs "
                               "the key-value store callbacks of PJRT_Client_Create")
-    from .debug.process_files import set_process_index
-    from .distributed import join
-    from .interpreter.ops.collective_grid import collective_timeout
+    from ..debug.process_files import set_process_index
+    from ..distributed import join
+    from ..interpreter.ops.collective_grid import collective_timeout
 
     cluster = join(kv_store, int(options.get("node_id", 0)), num_nodes, device_count(options),
                    platform_version(), collective_timeout())
@@ -43,7 +43,7 @@ class Client:
     Every device is CPU-like and has its own memory (numpy arrays in host
     RAM); device i has id i, local hardware id i and memory i. Executables
     run on several devices concurrently, one thread each
-    (`pjrt_ref/multi_device.py`).
+    (`pjrt_ref/model/multi_device.py`).
 
     With a `cluster` (one process of a multi-process job, see `make_client`)
     the client also lists the other processes' devices, numbered in process

@@ -51,7 +51,7 @@ What this module does with it, correct by construction rather than fast:
    XLA inserts no communication there, so each device keeps its own value,
    which the one global run could not represent (`_kept_per_device`).
 
-Interface used by the multi-device execute (`pjrt_ref/multi_device.py`):
+Interface used by the multi-device execute (`pjrt_ref/model/multi_device.py`):
 
     runner = make_partitioned_runner(program, num_partitions=N, num_replicas=1)
     # at compile/load time: reads the annotations from `program.mlir_module()`
@@ -82,13 +82,13 @@ import threading
 
 import numpy as np
 
-from .debug import live_profile
-from .errors import InvalidArgument, Unimplemented
-from .spmd_layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
+from ..debug import live_profile
+from ..errors import InvalidArgument, Unimplemented
+from .layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
-from .spmd_gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
-from .interpreter.partitioned_run import current_partitioned_run, run_with
-from .spmd_manual import PartitionedRun, run_on_grid
+from .gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
+from ..interpreter.partitioned_run import current_partitioned_run, run_with
+from .manual import PartitionedRun, run_on_grid
 
 __all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_program_text", "PartitionedRunner",
            "current_partitioned_run"]
@@ -156,7 +156,7 @@ def _output_sharding_text(outputs: list[str]) -> str:
 def load_per_device_gspmd(text: str):
     """A GSPMD program loaded to run whole on every device: each
     `@SPMDFullToShardShape` told its operand's sharding (`annotate_full_to_shard`)."""
-    from .interpreter import load
+    from ..interpreter import load
 
     return load(annotate_full_to_shard(text))
 
@@ -180,7 +180,7 @@ class PartitionedRunner:
         self.global_program = program
         self.per_device_program = None
         if "SPMDFullToShardShape" in program.text:
-            from .interpreter import load
+            from ..interpreter import load
             text, left = make_manual_calls(program.text)
             if left:
                 self.per_device_program = load_per_device_gspmd(text)
@@ -291,8 +291,8 @@ class PartitionedRunner:
     def shards_of_every_device(self, shards: dict, placement) -> dict:
         """{device: its argument shards} for every device, from this process's
         (the processes send theirs to each other through the placement's transport)."""
-        from .interpreter.ops.collective_grid import ProcessGrid
-        from .interpreter.ops.collective_hosts import share_among_hosts
+        from ..interpreter.ops.collective_grid import ProcessGrid
+        from ..interpreter.ops.collective_hosts import share_among_hosts
 
         grid = ProcessGrid(self.num_replicas, self.num_partitions,
                            placement=placement.child("argument shards"))
@@ -495,9 +495,9 @@ def _with_reductions_marked(program):
     """`program` with its unreduced values' reduction points marked
     (`spmd_unreduced`), loaded to run on every device."""
     from jaxlib.mlir import ir
-    from .interpreter import load
-    from .interpreter.loader import make_context
-    from .spmd_unreduced import mark_reductions
+    from ..interpreter import load
+    from ..interpreter.loader import make_context
+    from .unreduced import mark_reductions
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(program.text)
@@ -581,7 +581,7 @@ def _converts_to_hlo(text: str) -> bool:
 def _with_module_shardings(text: str, output: str, parameters: list[str]) -> str:
     """`text` with `mhlo.spmd_output_sharding` / `mhlo.spmd_parameters_shardings` set."""
     from jaxlib.mlir import ir
-    from .interpreter.loader import make_context
+    from ..interpreter.loader import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -609,7 +609,7 @@ def _signature_stub(program, num_partitions: int, output: str, parameters: list[
         names.append(f"%r{i}")
     result_list = ", ".join(f"{t}" for t in results)
     note = ("signature and shardings only: pjrt-ref runs the global program "
-            "(pjrt_ref/spmd.py)")
+            "(pjrt_ref/spmd/partitioner.py)")
     return (f"module @{_module_name(program.text)} attributes {{mhlo.num_partitions = "
             f"{num_partitions} : i32, mhlo.num_replicas = 1 : i32, "
             f"mhlo.spmd_output_sharding = {_quote(output)}, mhlo.spmd_parameters_shardings = "

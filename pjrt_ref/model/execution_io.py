@@ -9,7 +9,7 @@ import numpy as np
 
 from .buffer import Buffer
 from .dtypes import BufferType, from_numpy
-from .errors import Internal, InvalidArgument
+from ..errors import Internal, InvalidArgument
 
 
 def donated_indices(exe, arguments: list[Buffer], non_donatable: set[int]) -> list[int]:

@@ -19,7 +19,7 @@ import collections
 import threading
 from typing import Any, TypeVar
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 from .event import COMPLETE
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ _objects: dict[int, tuple[Any, Any]] = {}   # address -> (object, backing alloca
 # whatever object reused the address. Bounded: ~100 bytes per entry.
 QUARANTINE = 8192
 _quarantine: "collections.deque" = collections.deque(maxlen=QUARANTINE)
-watch = None      # PJRT_REF_STRICT=1: the strict-mode observer (pjrt_ref/strict.py Watch)
+watch = None      # PJRT_REF_STRICT=1: the strict-mode observer (pjrt_ref/capi/strict.py Watch)
 c_facts = None    # the shim's C fact table (pjrt_ref/capi/fast_paths.py CFacts), once bound
 
 

@@ -19,9 +19,10 @@ import logging
 import sys
 from typing import Any, Callable
 
-from .. import handles, settings
-from ..capi import cdata
-from ..capi.cdata import Args, text_arg
+from ..model import handles
+from .. import settings
+from . import cdata
+from .cdata import Args, text_arg
 
 ENABLED = settings.get("PJRT_REF_LOG_API")      # read once, at import: it decides how the slots are bound
 LOG = logging.getLogger("pjrt_ref.api")
@@ -64,7 +65,7 @@ def _object(ptr):
 
 
 def _buffer_type_name(value: int) -> str:
-    from ..dtypes import BufferType
+    from ..model.dtypes import BufferType
 
     try:
         return BufferType(int(value)).name

@@ -13,7 +13,7 @@ header and closed by a SHA-256 digest. All integers are little-endian.
         16     8  options_size (N)    uint64, CompileOptionsProto bytes
         24     8  program_size (M)    uint64, program bytes (M >= 1)
         32     N  compile options     as given; read like PJRT_Client_Compile's
-                                      (pjrt_ref/compile_options.py)
+                                      (pjrt_ref/model/compile_options.py)
       32+N     M  program             as given to PJRT_Client_Compile
     32+N+M    32  digest              SHA-256 of bytes [0, 32+N+M)
 
@@ -26,7 +26,7 @@ handed to the same loader `PJRT_Client_Compile` uses.
 Safety: deserialization never unpickles, never evaluates, never imports
 anything named by the input; the only interpretation of the payload is
 `struct.unpack` of the header, the protobuf wire-format reader of the
-compile options' counts and device assignment (pjrt_ref/compile_options.py),
+compile options' counts and device assignment (pjrt_ref/model/compile_options.py),
 and the StableHLO parser. The digest is not a
 signature: it catches truncation, bit rot and careless edits, and anyone can
 recompute it. A blob is therefore exactly as trusted as a program passed to
@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 MAGIC = b"PJRTREF\x00"
 VERSION = 2

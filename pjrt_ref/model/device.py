@@ -55,7 +55,7 @@ class Device:
     @property
     def default_memory(self) -> Memory:
         if not self.memories:
-            from .errors import InvalidArgument
+            from ..errors import InvalidArgument
             raise InvalidArgument(f"device {self.id} belongs to process {self.description.process_index}: "
                                   "it has no memory in this process")
         return self.memories[0]

@@ -25,9 +25,10 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from .. import handles
+from ..model import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
-from . import api_log, live_profile, xspace
+from . import api_log
+from ..debug import live_profile, xspace
 
 _ffi: Any = None
 _lib: Any = None

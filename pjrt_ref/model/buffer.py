@@ -20,7 +20,7 @@ import numpy as np
 
 from . import handles
 from .dtypes import BufferType, from_numpy
-from .errors import FailedPrecondition, InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument
 from .event import COMPLETE, Event
 
 

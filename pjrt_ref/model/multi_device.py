@@ -23,7 +23,7 @@ Two kinds of multi-device program arrive:
   hand-written StableHLO with replicas or partitions is; each device runs it;
 - a program with Shardy / GSPMD sharding annotations (what JAX sends for
   `jit` over shardings, `shard_map` and `pmap`) has the global shapes in its
-  signature and needs partitioning first: that is `pjrt_ref/spmd.py`'s
+  signature and needs partitioning first: that is `pjrt_ref/spmd/partitioner.py`'s
   partitioned runner (`spmd.runner_for_executable`).
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ import numpy as np
 
 from .buffer import Buffer
 from .compile_options import DeviceAssignment
-from .debug import live_profile
-from .errors import Internal, InvalidArgument
+from ..debug import live_profile
+from ..errors import Internal, InvalidArgument
 from .execution_io import delete_donated, donated_indices, output_buffers
 
 
@@ -110,7 +110,7 @@ def host_placement(loaded):
     """
     if not loaded.spans_processes:
         return None
-    from .interpreter.ops.collective_hosts import HostPlacement
+    from ..interpreter.ops.collective_hosts import HostPlacement
 
     cluster = loaded.client.cluster
     number = cluster.next_execution(frozenset(loaded.hosts.values()))
@@ -124,8 +124,8 @@ Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]], object], list[
 
 def runner_for(exe) -> Runner:
     """How `exe` runs across devices: partitioned (an annotated program with
-    several partitions, pjrt_ref/spmd.py), else the program on every device."""
-    from . import spmd
+    several partitions, pjrt_ref/spmd/partitioner.py), else the program on every device."""
+    from ..spmd import partitioner as spmd
 
     partitioned = spmd.runner_for_executable(exe)       # made once per executable
     if partitioned is not None:
@@ -144,7 +144,7 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
     `placement`, `ids` are this process's devices and the grid's other
     processes run in other processes.
     """
-    from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
+    from ..interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
 
     checked = [program.check_arguments(row) for row in arrays]
     function = live_profile.function_to_run(program)    # instrumented under jax.profiler.trace

@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import FailedPrecondition, InvalidArgument, Unimplemented
+from ..errors import FailedPrecondition, InvalidArgument, Unimplemented
 
 # ChannelHandle types (StableHLO spec "send"/"recv": channel_type).
 DEVICE_TO_HOST = 2
@@ -141,7 +141,7 @@ class DeviceHostTransfers:
         self.by_process = by_process
 
     def _current(self) -> HostTransfers:
-        from .interpreter.ops.collective_grid import current_process
+        from ..interpreter.ops.collective_grid import current_process
 
         process_id = tuple(current_process().id)
         transfers = self.by_process.get(process_id)

@@ -30,16 +30,16 @@ from the devices that differ from it only in the region's manual axes.
 
 Kernels in `interpreter/ops/sharding.py` call in here when
 `current_partitioned_run()` (`interpreter/partitioned_run.py`) is set, i.e.
-inside `pjrt_ref/spmd.py`'s runner.
+inside `pjrt_ref/spmd/partitioner.py`'s runner.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .errors import Internal, PjrtRefError, Unimplemented
-from .interpreter.partitioned_run import enter
-from .spmd_gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
-from .spmd_layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
+from ..errors import Internal, PjrtRefError, Unimplemented
+from ..interpreter.partitioned_run import enter
+from .gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
+from .layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
                           parse_sharding_per_value, parse_tensor_sharding)
 
 
@@ -116,7 +116,7 @@ class PartitionedRun:
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
         """Run the region `body` once per device, each in its own copy of the
         region's frame (see `run_per_device`)."""
-        from .interpreter.steps import run_block
+        from ..interpreter.steps import run_block
 
         return self.run_per_device(
             op, lambda device: run_block(body.plan, list(body.frame), local_args[device]))
@@ -196,7 +196,7 @@ class PartitionedRun:
         """Every device of `group` shares `value` (this thread is one of them);
         returns {device: its value}. The n-th run of `op` meets the n-th run
         of its peers, as collectives do (collective_grid's mailbox)."""
-        from .interpreter.ops.collective_grid import current_process
+        from ..interpreter.ops.collective_grid import current_process
 
         process = current_process()
         grid = process.grid
@@ -219,8 +219,8 @@ def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placemen
     their results to each other). `op` (or None) names the failure if a job
     raises something other than a pjrt-ref error.
     """
-    from .interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
-    from .interpreter.ops.collective_hosts import share_among_hosts
+    from ..interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
+    from ..interpreter.ops.collective_hosts import share_among_hosts
 
     grid = ProcessGrid(num_replicas, num_partitions, placement=placement)
     local = [d for d in range(len(jobs)) if grid.is_local(divmod(d, num_partitions))]
@@ -243,7 +243,7 @@ def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placemen
 
 
 def _this_device(run: PartitionedRun) -> int:
-    from .interpreter.ops.collective_grid import current_process
+    from ..interpreter.ops.collective_grid import current_process
 
     replica, partition = current_process().id
     return replica * run.num_partitions + partition

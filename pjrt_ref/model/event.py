@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from .errors import PjrtRefError
+from ..errors import PjrtRefError
 
 
 class Event:

@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import settings
+from .. import settings
 from .device import DeviceDescription
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 PLATFORM_NAME = "pjrt_ref"
 # How many virtual devices a client has: the `num_devices` create option
@@ -21,7 +21,7 @@ MAX_DEVICES = settings.declared("PJRT_REF_NUM_DEVICES").kind.maximum
 
 
 def platform_version() -> str:
-    from . import __version__
+    from .. import __version__
     return f"pjrt-ref {__version__} (StableHLO interpreter on numpy)"
 
 

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from .buffer import Buffer
-from .errors import InvalidArgument, PjrtRefError
+from ..errors import InvalidArgument, PjrtRefError
 
 
 class TransferManager:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .compile_options import packed_varints, wire_fields
-from .errors import InvalidArgument, PjrtRefError, Unimplemented
+from ..errors import InvalidArgument, PjrtRefError, Unimplemented
 
 MLIR = "mlir"                          # pjrt_c_api.h: PJRT_Program format "mlir"
 HLO = "hlo"                            # a serialized HloModuleProto
@@ -141,7 +141,7 @@ def _mark_donors(stablehlo: bytes, donated: DonatedParameters) -> bytes:
     `input_output_alias` and `buffer_donor`)."""
     from jaxlib.mlir import ir
 
-    from .interpreter.loader import make_context, parse_module
+    from ..interpreter.loader import make_context, parse_module
 
     context = make_context()
     module = parse_module(stablehlo, context)

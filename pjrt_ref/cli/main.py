@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from .errors import PjrtRefError
+from ..errors import PjrtRefError
 
 
 def _run_command(argv: list[str]) -> int:
@@ -34,7 +34,7 @@ def _trace_command(argv: list[str]) -> int:
 
     The setting is overridden for the run, not written to os.environ: that
     would outlive the command in a process that called `main`."""
-    from . import settings
+    from .. import settings
     from .run_file import main as run_main
 
     parser = argparse.ArgumentParser(add_help=False)
@@ -46,13 +46,13 @@ def _trace_command(argv: list[str]) -> int:
 
 
 def _diff_command(argv: list[str]) -> int:
-    from .debug.diff.cli import main as diff_main
+    from .diff import main as diff_main
 
     return diff_main(argv)
 
 
 def _explain_command(argv: list[str]) -> int:
-    from .debug.explain import main as explain_main
+    from ..debug.explain import main as explain_main
 
     return explain_main(argv)
 
@@ -60,7 +60,7 @@ def _explain_command(argv: list[str]) -> int:
 def _profile_command(argv: list[str]) -> int:
     import json
 
-    from .debug.profile import merge, report
+    from ..debug.profile import merge, report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref profile",
                                      description="Top ops and source lines of PJRT_REF_PROFILE files; "
@@ -85,8 +85,8 @@ def _profile_command(argv: list[str]) -> int:
 
 def _cost_command(argv: list[str]) -> int:
     """Flops, transcendentals and bytes accessed per op (what JAX's cost_analysis() reports)."""
-    from .interpreter import load
-    from .interpreter.cost import report
+    from ..interpreter import load
+    from ..interpreter.cost import report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref cost", description=_cost_command.__doc__)
     parser.add_argument("program", help="a StableHLO program (text, bytecode or portable artifact)")
@@ -104,13 +104,13 @@ def _conformance_command(argv: list[str]) -> int:
 
 
 def _jax_tests_command(argv: list[str]) -> int:
-    from .frameworks.jax.suite import main as suite_main
+    from ..frameworks.jax.suite import main as suite_main
 
     return suite_main(argv)
 
 
 def _torch_tests_command(argv: list[str]) -> int:
-    from .frameworks.torch.suite import main as suite_main
+    from ..frameworks.torch.suite import main as suite_main
 
     return suite_main(argv)
 
