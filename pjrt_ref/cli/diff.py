@@ -13,6 +13,7 @@ import sys
 
 from .. import settings
 from .run_file import ArgumentCountError, build_parser, program_arguments
+from .user_errors import USER_INPUT_ERRORS, describe
 from ..debug.diff.backend import DEFAULT_TIMEOUT
 from ..debug.diff.differ import Divergence
 
@@ -38,7 +39,6 @@ def parse(argv: list[str]):
 
 
 def main(argv: list[str]) -> int:
-    from .main import _USER_INPUT_ERRORS, _describe
 
     options = parse(argv)
     try:
@@ -49,8 +49,8 @@ def main(argv: list[str]) -> int:
         if options.save_op:
             print(f"pjrt-ref diff: {save_op(difference, options.save_op)}")
         return 1
-    except (ArgumentCountError, *_USER_INPUT_ERRORS) as error:   # OtherBackendFailed among them
-        print(f"pjrt-ref diff: error: {_describe(error)}", file=sys.stderr)
+    except (ArgumentCountError, *USER_INPUT_ERRORS) as error:   # OtherBackendFailed among them
+        print(f"pjrt-ref diff: error: {describe(error)}", file=sys.stderr)
         return 2
     print(f"pjrt-ref diff: {summary}")
     return 0

@@ -17,10 +17,9 @@ MLIR bindings, numba) happen only in the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from ..errors import PjrtRefError
+from .user_errors import USER_INPUT_ERRORS, describe
 
 
 def _run_command(argv: list[str]) -> int:
@@ -146,23 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     command, _ = COMMANDS[argv[0]]
     try:
         return command(argv[1:])
-    except _USER_INPUT_ERRORS as error:
-        print(f"pjrt-ref {argv[0]}: error: {_describe(error)}", file=sys.stderr)
+    except USER_INPUT_ERRORS as error:
+        print(f"pjrt-ref {argv[0]}: error: {describe(error)}", file=sys.stderr)
         return 1
 
 
 # What a wrong path or a malformed input file raises: reported in one line,
 # no traceback. Anything else is a bug in pjrt-ref and keeps its traceback.
-_USER_INPUT_ERRORS = (OSError, json.JSONDecodeError, UnicodeDecodeError, PjrtRefError)
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, OSError) and error.filename is not None:
-        return f"{error.strerror or error}: {error.filename}"
-    if isinstance(error, json.JSONDecodeError):
-        return f"not a JSON file ({error})"
-    return str(error)
-
-
 if __name__ == "__main__":
     sys.exit(main())
