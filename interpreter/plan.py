@@ -9,7 +9,7 @@ of it.
 from __future__ import annotations
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented
-from .limits import check_result_types, max_bytes
+from ..limits import check_result_types, max_bytes
 from . import mesh_axes
 from .attributes import convert_attribute, read_attributes
 from .instrument import from_environment as instrument_from_environment
@@ -83,7 +83,7 @@ class FunctionPlanner:
         self.module_plan = module_plan
         self.func_op = func_op
         self.slots: dict = {}
-        self.max_bytes = max_bytes()      # results larger than this fail at plan time (interpreter/limits.py)
+        self.max_bytes = max_bytes()      # results larger than this fail at plan time (pjrt_ref/limits.py)
 
     def slot(self, value) -> int:
         key = value  # ir.Value is hashable and compares by identity

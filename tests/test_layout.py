@@ -8,7 +8,7 @@ Rooms, from the top (README "Layout"):
     model                         the PJRT object model
     spmd, services, distributed   beside the model, below it
     interpreter, conformance      StableHLO on numpy
-    errors, settings              shared by every layer
+    errors, settings, limits      shared by every layer
 
 A module may import its own room and the rooms `MAY_IMPORT` names; nothing
 imports a room above it, so no circle can form between rooms. Function-level
@@ -28,7 +28,7 @@ FOLDERS = {"pjrt_ref": "pjrt_ref", "interpreter": "pjrt_ref.interpreter",
            "capi_shim": "pjrt_ref.capi_shim", "conformance": "pjrt_ref.conformance"}
 
 ROOMS = {    # dotted prefix -> room (the longest prefix wins)
-    "pjrt_ref": "base", "pjrt_ref.errors": "base", "pjrt_ref.settings": "base",
+    "pjrt_ref": "base", "pjrt_ref.errors": "base", "pjrt_ref.settings": "base", "pjrt_ref.limits": "base",
     "pjrt_ref.interpreter": "interpreter", "pjrt_ref.conformance": "conformance",
     "pjrt_ref.spmd": "spmd", "pjrt_ref.services": "services", "pjrt_ref.distributed": "distributed",
     "pjrt_ref.model": "model", "pjrt_ref.debug": "debug", "pjrt_ref.capi": "capi",

@@ -1,4 +1,4 @@
-"""Resource limits (interpreter/limits.py): PJRT_REF_MAX_STEPS, PJRT_REF_MAX_BYTES, Ctrl-C under JAX."""
+"""Resource limits (pjrt_ref/limits.py): PJRT_REF_MAX_STEPS, PJRT_REF_MAX_BYTES, Ctrl-C under JAX."""
 from __future__ import annotations
 
 import os

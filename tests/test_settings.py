@@ -218,12 +218,12 @@ def test_a_bad_override_fails_when_given():
 
 # ------------------------------------------------------------------ call sites
 def _max_steps():
-    from pjrt_ref.interpreter.limits import max_steps
+    from pjrt_ref.limits import max_steps
     return max_steps()
 
 
 def _max_bytes():
-    from pjrt_ref.interpreter.limits import max_bytes
+    from pjrt_ref.limits import max_bytes
     return max_bytes()
 
 

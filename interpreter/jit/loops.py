@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ..limits import loop_limit_error, max_steps
+from ...limits import loop_limit_error, max_steps
 from ..steps import OpInfo, Step
 from ..types import TensorType
 from . import codegen

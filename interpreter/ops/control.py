@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..limits import loop_limit_error, max_steps
+from ...limits import loop_limit_error, max_steps
 from ..registry import register
 
 
@@ -35,7 +35,7 @@ def while_(op, *operands, regions):
     `body` returns the next ones. With no iteration the results are the
     operands themselves. Tokens and tuples are carried like any other value.
     With PJRT_REF_MAX_STEPS=N, a loop still running after N iterations is
-    RESOURCE_EXHAUSTED naming this op (interpreter/limits.py).
+    RESOURCE_EXHAUSTED naming this op (pjrt_ref/limits.py).
     """
     cond, body = regions
     values = list(operands)

@@ -8,7 +8,7 @@ from ..model.buffer import Buffer
 from ..model.device import Device
 from ..model.dtypes import to_numpy
 from ..errors import InvalidArgument, Unimplemented
-from ..interpreter.limits import check_allocation, nbytes
+from ..limits import check_allocation, nbytes
 from ..model.memory import Memory
 from . import cdata
 from ._boundary import entry_point

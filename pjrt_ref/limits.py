@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from .. import settings
-from ..errors import ResourceExhausted
+from . import settings
+from .errors import ResourceExhausted
 
 _MEMINFO = "/proc/meminfo"
 
