@@ -7,7 +7,15 @@
 Ops live in `ops/`, one module per family, one function per op, registered
 by name in `registry.KERNELS`.
 """
-from .program import Program, load
-from .registry import KERNELS, register
-
 __all__ = ["Program", "load", "register", "KERNELS"]
+
+
+def __getattr__(name: str):
+    """The names above, loaded on first use (PEP 562): the layers above import
+    light pieces of the interpreter (`partitioned_run`, the process grid) at
+    start-up, and those must not load every op family and numba's helpers."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import program, registry     # program imports every op family into the registry
+
+    return getattr(program if name in ("Program", "load") else registry, name)
