@@ -36,6 +36,7 @@ from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_
 MODULE_NAME = "pjrt_ref.capi_shim._pjrt_ref_shim"
 HEADER = os.path.join(HERE, "pjrt_c_api.h")
 FAST_PATHS_SOURCE = os.path.join(HERE, "fast_paths.c")   # C answers for hot queries
+ENTRY_GUARDS_SOURCE = os.path.join(HERE, "entry_guards.c")   # what every slot passes through
 PYTHON_BOOT_SOURCE = os.path.join(HERE, "python_boot.c")  # GetPjrtApi: start/join Python, boot
 BOOT_SCRIPT = os.path.join(HERE, "boot.py")               # the Python that binds the slots
 
@@ -222,96 +223,7 @@ def c_source(header: str) -> str:
 
 {prototypes}
 
-static int pjrt_ref_python_gone(void) {{
-#if PY_VERSION_HEX >= 0x030D0000
-    return !Py_IsInitialized() || Py_IsFinalizing();
-#else
-    return !Py_IsInitialized() || _Py_IsFinalizing();
-#endif
-}}
-
-static atomic_int pjrt_ref_inflight;      /* calls inside Python right now */
-static atomic_int pjrt_ref_closing;       /* set by pjrt_ref_begin_shutdown */
-static pthread_t pjrt_ref_closing_thread;
-
-/* Whether this call may enter Python; if so it counts as in flight until
- * pjrt_ref_leave(). (Count first, then check: the shutdown hook either sees
- * us in flight or we see it closing.) */
-static int pjrt_ref_enter(void) {{
-    if (pjrt_ref_python_gone()) return 0;
-    atomic_fetch_add(&pjrt_ref_inflight, 1);
-    if (atomic_load(&pjrt_ref_closing) && !pthread_equal(pthread_self(), pjrt_ref_closing_thread)) {{
-        atomic_fetch_sub(&pjrt_ref_inflight, 1);
-        return 0;
-    }}
-    return 1;
-}}
-
-static void pjrt_ref_leave(void) {{
-    atomic_fetch_sub(&pjrt_ref_inflight, 1);
-}}
-
-void pjrt_ref_begin_shutdown(void) {{
-    pjrt_ref_closing_thread = pthread_self();
-    atomic_store(&pjrt_ref_closing, 1);
-}}
-
-int pjrt_ref_inflight_calls(void) {{
-    return atomic_load(&pjrt_ref_inflight);
-}}
-
-/* PJRT_Chunk memory the plugin hands to a framework's send callback, which
- * frees it with chunk->deleter (pjrt_ref/services/host_callbacks.py): plain C, so
- * the deleter never needs Python. */
-void* pjrt_ref_chunk_alloc(size_t size) {{
-    return malloc(size ? size : 1);
-}}
-
-void pjrt_ref_chunk_free(void* data, void* deleter_arg) {{
-    (void)deleter_arg;
-    free(data);
-}}
-
-/* Ctrl-C during an entry point: Python turns the KeyboardInterrupt into a
- * CANCELLED error and asks, through `requested`, for the interrupt to be
- * raised again once the call has returned to C (PJRT_REF_LEAVE); setting it
- * from Python would raise it at once, inside the entry point. The host may
- * call us again (PJRT_Error_GetCode, _Message, _Destroy) before its Python
- * code runs: while the interrupt is `carried`, each call takes it off at
- * entry and puts it back at exit, so it reaches the host's Python code and
- * not one of those calls. Once the host has run it, the next entry finds
- * no interrupt pending and stops carrying it. */
-static _Thread_local int pjrt_ref_interrupt_requested;
-static _Thread_local int pjrt_ref_interrupt_carried;
-
-void pjrt_ref_request_interrupt(void) {{
-    pjrt_ref_interrupt_requested = 1;
-}}
-
-/* A host may call us while its own Python exception is pending (e.g. a
- * framework destroying buffers while unwinding from a failed Python
- * callback). Park that exception around our call and put it back after, so
- * neither side sees the other's error. */
-#define PJRT_REF_ENTER                                          \
-    PyGILState_STATE pjrt_ref_gil = PyGILState_Ensure();        \
-    PyObject *pjrt_ref_type, *pjrt_ref_value, *pjrt_ref_tb;     \
-    PyErr_Fetch(&pjrt_ref_type, &pjrt_ref_value, &pjrt_ref_tb); \
-    if (pjrt_ref_interrupt_carried && !PyOS_InterruptOccurred()) \
-        pjrt_ref_interrupt_carried = 0
-#define PJRT_REF_LEAVE                                          \
-    PyErr_Restore(pjrt_ref_type, pjrt_ref_value, pjrt_ref_tb);  \
-    if (pjrt_ref_interrupt_requested || pjrt_ref_interrupt_carried) {{ \
-        pjrt_ref_interrupt_requested = 0;                       \
-        pjrt_ref_interrupt_carried = 1;                         \
-        PyErr_SetInterrupt();                                   \
-    }}                                                           \
-    PyGILState_Release(pjrt_ref_gil)
-
-static char pjrt_ref_gone_storage[16];
-#define PJRT_REF_GONE ((PJRT_Error*)pjrt_ref_gone_storage)
-static const char pjrt_ref_gone_message[] =
-    "pjrt-ref: the Python interpreter behind this plugin is shutting down";
-
+#include "entry_guards.c"
 #include "fast_paths.c"
 
 {wrappers}
@@ -353,7 +265,7 @@ def make_builder() -> cffi.FFI:
         libraries=[f"python{ldversion}", "dl", "pthread"],
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
-        depends=[HEADER, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
+        depends=[HEADER, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
                  *PROFILER_DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools
