@@ -55,12 +55,11 @@ MAY_IMPORT = {
 }
 
 # Imports against the diagram that are still to be removed, each with why it
-# is there today. Issue 17 item 3 ("debugging is chosen once"): the plan an
-# executable runs under a trace is picked through the debug package.
+# is there today: the interpreter's instrumentation (PJRT_REF_TRACE,
+# _CHECK_NANS, _PROFILE, _DIFF, chosen when a program is planned) writes
+# through the debug package's recorders, and the client names its per-process
+# profile and trace files with the debug package's helper.
 KNOWN = {
-    ("pjrt_ref.model.executable", "pjrt_ref.debug.live_profile"),
-    ("pjrt_ref.model.multi_device", "pjrt_ref.debug.live_profile"),
-    ("pjrt_ref.spmd.partitioner", "pjrt_ref.debug.live_profile"),
     ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.profile"),
     ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.process_files"),
     ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.diff"),

@@ -16,6 +16,7 @@ import atexit
 import time
 
 from . import _boundary, cdata
+from ..debug import live_profile
 
 _installed = False
 
@@ -46,6 +47,7 @@ def install(ffi, lib) -> None:
     ffi.def_extern(name="pjrt_ref_callback_error")(host_callbacks.callback_error)
     from . import profiler_extension   # the PJRT profiler extension's callbacks
     profiler_extension.install(ffi, lib)
+    live_profile.watch_from_settings()    # PJRT_REF_PROFILE: slices from the start
     atexit.register(_drain, lib)
     _installed = True
 

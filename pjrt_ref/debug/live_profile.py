@@ -10,9 +10,12 @@ How the op slices are made: the program is planned a second time, lazily at
 its first execute under a trace, with `interpreter/instrument.py`'s
 `Instrument` wrapping every step (the plan PJRT_REF_PROFILE would use: no
 plan-time fusion, so every op is visible) and this module's `LiveSink` as
-its recorder. While a trace is active, executions run that plan; otherwise
-they run the normal, optimised one, and the only cost left is reading
-`ACTIVE` once per compile and per execute.
+its recorder. While a trace is active (or PJRT_REF_PROFILE is set), this
+module's `OBSERVER` watches every program (`interpreter/observer.py`): it
+picks that plan under a trace and records compile and execute slices. It is
+installed when the first session starts and removed when the last stops, so
+with nothing to record executions run the normal, optimised plan and pay
+one attribute read.
 """
 from __future__ import annotations
 
@@ -21,10 +24,11 @@ import time
 import weakref
 
 from .. import settings
+from ..interpreter import observer
 from .profile import from_environment, op_args
 from .xspace import Slice
 
-ACTIVE = False                       # some session is started (read by pjrt_ref/model/executable.py)
+ACTIVE = False                       # some session is started
 _LOCK = threading.Lock()
 _STARTED: list["TraceSession"] = []
 _TRACED_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # Program -> FunctionPlan
@@ -52,6 +56,7 @@ class TraceSession:
                 _STARTED.append(self)
                 self.running = True
             ACTIVE = True
+            observer.install(OBSERVER)
 
     def stop(self) -> None:
         global ACTIVE
@@ -60,6 +65,8 @@ class TraceSession:
                 _STARTED.remove(self)
                 self.running = False
             ACTIVE = bool(_STARTED)
+            if not ACTIVE and not _PROFILE_FILE:
+                observer.install(observer.NOBODY)
 
     def epoch_ns(self, seconds: float) -> int:
         """A time.perf_counter() reading as Unix-epoch nanoseconds."""
@@ -75,11 +82,6 @@ def record(name: str, category: str, start: float, end: float, args: dict) -> No
     thread = threading.get_native_id()
     for session in list(_STARTED):
         session.add(name, category, start, end, thread, args)
-
-
-def recording() -> bool:
-    """Whether compile/execute slices are wanted now: a trace is active or PJRT_REF_PROFILE is set."""
-    return ACTIVE or _PROFILE_FILE
 
 
 def record_and_profile(name: str, category: str, start: float, end: float, args: dict) -> None:
@@ -129,12 +131,26 @@ def _plan_instrumented(program):
     return plan
 
 
-def function_to_run(program):
-    """What runs `program`'s entry function: under a trace its instrumented
-    plan (each op leaves a slice), else the program's own."""
-    return traced_plan(program) if ACTIVE else program.function
+class LiveObserver(observer.Observer):
+    """What watches programs while a trace is active or PJRT_REF_PROFILE is set:
+    under a trace the instrumented plan (each op leaves a slice), and every
+    compile and execute as a slice."""
+
+    recording = True
+    picks_plans = True
+
+    def function(self, program):
+        return traced_plan(program) if ACTIVE else program.function
+
+    def slice(self, name: str, category: str, start: float, end: float, args: dict) -> None:
+        record_and_profile(name, category, start, end, args)
 
 
-def run(program, arrays: list) -> list:
-    """Execute `program` under a trace: its instrumented plan, so each op leaves a slice."""
-    return traced_plan(program).run(program.check_arguments(arrays))
+OBSERVER = LiveObserver()
+
+
+def watch_from_settings() -> None:
+    """At the plugin's start (pjrt_ref/capi/__init__.py): PJRT_REF_PROFILE set
+    means compile and execute slices for the whole process."""
+    if _PROFILE_FILE:
+        observer.install(OBSERVER)

@@ -16,9 +16,8 @@ import numpy as np
 
 from . import multi_device
 from ..services import serialization
-from .. import settings
+from ..interpreter import observer
 from .buffer import Buffer
-from ..debug import live_profile
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
 from .dtypes import BufferType
 from ..errors import InvalidArgument
@@ -26,13 +25,6 @@ from .execution_io import buffer_type_of, delete_donated, donated_indices, outpu
 from .xla_options import check_option_overrides
 
 _DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
-# PJRT_REF_PROFILE=FILE.json: compile and execute slices (pjrt_ref/debug/profile.py);
-# the same go to jax.profiler.trace while `live_profile.ACTIVE` (pjrt_ref/debug/live_profile.py).
-_PROFILING = bool(settings.get("PJRT_REF_PROFILE"))        # read once, at import
-
-
-def _profile_slice(name: str, category: str, start: float, args: dict) -> None:
-    live_profile.record_and_profile(name, category, start, time.perf_counter(), args)
 
 
 class Executable:
@@ -50,26 +42,30 @@ class Executable:
         _limit_blas_threads()
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
-        if _PROFILING or live_profile.ACTIVE:
-            _profile_slice(f"compile {self.name}", "compile", start, {"program_bytes": len(self.code)})
+        watch = observer.current     # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
+        if watch.recording:
+            watch.slice(f"compile {self.name}", "compile", start, time.perf_counter(),
+                        {"program_bytes": len(self.code)})
         self.output_types = tuple(self.program.output_types)
         self.input_signature = _static_signature(self.program.input_types)
         self.uses_host_channel = _uses_host_channel(self.program)
         self.donor_indices = _donor_indices(self.program)
         self.fingerprint = hashlib.sha256(self.code + b"\0" + self.compile_options).hexdigest()
 
-    def run(self, arrays: list[np.ndarray]) -> list:
-        """The program's results on `arrays`.
+    def run(self, arrays: list[np.ndarray], watch: observer.Observer = observer.NOBODY) -> list:
+        """The program's results on `arrays`, by the plan `watch` picks (the
+        instrumented one under jax.profiler.trace; see interpreter/observer.py).
 
         `Program.__call__` checks each argument against the signature, then
         runs the plan. When every array already has the dtype and shape of a
         fully static signature (compared with `input_signature`, made once at
         compile time), that check cannot fail and the plan runs directly.
         """
+        function = watch.function(self.program) if watch.picks_plans else self.program.function
         signature = self.input_signature
         if signature is not None and [(a.dtype, a.shape) for a in arrays] == signature:
-            return self.program.function.run(arrays)
-        return self.program(*arrays)
+            return function.run(arrays)
+        return function.run(self.program.check_arguments(arrays))
 
     # -- queries ---------------------------------------------------------------
     @property
@@ -155,11 +151,11 @@ class LoadedExecutable:
         donated = donated_indices(exe, arguments, non_donatable)
         arrays = [buffer.array for buffer in arguments]
         start = time.perf_counter()
-        # Under jax.profiler.trace: the plan with every op instrumented (debug/live_profile.py).
-        outputs = live_profile.run(exe.program, arrays) if live_profile.ACTIVE else exe.run(arrays)
-        if _PROFILING or live_profile.ACTIVE:
-            _profile_slice(f"execute {exe.name}", "execute", start,
-                           {"arguments": [f"{a.dtype}{list(a.shape)}" for a in arrays]})
+        watch = observer.current       # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
+        outputs = exe.run(arrays, watch)
+        if watch.recording:
+            watch.slice(f"execute {exe.name}", "execute", start, time.perf_counter(),
+                        {"arguments": [f"{a.dtype}{list(a.shape)}" for a in arrays]})
         buffers = output_buffers(exe, outputs, device, arrays)
         delete_donated(arguments, donated)
         return buffers

@@ -35,7 +35,7 @@ import numpy as np
 
 from .buffer import Buffer
 from .compile_options import DeviceAssignment
-from ..debug import live_profile
+from ..interpreter import observer
 from ..errors import Internal, InvalidArgument
 from .execution_io import delete_donated, donated_indices, output_buffers
 
@@ -87,9 +87,10 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
     arrays = [[buffer.array for buffer in row] for row in argument_lists]
     start = time.perf_counter()
     outputs = runner_for(exe)(arrays, loaded.logical_ids(), host_placement(loaded))
-    if live_profile.recording():    # PJRT_REF_PROFILE / jax.profiler.trace (pjrt_ref/debug/live_profile.py)
-        live_profile.record_and_profile(f"execute {exe.name}", "execute", start, time.perf_counter(),
-                                        {"devices": len(loaded.devices)})
+    watch = observer.current      # PJRT_REF_PROFILE / jax.profiler.trace (interpreter/observer.py)
+    if watch.recording:
+        watch.slice(f"execute {exe.name}", "execute", start, time.perf_counter(),
+                    {"devices": len(loaded.devices)})
     if len(outputs) != len(loaded.devices):
         raise Internal(f"{len(outputs)} output lists for {len(loaded.devices)} devices")
     buffers = [output_buffers(exe, values, device, row)
@@ -147,7 +148,7 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
     from ..interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
 
     checked = [program.check_arguments(row) for row in arrays]
-    function = live_profile.function_to_run(program)    # instrumented under jax.profiler.trace
+    function = observer.current.function(program)    # instrumented under jax.profiler.trace
 
     def job(index: int) -> Callable[[], list]:
         return lambda: function.run(checked[index])

@@ -82,11 +82,11 @@ import threading
 
 import numpy as np
 
-from ..debug import live_profile
 from ..errors import InvalidArgument, Unimplemented
 from .layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
 from .gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
+from ..interpreter import observer
 from ..interpreter.partitioned_run import current_partitioned_run, run_with
 from .manual import PartitionedRun, run_on_grid
 
@@ -331,7 +331,7 @@ class PartitionedRunner:
         views = {}                       # arguments differ only where some are unreduced
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
 
-        function = live_profile.function_to_run(program)    # instrumented under jax.profiler.trace
+        function = observer.current.function(program)    # instrumented under jax.profiler.trace
 
         def job(device: int):
             key = self.argument_view_key(device)
@@ -507,10 +507,8 @@ def _with_reductions_marked(program):
 
 def _run_program(program, arguments: list) -> list:
     """`program` on the global arguments; under jax.profiler.trace, its instrumented plan
-    so each op leaves a slice (pjrt_ref/debug/live_profile.py)."""
-    if live_profile.ACTIVE:
-        return live_profile.run(program, arguments)
-    return program(*arguments)
+    so each op leaves a slice (interpreter/observer.py)."""
+    return observer.current.function(program).run(program.check_arguments(arguments))
 
 
 # --------------------------------------------------------------- reading the module
