@@ -104,7 +104,7 @@ def test_checker_plans_without_optimizing_and_parent_optimizes():
 
 def test_a_forked_process_starts_its_own_checker():
     lines = run("""
-        print("parent", outcome(bytecode(2)))
+        print("parent", outcome(bytecode(2)), flush=True)    # or the child inherits the line unwritten
         pid = os.fork()
         if pid == 0:
             print("child", outcome(bytecode(5)), flush=True)
