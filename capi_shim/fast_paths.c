@@ -2,10 +2,10 @@
  * execution, answered in C without entering Python.
  *
  * Why: JAX makes ~17 PJRT calls per jitted call. Entering Python for each
- * (GIL, cffi callback, Args view, handle lookup) costs ~3 us, so a call of
- * `x + y` on scalars spent more time in trivial queries ("how many replicas?",
- * "which device is this buffer on?", "is this just-born event ready?") than
- * in running the program. These answers are facts fixed when a handle is
+ * (GIL, cffi callback, Args view, handle lookup) costs microseconds, so a
+ * call of `x + y` on scalars would spend more time in trivial queries ("how
+ * many replicas?", "which device is this buffer on?", "is this just-born
+ * event ready?") than in running the program. These answers are facts fixed when a handle is
  * made, so Python hands them to C once (pjrt_ref/capi/fast_paths.py) and the
  * slot wrapper answers from this table.
  *

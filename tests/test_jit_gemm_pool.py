@@ -137,7 +137,8 @@ def test_operands_the_pool_does_not_take(case):
 def test_many_host_threads_at_once(monkeypatch):
     """Host threads (JAX's, one per device) splitting products at the same
     time for a while: the pool serves one at a time, the others compute
-    theirs unsplit; every result has np.matmul's bits and nobody hangs."""
+    the same blocks on their own thread; every result has its blocks' bits
+    and nobody hangs."""
     _pool()
     monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
     cases = [(_matrix((256, 256), np.float32), _matrix((256, 256), np.float32)),

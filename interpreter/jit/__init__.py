@@ -38,26 +38,43 @@ thread pool (`gemm_pool.c`) without the GIL, each shape run the way
 `product_strategy` timed best on this machine; `heap`
 keeps freed array memory in the process (no page faults per op result).
 
-Switches (environment, read when a program is planned):
-    PJRT_REF_JIT=0       no numba: no fused steps, no compiled loops or regions
-    PJRT_REF_JIT_MIN_ELEMENTS  elements from which a run that needs numba
-                         compiles (default 2^17; fusion.py)
-    PJRT_REF_OPTIMIZE=0  no plan-time rewrites at all (the plain interpreter)
-    PJRT_REF_CACHE_DIR   where generated kernels live (~/.cache/pjrt_ref/numba)
-    PJRT_REF_BLAS_THREADS  OpenBLAS threads (default 1; 0 leaves it alone)
-    PJRT_REF_MATMUL_THREADS  threads per big matrix product (default: the CPUs)
-    PJRT_REF_POOL_SPIN_US  how long the C pool's threads spin between
-                         products before sleeping (default 300; blas.py)
-    PJRT_REF_GEMM_POOL=0  split products on Python threads, not the C pool
-    PJRT_REF_PRODUCT_PROBE=0  time no product shape (product_strategy.py)
-    PJRT_REF_HEAP=0      leave malloc's thresholds alone (jit/heap.py)
+Switches (defaults and help: the README's table, generated from
+pjrt_ref/settings.py): PJRT_REF_OPTIMIZE=0 turns off every rewrite here
+(the plain interpreter), PJRT_REF_JIT=0 numba (no fused steps, no compiled
+loops or regions). The others are explained where they are read: fusion.py
+(PJRT_REF_JIT_MIN_ELEMENTS), threads.py (PJRT_REF_JIT_THREADS), codegen.py
+(PJRT_REF_CACHE_DIR), blas.py (PJRT_REF_BLAS_THREADS,
+PJRT_REF_MATMUL_THREADS, PJRT_REF_POOL_SPIN_US, PJRT_REF_GEMM_POOL),
+product_strategy.py (PJRT_REF_PRODUCT_PROBE), heap.py (PJRT_REF_HEAP).
 
-numba is imported lazily, the first time a program has something to compile
-(about 0.85 s and 120 MB per process, even when every kernel comes from the
-disk cache): a program whose fused runs all run on numpy, like an MLP
-training step, never starts it.
-Every rewrite is checked by tests/test_jit_*.py against the unoptimised
-interpreter (bit for bit) and against XLA CPU.
+numba is imported lazily, the first time a program has something to compile:
+starting it costs every process time and memory even when every kernel
+comes from the disk cache, so a program whose fused runs all run on numpy,
+like an MLP training step, never starts it (fusion.py, "When numba pays").
+
+Bits: what each rewrite keeps against PJRT_REF_OPTIMIZE=0 (for region
+bodies, which `regions` compiles in both modes, against PJRT_REF_JIT=0).
+The README's "Performance" section gives users the same promise.
+
+* `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
+  runs, on threads or not), `loops`, `regions`, `in_place` and preset
+  constants keep the bits: each element meets the same functions in the
+  same precision (scalar_expressions.py, op by op). Two exceptions: where
+  two NaNs meet, the NaN's sign and payload may differ (the spec leaves
+  them open; tests/jit_support.py, `assert_same_values`); compiled f32
+  transcendentals use other float64 functions than numpy's, so a result
+  may be one float32 ulp off next to a rounding boundary (over all 2^32
+  inputs: never for exp, expm1, tanh; one input for logistic;
+  tests/sweep_f32_math.py).
+* `dots` does not: BLAS may sum the swapped product in another order;
+  results agree to the rounding of a dot product (dots.py).
+* Cutting big products into blocks is not a rewrite: `blas.matmul` does it
+  in both modes, and a product has its blocks' bits whichever threads
+  compute them, except a shape the timing gave to OpenBLAS's own threads
+  (blas.py).
+
+tests/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
+bit where the bits are kept, else to rounding) and against XLA CPU.
 """
 from __future__ import annotations
 

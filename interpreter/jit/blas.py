@@ -1,46 +1,43 @@
-"""Matrix products on numpy's OpenBLAS: one OpenBLAS thread per call, and
-big products cut into blocks that several threads compute.
+"""Matrix products on numpy's OpenBLAS: OpenBLAS on one thread, and big
+products cut into blocks, fixed by their shape, that several threads compute.
 
-Threads. pjrt-ref runs inside a host (JAX) that has thread pools of its
-own, often on few cores. OpenBLAS's worker threads busy-wait for each
-other; when one is descheduled the others spin, and a product that takes
-1 ms on one thread took tens of ms on two threads of a loaded two-core
-machine. So the interpreter asks OpenBLAS for one thread:
+One OpenBLAS thread (`limit_blas_threads`). OpenBLAS's workers busy-wait for
+each other, so on a loaded machine (the host, JAX, has thread pools of its
+own) a threaded product is many times slower than one thread. Left alone if
+the user set OPENBLAS_NUM_THREADS or OMP_NUM_THREADS. Process-wide: the
+host's own numpy matmuls use it too. Applied before a program is loaded
+(the plugin's `Executable` calls it first): OpenBLAS stops its workers at
+every fork (a pthread_atfork handler; the loader forks to check bytecode)
+and restarts them, busy-waiting, when next asked for threads,
+`openblas_set_num_threads` included; set once before the first fork, it
+never restarts them. When OpenBLAS does not run on one thread (the user's
+choice, or no OpenBLAS found: openblas.py), every product is one np.matmul
+call.
 
-    PJRT_REF_BLAS_THREADS=n   OpenBLAS threads (default 1; 0: leave it alone)
+Blocks (`product_blocks`): rows or columns of the result, from the shape
+alone, each one single-threaded gemm call. So a product has its blocks'
+bits whichever threads compute them. These may differ from one np.matmul
+call's (a kernel may sum at a block's edge in another order); where a
+shape's blocks equal one call (`blocks_are_exact`), a product with no
+helper is that one call. The exception: a shape the timing gave to
+OpenBLAS's own threads is one threaded call, whose bits depend on the
+number of CPUs it uses. Which rewrites keep the bits: jit/__init__.py,
+"Bits".
 
-Nothing changes if the user already chose (OPENBLAS_NUM_THREADS or
-OMP_NUM_THREADS set). The setting is process-wide: numpy's own matmuls in
-the host process use it too. When OpenBLAS does not run on one thread (the
-user's choice, or no OpenBLAS found: openblas.py), every product is one
-np.matmul call.
+Helpers: the C pool (gemm_pool.c, built by cffi at install time; it runs
+the whole product without the GIL, and its threads spin briefly between
+products), or Python threads (helper_threads.py, also used by fused loops)
+when the C module or numpy's ILP64 gemm is missing. Helpers join only for
+CPUs idle at that moment (`idle_cpus`): a helper on a busy CPU would keep
+the caller waiting for its block. The caller takes every block no helper
+has claimed, so a helper slow to start costs nothing.
 
-Blocks. A big product is cut into blocks of rows or of columns of the
-result (`product_blocks`, from its shape alone) and each block is one
-single-threaded gemm call. The result has the bits of those blocks,
-whichever thread computes which block: they do not depend on the number of
-threads or on the load. (BLAS kernels may sum an element at a block's edge
-in another order than one call over everything, so the blocks' bits can
-differ from one np.matmul call; where a shape's blocks equal one call,
-`blocks_are_exact`, this thread alone makes that one call instead.) The
-one exception is a shape for which the timing below chose OpenBLAS's own
-threads: then the product is one threaded OpenBLAS call.
+product_strategy.py times, once per shape and machine, whether sharing
+pays and whether OpenBLAS's own threads beat the blocks. Measurements:
+benchmarks/README.md ("Products"; "Design notes moved from the code").
+The C pool's design: docs/performance-design.md.
 
-Helpers. The calling thread shares the blocks with a small pool written in
-C (gemm_pool.c, built by cffi at install time), which runs the whole
-product without the GIL and whose threads spin briefly between products;
-or, when the C module or numpy's ILP64 gemm is missing, with Python
-threads (helper_threads.py, which fused elementwise loops use too). Helpers
-join only for CPUs that are idle at that moment (`idle_cpus`): a helper on
-a busy CPU would keep the caller waiting for its block. The caller takes
-every block no helper has claimed, so a helper that is slow to start costs
-nothing.
-
-Whether a shape is worth sharing at all, and whether OpenBLAS's own
-threads beat our blocks on this machine, is timed once per shape and
-machine (product_strategy.py); benchmarks/README.md has the measurements
-behind these choices.
-
+    PJRT_REF_BLAS_THREADS=n    OpenBLAS threads (default 1; 0: leave it alone)
     PJRT_REF_MATMUL_THREADS=n  threads per product (default: the CPUs this
                                process may run on; 1: this thread computes
                                every block)
@@ -48,14 +45,6 @@ behind these choices.
                                next product before sleeping (default
                                DEFAULT_SPIN_US; 0: sleep at once)
     PJRT_REF_GEMM_POOL=0       Python threads instead of the C pool
-
-Why the OpenBLAS setting is applied before a program is loaded (the
-plugin's `Executable` calls `limit_blas_threads` first): OpenBLAS stops its
-worker threads before every fork (a pthread_atfork handler; the loader
-forks to check a program's bytecode) and starts them again the next time
-it is asked for threads, `openblas_set_num_threads` included, and a freshly
-started worker busy-waits for work for about 0.1 s. Set once before the
-first fork, OpenBLAS never restarts its workers.
 """
 from __future__ import annotations
 
@@ -101,7 +90,7 @@ def limit_blas_threads() -> int | None:
 
 ROW_BLOCKS, COLUMN_BLOCKS = 0, 1
 # Products with fewer multiply-adds than this are one block: handing a
-# block to another thread costs ~10-50 us, about 2**21 multiply-adds.
+# block to another thread costs about as much as 2**21 multiply-adds.
 SPLIT_MIN_MULTIPLY_ADDS = 1 << 22
 # About this much work per block (W2's 256x256 product: two blocks).
 BLOCK_MULTIPLY_ADDS = 1 << 23
@@ -160,7 +149,7 @@ def _threads_for(setting: int | None) -> int:
 
 
 # CPUs of the machine (what /proc/loadavg's runnable count is out of): read
-# once, os.cpu_count() took 14 us per call here.
+# once, not per product (os.cpu_count() asks the system each time).
 _CPUS = os.cpu_count() or 1
 
 

@@ -9,10 +9,11 @@ pass over the array. Since (A . B)^T = B^T . A^T, the pair becomes one step
 that computes `dot_general(rhs, lhs)` with the contracting dimensions
 swapped, which BLAS writes in the transposed layout at once.
 
-Each element is the same sum of the same products; BLAS may add them in
-another order when the operands swap roles, so results agree with the
-unrewritten plan up to the rounding of a dot product (as products split over
-threads do, see blas.py), not bit for bit.
+Not bit for bit: each element is the same sum of the same products, but
+BLAS may add them in another order when the operands swap roles, so results
+agree with the unrewritten plan to the rounding of a dot product
+(tests/test_jit_dots.py). Which rewrites keep the bits: jit/__init__.py,
+"Bits".
 
 Applies to f32/f64 `dot_general` without batch dimensions whose result is
 2-d, used once, by `transpose` with permutation [1, 0].

@@ -7,54 +7,53 @@ computing steps) by one step. Values a run produces that are used after it
 others never exist as full arrays. Three kinds of fused step:
 
 * a run of float add, subtract, multiply, divide, negate, abs, maximum,
-  minimum, compare and select (and splats) runs on numpy (numpy_runs.py): each member's unfused
-  function, intermediates in the outputs' memory where their lifetimes
-  allow (else in cache-sized chunk buffers), results straight into the
-  outputs, large runs split over threads;
+  minimum, compare and select (and splats) runs on numpy (numpy_runs.py):
+  each member's unfused function, intermediates in the outputs' memory
+  where their lifetimes allow (else in cache-sized chunk buffers), results
+  straight into the outputs;
 * any other run of the ops below compiles to one numba loop over the
   elements, intermediates in registers, if it has at least
   COMPILE_MIN_ELEMENTS elements (else its steps stay as they are);
 * a run that contains a transcendental op without a vectorisable
   implementation (f32 log, log1p, sine, cosine; any f64 one) runs its
   steps' own kernels chunk by chunk (`_chunked_step`): numpy's vectorised
-  float64 math (3-4x faster than the scalar libm calls a numba loop would
-  make) on cache-sized pieces, with no full-size temporaries.
+  float64 math beats the scalar libm calls a numba loop would make, and
+  cache-sized pieces need no full-size temporaries.
 
-Large fused loops run on several cores, in contiguous pieces of the index
-range (threads.py): each element is computed exactly as before.
+Large numba loops and numpy runs are split over threads, in contiguous
+pieces of the index range (threads.py): each element is computed exactly as
+before.
 
 What fuses: the ops `scalar_expression` translates (scalar_expressions.py
-says why each gives the unfused kernels' bits), and besides them:
+says why each gives the unfused kernels' bits), and broadcast_in_dim of a
+0-d value (a splat), which joins as a scalar operand; constants are left in
+place before the fused step. Integers never fuse: numba widens integer
+arithmetic to 64 bits, and the spec's wrap-around would need a cast after
+every operation.
 
-* broadcast_in_dim of a 0-d value (a splat) joins as a scalar operand;
-  constants are left in place before the fused step.
+When numba pays. Starting numba costs every process a fixed time and
+memory once the first kernel is needed, even when kernels load from the
+disk cache, and each kernel costs time to load (more to compile the first
+time). So numba is used only where it saves work on every call, decided at
+plan time from op kinds and shapes:
 
-When numba pays. Starting numba costs every process about 0.85 s
-(importing it and its registries, before any kernel loads from the disk
-cache) and ~120 MB, once the first kernel is needed; each kernel then costs
-milliseconds to load (seconds to compile the first time). So numba is used
-only where it saves real work per call, decided at plan time from op kinds
-and shapes:
-
-* plain arithmetic, maximum, minimum, compare and select never need it: numpy's ufuncs
-  writing their intermediates into the outputs move the same memory as a
-  compiled loop (W4's 784x512 SGD update, warm: 74 µs on numpy), and a program made of
-  such runs (an MLP training step) never starts numba: ~0.6 s less per
-  compile in a new process, paid back only after thousands of steps;
-* f32 exp/expm1/logistic/tanh (4-8x faster compiled than numpy's float64
-  functions on widened copies), sqrt, TOTALORDER compares and converts pay only
-  on large tensors: from COMPILE_MIN_ELEMENTS (2^17) elements a run saves
-  roughly 0.1 ms or more per call; below it, thousands of calls would not
-  pay back the start-up (W4's log_softmax exp on 128x10 stays unfused);
+* plain arithmetic, maximum, minimum, compare and select never need it:
+  numpy's ufuncs writing their intermediates into the outputs move the same
+  memory as a compiled loop, so a program made of such runs (an MLP
+  training step) never starts numba;
+* f32 exp/expm1/logistic/tanh (much faster compiled than numpy's float64
+  functions on widened copies), sqrt, TOTALORDER compares and converts pay
+  only on large tensors, from COMPILE_MIN_ELEMENTS (2^17) elements; below
+  it, thousands of calls would not pay back the start-up (W4's log_softmax
+  exp on 128x10 stays unfused);
 * compiled while loops (loops.py) and region bodies (regions.py) replace
   the interpreter's per-iteration / per-element Python work and always pay.
+
+Measurements: benchmarks/README.md, "Design notes moved from the code".
 
 PJRT_REF_JIT=0 turns all of this off (no fused steps at all, never numba);
 PJRT_REF_JIT_MIN_ELEMENTS=n moves the size threshold (0: compile runs of
 any size, which the tests use to check compiled loops on small inputs).
-
-Integers never fuse: numba widens integer arithmetic to 64 bits, and the
-spec's wrap-around would need a cast after every operation.
 """
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ from .scope import CONTROL_FLOW_OPS
 MIN_COMPUTING_STEPS = 2
 ALONE_WORTH_FUSING = ("stablehlo.maximum", "stablehlo.minimum")
 # An f32 exp/expm1/logistic/tanh alone compiles too once it is this large:
-# the compiled loop is 4-8x faster than numpy's float64 function on a
+# the compiled loop is much faster than numpy's float64 function on a
 # widened copy, and worth a kernel compile (cached on disk) only for
 # tensors of some size.
 ALONE_MATH_MIN_ELEMENTS = 1 << 14
@@ -273,8 +272,8 @@ def _fuse(run: list, uses: dict, shape: tuple):
 
 
 # Elements per thread below which a fused loop is not split (threads.py):
-# arithmetic runs at memory speed (~0.3 ns an element), a transcendental
-# costs several ns, and a thread hand-off tens of µs.
+# a thread hand-off costs as much as many elements of arithmetic (which
+# runs at memory speed), fewer of a transcendental.
 MIN_PIECE_ARITHMETIC = 1 << 17
 MIN_PIECE_MATH = 1 << 14
 

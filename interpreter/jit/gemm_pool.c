@@ -1,5 +1,5 @@
-/* A tiny thread pool that computes one matrix product's row blocks on
- * several cores, without Python's GIL.
+/* A tiny thread pool that computes one matrix product's blocks (of rows or
+ * of columns) on several cores, without Python's GIL.
  *
  * Read interpreter/jit/blas.py first: it decides how a product is cut into
  * blocks (from its shape alone, so the bits never depend on who computes
@@ -10,18 +10,16 @@
  * Why C and not Python threads: a Python helper thread sleeps on a lock,
  * and when it is woken its (idle, halted) virtual CPU must first be
  * rescheduled by the hypervisor, then the thread needs the GIL to start,
- * and again to report that its block is done: on a 2-vCPU machine that
- * cost about as much as half a 256x256 product (benchmarks/README.md has
- * the numbers). Here, Python calls one C function (cffi releases the
- * GIL for the whole call), and the pool's threads *spin* for a short while
- * after their last block before they sleep, so that the next product finds
- * them awake. XLA's CPU thread pool behaves the same way (workers spin
- * briefly before blocking), which is what motivated this design.
+ * and again to report that its block is done. Here, Python calls one C
+ * function (cffi releases the GIL for the whole call), and the pool's
+ * threads *spin* for a short while after their last block before they
+ * sleep, so that the next product finds them awake. Design:
+ * docs/performance-design.md; numbers: benchmarks/README.md.
  *
  * The protocol, for one product ("job"):
  *   1. The caller takes the pool (one job at a time: a second host thread
- *      that finds the pool busy gets 0 back and computes its product
- *      unsplit, in Python; it never waits).
+ *      that finds the pool busy gets 0 back, and blas.py calls again with
+ *      helpers == 0: it computes the same blocks itself and never waits).
  *   2. It writes the job's parameters, then publishes the job by storing a
  *      new `claim` word: generation (32 bits) | blocks (16) | next (16).
  *      It wakes as many sleeping workers as it wants helpers.
@@ -81,7 +79,7 @@ typedef void (*dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const
 #define PAUSES_PER_CLOCK_READ 32
 #define CLOCK_READS_PER_YIELD 16
 
-/* One product: C = A @ B, row-major, computed in row blocks. */
+/* One product: C = A @ B, row-major, computed in blocks of rows or columns. */
 struct job {
     intptr_t gemm;            /* sgemm_fn or dgemm_fn */
     int is_double;

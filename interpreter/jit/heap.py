@@ -6,9 +6,9 @@ malloc serves blocks above `M_MMAP_THRESHOLD` (128 KiB at start, adjusted up
 to the largest block freed so far) with a fresh `mmap`, and returns free
 memory at the top of the heap to the kernel once it exceeds
 `M_TRIM_THRESHOLD`. Either way the next array of that size lands on pages
-the kernel has to fault in and zero again: the W4 training step (arrays of
-256 KiB to 1.6 MiB) took about 2,800 page faults per call, 6 of its 15 ms on
-this machine. XLA reuses one preallocated buffer and pays none of that.
+the kernel has to fault in and zero again, a large part of a training
+step's time (benchmarks/README.md, "Design notes moved from the code").
+XLA reuses one preallocated buffer and pays none of that.
 
 `keep_freed_memory()` sets both thresholds once per process (glibc only):
 

@@ -1,5 +1,5 @@
 """Python helper threads that share a list of jobs with the calling thread:
-the row blocks of a product when the C pool (gemm_pool.c) is missing, and
+the blocks of a product when the C pool (gemm_pool.c) is missing, and
 the pieces of a fused elementwise loop (threads.py).
 
 The caller takes jobs until none is left, helpers are woken only as the
@@ -16,7 +16,8 @@ import threading
 class _SharedJobs:
     """Jobs claimed one at a time by whichever thread asks first. `done`
     is held until the last job has finished (a plain lock: cheaper to make
-    and to wait on than an Event, which matters at ~0.2 ms per product)."""
+    and to wait on than an Event, which matters for a sub-millisecond
+    product)."""
 
     def __init__(self, jobs: list):
         self.jobs = jobs

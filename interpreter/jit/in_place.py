@@ -4,9 +4,10 @@ JAX lowers `lax.scan` to a `stablehlo.while` whose body writes each step's
 output into a carried (steps, ...) buffer with `dynamic_update_slice`
 (spec "dynamic_update_slice": the result is the operand with one window
 replaced), usually through a private function (`func.call
-@dynamic_update_index_in_dim`). Kernels treat operands as immutable, so each
-iteration copied the whole buffer to change one row: W9's LSTM (64 steps,
-eight 2 MB buffers) spent 190 of 400 ms per call copying.
+@dynamic_update_index_in_dim`). Kernels treat operands as immutable, so
+unrewritten, each iteration copies the whole buffer to change one row,
+a large part of a scan's time (benchmarks/README.md, "Design notes
+moved from the code").
 
 When the loop is the only holder of the buffer, the copy is not needed. At
 plan time, for each carried value `k` of a `while`, this pass checks that

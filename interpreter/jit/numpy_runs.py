@@ -12,11 +12,11 @@ Where intermediates live (`place_members`): an intermediate whose lifetime
 ends before an output of its dtype is written is computed in that output's
 memory, as one would by hand (`np.multiply(g, c, out=o); np.subtract(p, o,
 out=o)` for an SGD update). A run whose intermediates all fit that way runs
-each member once over its whole range: measured on W4's 784x512 update,
-whole-range calls beat cache-sized chunks both with warm caches (74 vs 107
-µs) and cold (~270 vs ~350 µs), chunks costing a ufunc call each and
-restarting the hardware prefetcher. Only a run needing other buffers goes
-chunk by chunk, so those stay small and in cache.
+each member once over its whole range, which beats cache-sized chunks with
+warm caches and cold: each chunk costs a ufunc call and restarts the
+hardware prefetcher. Only a run needing other buffers goes chunk by chunk,
+so those stay small and in cache. Measurements: benchmarks/README.md,
+"Design notes moved from the code".
 """
 from __future__ import annotations
 
@@ -28,14 +28,11 @@ from ..steps import Step
 from . import threads
 from .fused_step import fused_step
 
-# Elements per thread below which a run is not split. These runs are
-# memory-bound: a second thread mostly competes for the same memory
-# bandwidth and pays a hand-off. Measured on the 2-vCPU machine (an SGD
-# update p - 0.01 * g, medians, one thread vs two): 784x512 warm 90-137 vs
-# 163-209 µs, cold caches 358-567 vs 377-612 µs; 1024x1024 about equal;
-# 2048x2048 cold 2.7-2.8 vs 2.0-2.2 ms. In W4's steps, two threads made its
-# numpy runs slower (0.60-0.83 ms vs 0.84-1.03 ms per step). So runs split
-# from 2^21 elements on.
+# Elements per thread below which a run is not split, so runs split from
+# 2^21 elements on. These runs are memory-bound: a second thread mostly
+# competes for the same memory bandwidth and pays a hand-off, and gains
+# only on large arrays (benchmarks/README.md, "Design notes moved from the
+# code").
 MIN_PIECE = 1 << 20
 
 
@@ -88,7 +85,7 @@ _BITS = {1: np.dtype(np.int8), 2: np.dtype(np.int16), 4: np.dtype(np.int32), 8: 
 def _select(pred, on_true, on_false, out):
     """pred ? on_true : on_false by the bits: (true & mask) | (false & ~mask)
     with mask all ones where pred holds. Every element is a copy of the bits
-    np.where would pick, without its per-element branch (6x faster on a
+    np.where would pick, without its per-element branch (much faster on a
     random mask, like a relu's). The mask is built in `out`; a 0-d operand
     whose bits are all zero (a +0.0 splat, as in a relu's gradient) needs no
     pass of its own."""
@@ -143,7 +140,7 @@ def _max_min_with_scalar(numpy_function, is_max: bool):
     def apply(lhs, rhs, out):
         scalar, array = (lhs, rhs) if lhs.ndim == 0 else (rhs, lhs)
         # numpy's maximum/minimum have no vector loop for a 0-d operand
-        # (5x slower than on two arrays): the 0-d value is spread over `out`
+        # (far slower than on two arrays): the 0-d value is spread over `out`
         # first (`array` never shares its memory: see place_members), and
         # the operands keep their order (the first NaN wins).
         np.copyto(out, scalar)
@@ -165,8 +162,8 @@ def runs_on_numpy(ops: list) -> bool:
 
 
 # Elements per chunk of a run that needs buffers of its own: a chunk's
-# buffers (256 KB each in float32) stay in a 1 MB L2, and a ufunc call
-# (~1-2 µs) is small next to its work.
+# buffers (256 KB each in float32) stay in a 1 MB L2, and a ufunc call's
+# fixed cost is small next to its work.
 NUMPY_CHUNK = 1 << 16
 
 

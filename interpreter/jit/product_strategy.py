@@ -2,12 +2,11 @@
 it once and remembered on disk.
 
 What is fastest depends on the CPU and on the kernels numpy's OpenBLAS
-picked for it, not only on the size: the same 256x256 f32 product ran ten
-times slower on one thread of one two-core machine than of another, where
-OpenBLAS's own threads were six times faster than one (benchmarks/README.md,
-"Products", has the numbers). So the first time a process meets a shape
-worth splitting (blas.py), it times the candidates on operands of that
-shape and layout:
+picked for it, not only on the size: the same product can be many times
+slower on one thread of one machine than of another, where OpenBLAS's own
+threads then beat one thread by far (benchmarks/README.md, "Products", has
+the numbers). So the first time a process meets a shape worth splitting
+(blas.py), it times the candidates on operands of that shape and layout:
 
     serial    this thread computes every block (one call where that
               gives the blocks' bits)
@@ -22,8 +21,8 @@ they give the same bits; choosing between them only moves time, and
 splitting is kept unless it measured clearly slower (SPLIT_MARGIN).
 `openblas` gives other bits
 (OpenBLAS cuts a product by its own thread count) and busy-waits its
-threads, which made products tens of times slower on a loaded machine; it
-is chosen only where it beat both by OPENBLAS_MARGIN.
+threads, which makes products far slower on a loaded machine; it is chosen
+only where it beat both by OPENBLAS_MARGIN.
 
 Timings are taken only while the other CPUs are idle: on a busy machine a
 helper waits for a CPU and the caller waits for the helper, which says
@@ -59,8 +58,8 @@ from . import codegen, openblas
 OPENBLAS_MARGIN = 2.0
 # Splitting is dropped only where it measured this many times slower than
 # serial. Equal times mean the helpers never ran (the CPUs were busier than
-# the quiet check saw): a 256x256 probe during a pip install kept serial at
-# 414.7 µs against split 414.7 µs and ran W2 on one core for good.
+# the quiet check saw), and a verdict is kept for good (an example:
+# benchmarks/README.md, "Design notes moved from the code").
 SPLIT_MARGIN = 1.1
 # Timed rounds of each candidate (after one untimed call); the best counts.
 # A round starts only when the machine is quiet: up to MAX_ROUNDS tries,

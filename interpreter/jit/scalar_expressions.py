@@ -62,7 +62,7 @@ VECTOR_MATH_F32 = {
     "stablehlo.tanh": "tanh_f32(float64({0}))",
 }
 # These call libm, which blocks vectorisation: numpy's vectorised float64
-# log/sin/cos are 3-4x faster than a numba loop's scalar calls, so runs with
+# log/sin/cos are faster than a numba loop's scalar calls, so runs with
 # them go chunk by chunk through numpy instead. Compiled loops and region
 # bodies (loops.py, regions.py), which work on few elements at a time, do
 # use them.

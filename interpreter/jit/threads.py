@@ -29,7 +29,7 @@ from ... import settings
 from . import blas, helper_threads
 
 MAX_DEFAULT_THREADS = 8
-# Pieces smaller than this are not worth a thread hand-off (tens of µs).
+# Pieces smaller than this are not worth a thread hand-off.
 MIN_PIECE = 1 << 15
 # Pieces per thread (see the module docstring).
 PIECES_PER_THREAD = 8

@@ -3,11 +3,11 @@ that LLVM can vectorise the loop around them.
 
 Why: the unfused kernels compute float32 transcendentals in float64 and round
 once (numpy's float64 functions, see `ops/elementwise_support.widen_for_math`).
-A fused loop calling libm's `exp`/`tanh` per element cannot be vectorised, and
-was 3-4x slower than numpy's SIMD float64 code, so runs with these ops used
-to run chunk by chunk through numpy. The functions here keep the same
-recipe -- compute in float64, round once to float32 -- with straight-line
-float64 code (range reduction, a polynomial, selects instead of branches, no
+A fused loop calling libm's `exp`/`tanh` per element cannot be vectorised,
+and is slower than numpy's SIMD float64 code (benchmarks/README.md, "Design
+notes moved from the code"). The functions here keep the same recipe --
+compute in float64, round once to float32 -- with straight-line float64
+code (range reduction, a polynomial, selects instead of branches, no
 calls), which LLVM turns into AVX2/AVX-512 code inside the fused loop.
 
 Accuracy. Every function's float64 value has a relative error below about
@@ -75,8 +75,7 @@ def fma(typingctx, a, b, c):
     the polynomials here use it, while the kernels' own arithmetic must
     round after each operation as the unfused ops do, so a blanket
     `fastmath={"contract"}` is not an option. One FMA instead of a multiply
-    and an add is both faster (about 1.5x for these functions) and more
-    accurate."""
+    and an add is both faster and more accurate."""
     from numba import types
 
     signature = types.float64(types.float64, types.float64, types.float64)

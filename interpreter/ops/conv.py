@@ -5,7 +5,8 @@ Spec "convolution" (docs/spec.md#convolution) and "dynamic_conv"
 spatial...), padded and dilated, cut into windows with a strided view, and
 each group of windows is contracted with its slice of the kernel by one
 `tensordot`; ungrouped convolutions copy their windows into one matrix
-(im2col) slice by slice and take one matrix product, 4x faster. Arithmetic is as for `dot_general` (see `dot.work_dtype`).
+(im2col) slice by slice and take one matrix product, which is faster.
+Arithmetic is as for `dot_general` (see `dot.work_dtype`).
 """
 from __future__ import annotations
 

@@ -93,8 +93,8 @@ def dot_general_arrays(lhs, rhs, lhs_batch, rhs_batch, lhs_contract, rhs_contrac
 
 
 def _size(shape) -> int:
-    """Elements in `shape` (Python ints: math.prod is ~20x quicker than np.prod
-    on a short list, which mattered at a few us per product)."""
+    """Elements in `shape` (Python ints: math.prod is much quicker than np.prod
+    on a short list, which matters for small products)."""
     return math.prod(shape)
 
 

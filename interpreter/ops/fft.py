@@ -15,7 +15,7 @@ from ..registry import register
 from ..types import is_complex
 
 # fft_type -> the scipy.fft function (imported on first use: importing
-# scipy.fft costs 0.4 s, which every program's first load would pay).
+# scipy.fft is slow, and every program's first load would pay it).
 _TRANSFORMS = {"FFT": "fftn", "IFFT": "ifftn", "RFFT": "rfftn", "IRFFT": "irfftn"}
 
 

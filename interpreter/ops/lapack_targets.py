@@ -62,7 +62,7 @@ def complex_dtype(dtype: np.dtype) -> np.dtype:
 
 @functools.lru_cache(maxsize=None)
 def _scipy_routine(name: str, dtype: np.dtype) -> Callable:
-    # scipy.linalg takes ~0.15 s to import: only programs that use LAPACK pay it.
+    # scipy.linalg is slow to import: only programs that use LAPACK pay it.
     from scipy.linalg import get_blas_funcs, get_lapack_funcs
 
     lookup = get_blas_funcs if name in _BLAS_ROUTINES else get_lapack_funcs

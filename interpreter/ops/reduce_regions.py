@@ -203,7 +203,7 @@ _NARROW_INTEGER_WORK = {
 def ufunc_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype numpy's ufuncs can work in for `dtype`: 2- and 4-bit
     integers have no ufunc loops, so they use 8 bits and wrap on the way back.
-    (A dict of dtypes: looking up `dtype.name` costs a microsecond a call.)"""
+    (A dict of dtypes: looking up `dtype.name` is slow on a per-call path.)"""
     return _NARROW_INTEGER_WORK.get(dtype, dtype)
 
 
