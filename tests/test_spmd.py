@@ -235,7 +235,7 @@ def test_sub_axes_follow_the_shardy_spec():
 @pytest.mark.parametrize("name", ["shard_map_collectives", "shard_map_nested",
                                   "shard_map_partial_manual"])
 def test_gspmd_per_device_fallback_matches_jax_cpu(gspmd_cpu_oracle, monkeypatch, name):
-    """A GSPMD manual region that spmd_gspmd cannot make into a manual call
+    """A GSPMD manual region that gspmd.py cannot make into a manual call
     runs the whole program on every device; force that path for JAX's own
     programs and check it against JAX cpu too."""
     import pjrt_ref.spmd.partitioner as spmd

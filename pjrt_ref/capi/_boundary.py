@@ -5,7 +5,7 @@ Every entry point is a Python function `fn(args)` registered with
 calls from C: it views the Args struct through `cdata.Args` (which respects
 the caller's `struct_size`), runs `fn`, and turns any exception into a
 `PJRT_Error*` (a `PjrtRefError` keeps its code, anything else is INTERNAL).
-Nothing escapes into C. Around `fn` it puts the API log (debug/api_log.py),
+Nothing escapes into C. Around `fn` it puts the API log (api_log.py),
 strict mode's checks (strict.py) and the finishing of buffer destroys the C
 fast paths answered (fast_paths.py).
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections import Counter
 
-# PJRT_* entry points, and PLUGIN_Profiler_* (the profiler extension, debug/profiler_extension.py)
+# PJRT_* entry points, and PLUGIN_Profiler_* (the profiler extension, capi/profiler_extension.py)
 _CALL = re.compile(r"pjrt-ref: -> ((?:PJRT|PLUGIN)_\w+) ?(.*)$")
 _RETURN = re.compile(r"pjrt-ref: <- ((?:PJRT|PLUGIN)_\w+) (ok|error)\s*(.*)$")
 

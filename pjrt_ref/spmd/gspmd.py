@@ -19,7 +19,7 @@ thing the way Shardy's `sdy.manual_computation` does,
             pjrt_ref.out_shardings = ["{replicated}"]}
 
 so the partitioned execute can run the global program once and only the
-callee per device (`spmd_manual.PartitionedRun.run_manual_call`). A group
+callee per device (`manual.PartitionedRun.run_manual_call`). A group
 that does not have this shape is left alone; the program then runs whole on
 every device instead (`annotate_full_to_shard` and the `per_device` mode).
 """

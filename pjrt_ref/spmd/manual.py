@@ -15,7 +15,7 @@ shapes, collectives across devices), in one of two spellings:
   data flow: `custom_call @SPMDFullToShardShape` turns a global value into
   the device's local shard, `custom_call @SPMDShardToFullShape` turns local
   values back into a global one, and everything in between is per device.
-  `spmd_gspmd` makes each such region (a call between the markers) into a
+  `gspmd.py` makes each such region (a call between the markers) into a
   `@pjrt_ref.manual_call` op at load time, which runs like Shardy's
   (`PartitionedRun.run_manual_call`). A region of another shape makes the
   program run whole on every device (`per_device` mode): the global parts
@@ -93,7 +93,7 @@ class PartitionedRun:
 
     def sum_partials(self, op, value, axes: frozenset) -> np.ndarray:
         """An unreduced value's sum over mesh `axes` (a sharding that drops
-        them, `spmd_unreduced`): XLA's all-reduce over the devices that differ
+        them, `unreduced.py`): XLA's all-reduce over the devices that differ
         from this one only in those axes, added in device order."""
         mesh = parse_tensor_sharding(op.attrs["sharding"]).mesh(self.meshes)
         device = _this_device(self)
@@ -147,7 +147,7 @@ class PartitionedRun:
 
     # -- GSPMD ----------------------------------------------------------------
     def run_manual_call(self, op, operands) -> list[np.ndarray]:
-        """`@pjrt_ref.manual_call` (a GSPMD shard_map, see `spmd_gspmd`): the
+        """`@pjrt_ref.manual_call` (a GSPMD shard_map, see `gspmd.py`): the
         callee once per device on the local shards its `in_shardings` cut,
         the results put back together by its `out_shardings`."""
         callee = op.module.function(op.attrs[CALLEE_ATTR])

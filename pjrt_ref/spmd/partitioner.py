@@ -20,7 +20,7 @@ With `jax_use_shardy_partitioner=False` the same information comes in
 GSPMD's spelling: `mhlo.sharding = "{devices=[4,1]<=[4]}"` strings on
 arguments, results and `custom_call @Sharding`, and shard_map's body between
 `custom_call @SPMDFullToShardShape` and `@SPMDShardToFullShape` (see
-`spmd_layout` for both spellings of a sharding).
+`layout.py` for both spellings of a sharding).
 
 What this module does with it, correct by construction rather than fast:
 
@@ -39,11 +39,11 @@ What this module does with it, correct by construction rather than fast:
    thread as process (0, partition) of the StableHLO process grid, so its
    collectives (psum, all_gather, ppermute, psum_scatter, ...) meet across
    devices exactly as the spec's process-grid semantics say; the local
-   results are put back together by `out_shardings` (`spmd_manual`).
+   results are put back together by `out_shardings` (`manual.py`).
    GSPMD's manual regions are not region ops: at load time each one (the
    call between `@SPMDFullToShardShape` and `@SPMDShardToFullShape`) is made
    into one `@pjrt_ref.manual_call` op that runs the same way
-   (`spmd_gspmd`); a region of any other shape makes the program run whole
+   (`gspmd.py`); a region of any other shape makes the program run whole
    on every device instead (the global parts redundantly).
 4. A program returning a manual region's result that is replicated over
    some of the region's manual axes (pmap's `out_axes=None`, shard_map's
@@ -174,7 +174,7 @@ class PartitionedRunner:
         self.num_replicas = num_replicas
         self.devices = list(range(num_partitions * num_replicas))
         self._optimized_text: str | None = None
-        # GSPMD manual regions become @pjrt_ref.manual_call ops (spmd_gspmd); a
+        # GSPMD manual regions become @pjrt_ref.manual_call ops (gspmd.py); a
         # program with one that does not fit that shape runs whole on every
         # device, its SPMDFullToShardShape ops told their operand's sharding.
         self.global_program = program
@@ -325,7 +325,7 @@ class PartitionedRunner:
 
     def run_on_every_device(self, per_device_arguments: list, placement=None) -> dict:
         """GSPMD manual regions, or unreduced values: the whole program on
-        every device (of this process), one thread each (see `spmd_manual`),
+        every device (of this process), one thread each (see `manual.py`),
         on that device's view of the global arguments; {device: its results}."""
         program = self.per_device_program
         views = {}                       # arguments differ only where some are unreduced
@@ -493,7 +493,7 @@ class PartitionedRunner:
 
 def _with_reductions_marked(program):
     """`program` with its unreduced values' reduction points marked
-    (`spmd_unreduced`), loaded to run on every device."""
+    (`unreduced.py`), loaded to run on every device."""
     from jaxlib.mlir import ir
     from ..interpreter import load
     from ..interpreter.loader import make_context
