@@ -352,6 +352,40 @@ def test_a_failing_block_raises_in_the_caller():
     helper_threads.run_shared([], helpers=2)  # nothing to do: returns at once
 
 
+class _Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_caller_still_waits_for_its_helpers():
+    """A signal (Ctrl-C, a test timeout) while the caller waits must not let it
+    return before a helper has finished writing into the caller's arrays."""
+    import signal
+    import threading
+    import time
+
+    out = np.zeros(1)
+
+    def helper_block():
+        time.sleep(0.5)
+        out[0] = 1.0
+
+    shared = helper_threads._SharedJobs([helper_block])
+    threading.Thread(target=shared.work, daemon=True).start()     # the helper
+
+    def raise_interrupted(signum, frame):
+        raise _Interrupted()
+
+    main = threading.get_ident()
+    previous = signal.signal(signal.SIGUSR1, raise_interrupted)
+    try:
+        threading.Timer(0.1, signal.pthread_kill, (main, signal.SIGUSR1)).start()
+        with pytest.raises(_Interrupted):
+            shared.wait()
+        assert out[0] == 1.0          # the helper's write came first
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 _MAPPED_CHUNKS = textwrap.dedent("""
     import ctypes, numpy as np
     from pjrt_ref.interpreter.jit import heap

@@ -47,7 +47,18 @@ class _SharedJobs:
                 self.done.release()
 
     def wait(self) -> None:
-        self.done.acquire()
+        """Return once every job has finished, even if the wait is interrupted
+        (Ctrl-C, a test timeout's signal): the helpers write into the caller's
+        arrays, which must outlive them. The interruption is raised after."""
+        interrupted = None
+        while True:
+            try:
+                self.done.acquire()
+                break
+            except BaseException as error:   # raised by a signal handler while waiting
+                interrupted = interrupted or error
+        if interrupted is not None:
+            raise interrupted
 
 
 class _Helper:
