@@ -12,8 +12,7 @@ import subprocess
 import pytest
 
 import pjrt_ref
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from repo_paths import DATA
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +26,7 @@ def host_binary(tmp_path_factory) -> str:
     (build / "pjrt_ref_api.h").write_text(full_header())
     binary = str(build / "host")
     subprocess.run([compiler, "-std=c11", "-Wall", "-Werror", "-I", str(build),
-                    os.path.join(HERE, "c_host", "host.c"), "-ldl", "-o", binary], check=True)
+                    str(DATA / "c_host" / "host.c"), "-ldl", "-o", binary], check=True)
     return binary
 
 

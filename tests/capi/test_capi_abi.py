@@ -144,7 +144,7 @@ def test_short_struct_size_is_respected():
 
 def test_hlo_program_that_is_no_module_is_invalid_argument():
     # "hlo" programs are converted to StableHLO (pjrt_ref/model/program_formats.py,
-    # tests/test_program_formats.py); these two bytes hold no entry computation.
+    # tests/model/test_program_formats.py); these two bytes hold no entry computation.
     api = lib.GetPjrtApi()
     create = ffi.new("PJRT_Client_Create_Args*", {"struct_size": ffi.sizeof("PJRT_Client_Create_Args")})
     assert api.PJRT_Client_Create(create) == ffi.NULL
@@ -163,7 +163,7 @@ def test_hlo_program_that_is_no_module_is_invalid_argument():
 
 def test_get_pjrt_api_from_threads_without_the_gil():
     """First call races from 8 threads (ctypes drops the GIL): one init, one table."""
-    from test_jax_support import run_python
+    from jax_support import run_python
     run_python("""
         import ctypes, threading
         import pjrt_ref

@@ -15,7 +15,7 @@ import pytest
 from capi_calls import Api, PjrtCallError, ffi, lib
 from pjrt_ref.model import handles
 from pjrt_ref.capi import fast_paths
-from test_jax_support import run_jax
+from jax_support import run_jax
 
 TWO_RESULTS = """func.func @main(%x: tensor<f32>, %y: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
   %0 = stablehlo.add %x, %y : tensor<f32>

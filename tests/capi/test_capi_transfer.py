@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from test_capi_errors import PYPJRT_PRELUDE
-from test_jax_support import run_python
+from jax_support import run_python
 
 
 def test_chunked_transfer_then_execute():

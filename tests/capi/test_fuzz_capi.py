@@ -1,4 +1,4 @@
-"""A bounded run of the C API fuzzer (tests/fuzz_capi.py) in child processes: no crash, no accepted misuse."""
+"""A bounded run of the C API fuzzer (tests/scripts/fuzz_capi.py) in child processes: no crash, no accepted misuse."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from test_jax_support import clean_env
+from jax_support import clean_env
+from repo_paths import SCRIPTS
 
-FUZZER = os.path.join(os.path.dirname(__file__), "fuzz_capi.py")
+FUZZER = str(SCRIPTS / "fuzz_capi.py")
 
 
 @pytest.mark.parametrize("misuse", ["0.4", "0.05"])

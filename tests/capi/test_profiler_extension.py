@@ -17,7 +17,7 @@ import pytest
 
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
-from test_jax_support import run_jax
+from jax_support import run_jax
 
 abi = pytest.importorskip("pypjrt._abi.pjrt_0_114")
 

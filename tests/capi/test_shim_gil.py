@@ -2,7 +2,7 @@
 
 Hosts differ (DESIGN.md, "the path of one call", item 8): JAX releases the
 GIL before calling a plugin, PyTorch/XLA calls GetPjrtApi from a pybind11
-function holding it, a C host has no Python (tests/test_c_host.py). Here
+function holding it, a C host has no Python (tests/capi/test_c_host.py). Here
 ctypes plays both Python hosts: `ctypes.PyDLL` and `ctypes.PYFUNCTYPE` keep
 the GIL during the call, `ctypes.CDLL` and `ctypes.CFUNCTYPE` release it.
 
@@ -18,9 +18,11 @@ import os
 
 import pytest
 
-from test_jax_support import run_python
+from jax_support import run_python
+from repo_paths import SUPPORT, TESTS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The child imports the helpers and test_multi_device's C API steps.
+CHILD_PATH = os.pathsep.join([str(SUPPORT), str(TESTS / "model")])
 
 CHILD = r"""
 import ctypes, datetime, sys, threading
@@ -86,7 +88,7 @@ print("ok")
 
 @pytest.mark.parametrize("hold_gil", [True, False], ids=["gil-held-PyDLL", "gil-released-CDLL"])
 def test_get_pjrt_api_and_entry_points_in_either_gil_state(hold_gil):
-    proc = run_python(CHILD.format(hold_gil=hold_gil), timeout=120, PYTHONPATH=HERE)
+    proc = run_python(CHILD.format(hold_gil=hold_gil), timeout=120, PYTHONPATH=CHILD_PATH)
     assert proc.stdout.strip().endswith("ok"), proc.stdout
 
 

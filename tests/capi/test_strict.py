@@ -6,7 +6,7 @@ the `pjrt_ref.strict` log line naming the entry point.
 """
 from __future__ import annotations
 
-from test_jax_support import run_python
+from jax_support import run_python
 
 HARNESS = """
 import numpy as np
@@ -103,7 +103,7 @@ destroy_client()
 
 def test_jax_runs_clean_under_strict_mode():
     """JAX (an older pjrt_c_api.h than ours) uses the API correctly: no violation logged."""
-    from test_jax_support import run_jax
+    from jax_support import run_jax
     proc = run_jax("""
         x = jnp.arange(8.0)
         y = jax.jit(lambda a: jnp.sin(a) * 2, donate_argnums=0)(x)
@@ -240,13 +240,13 @@ destroy_client()
 
 
 def test_fuzzer_under_strict_mode_never_crashes_nor_accepts_misuse():
-    """tests/fuzz_capi.py's random calls (NULL/stale/foreign handles, bad sizes) with strict mode on."""
-    import pathlib
+    """tests/scripts/fuzz_capi.py's random calls (NULL/stale/foreign handles, bad sizes) with strict mode on."""
     import subprocess
     import sys
 
-    from test_jax_support import clean_env
-    fuzzer = pathlib.Path(__file__).resolve().parent / "fuzz_capi.py"
+    from jax_support import clean_env
+    from repo_paths import SCRIPTS
+    fuzzer = SCRIPTS / "fuzz_capi.py"
     proc = subprocess.run([sys.executable, str(fuzzer), "--seed", "7", "--calls", "1500"],
                           env=clean_env(PJRT_REF_STRICT="1"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -24,7 +24,7 @@ import pytest
 from capi_calls import Api, PjrtCallError, ffi, lib
 from pjrt_ref.model import handles
 from pjrt_ref.model.buffer import Buffer
-from test_jax_support import run_jax
+from jax_support import run_jax
 
 BOTH = {"JAX_PLATFORMS": "pjrt_ref,cpu"}
 INVALID, PRECONDITION = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_FAILED_PRECONDITION

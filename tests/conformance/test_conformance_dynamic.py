@@ -18,8 +18,9 @@ from pjrt_ref.conformance import dynamic, oracle
 from pjrt_ref.conformance.runner import main
 from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.types import TensorType
+from repo_paths import DATA
 
-DYNAMIC = os.path.join(os.path.dirname(__file__), "data", "conformance", "dynamic")
+DYNAMIC = str(DATA / "conformance" / "dynamic")
 
 EXPECTED_STATUSES = {
     "two_dimension_variables.mlir": "pass",

@@ -11,9 +11,10 @@ import os
 
 import pytest
 
+import repo_paths
 from pjrt_ref.conformance.runner import main
 
-DATA = os.path.join(os.path.dirname(__file__), "data", "conformance")
+DATA = str(repo_paths.DATA / "conformance")
 INTERPRET = os.path.join(DATA, "interpret", "checks.mlir")
 # The self-checking files; the dynamic cases (data/conformance/dynamic) have
 # their own tests in test_conformance_dynamic.py.

@@ -12,14 +12,16 @@ point called (JAX versions differ) are compared as placeholders.
 from __future__ import annotations
 
 import os
-import pathlib
 import re
 import subprocess
 import sys
 
-from test_jax_support import clean_env
+import pytest
 
-DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "debugging.md"
+from jax_support import clean_env
+from repo_paths import REPO
+
+DOC = REPO / "docs" / "debugging.md"
 _FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.S)
 _CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
 _VARIABLE = re.compile(r"0x[0-9a-f]+|\d+\.\d+ ms|\d\.\d+%")
@@ -53,6 +55,7 @@ def checked(line: str) -> bool:
     return bool(line.strip()) and line.strip() != "..." and not _VARIABLE.search(line)
 
 
+@pytest.mark.slow
 def test_tutorial_transcripts_are_true(tmp_path):
     text = DOC.read_text()
     for name, body in _FILE.findall(text):

@@ -8,7 +8,6 @@ wrong by a `sitecustomize.py` on the worker's PYTHONPATH.
 """
 from __future__ import annotations
 
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from test_jax_support import clean_env
+from jax_support import clean_env
+from repo_paths import SUPPORT
 
 from pjrt_ref.debug.diff import Differ, Divergence
 from pjrt_ref.debug.diff.compare import Tolerance, compare, ulp_distance
@@ -317,7 +317,7 @@ def test_jax_raises_at_the_planted_op_and_prints_once(model_dir):
 def test_w4_like_training_step_agrees_with_xla_cpu(tmp_path):
     script = textwrap.dedent(f'''\
         import sys, numpy as np, jax
-        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+        sys.path.insert(0, {str(SUPPORT)!r})
         from jit_support import mlp_training_step
         step, args = mlp_training_step(np.random.default_rng(0), (784, 512, 512, 10), batch=128)
         open("step.mlir", "w").write(jax.jit(step).lower(*args).as_text(debug_info=True))
@@ -362,6 +362,7 @@ def test_a_crashing_plugin_is_one_line(model_dir):
         f"'stablehlo.tanh' at {model_dir}/model.py:4:" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_hanging_plugin_is_one_line(model_dir):
     # Long enough for the ops before tanh to compile on a loaded machine; tanh itself never answers.
     proc = pjrt_ref_diff(model_dir, "--against", plugin_path(), "--timeout", "15", fault="hanging")

@@ -5,8 +5,8 @@ several OS processes; only the transport between them (pjrt-ref's is MPI,
 `pjrt_ref/distributed/mpi_transport.py`) is outside the interpreter. Here
 the "hosts" are threads of this process and the transport posts straight
 into the other host's mail store, so the grid logic can be checked on its
-own: the 2 x 2 grid of tests/test_multi_device_collectives.py split over two
-hosts must give XLA CPU's results, and a host that never runs must fail
+own: the 2 x 2 grid of tests/support/collective_grid_cases.py split over
+two hosts must give XLA CPU's results, and a host that never runs must fail
 the other at the first collective, naming it. The topology exchange and
 the per-process debugging files are checked here too.
 """
@@ -18,6 +18,7 @@ import threading
 import numpy as np
 import pytest
 
+from collective_grid_cases import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
 from pjrt_ref.debug import process_files
 from pjrt_ref.debug.profile import merge
 from pjrt_ref.distributed import LocalStore
@@ -27,7 +28,6 @@ from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.ops.collective_grid import MailStore
 from pjrt_ref.interpreter.ops.collective_hosts import HostPlacement
 from pjrt_ref.model.multi_device import run_per_device
-from test_multi_device_collectives import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
 
 # (replica, partition) -> host: replica 0 on host 0, replica 1 on host 1.
 HOSTS = {(r, p): r for r in range(R) for p in range(P)}

@@ -1,7 +1,7 @@
 """Multi-process pjrt-ref (JAX multi-controller) against XLA CPU's multi-process run.
 
-Each test starts P processes on this machine (tests/distributed_launch.py),
-each running tests/distributed_programs.py: pmap collectives over every
+Each test starts P processes on this machine (tests/support/distributed_launch.py),
+each running tests/support/distributed_programs.py: pmap collectives over every
 device, jax.jit over global NamedShardings, shard_map collectives, and a
 data-parallel training loop. The expected values are XLA CPU's own
 multi-process run of the same programs (Gloo collectives); pjrt-ref's
@@ -22,8 +22,9 @@ import pytest
 from distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path, results,
                                 run_job, run_mpiexec_job)
 
-pytestmark = pytest.mark.skipif(mpi_missing_reason() is not None,
-                                reason=f"multi-process pjrt-ref needs the [mpi] extra: {mpi_missing_reason()}")
+pytestmark = [pytest.mark.skipif(mpi_missing_reason() is not None,
+                                 reason=f"multi-process pjrt-ref needs the [mpi] extra: {mpi_missing_reason()}"),
+              pytest.mark.slow]
 
 SLOW = pytest.mark.skipif(os.environ.get("PJRT_REF_SLOW_TESTS") != "1",
                           reason="4-process jobs run with PJRT_REF_SLOW_TESTS=1")

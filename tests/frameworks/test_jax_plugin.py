@@ -1,13 +1,13 @@
 """JAX loads pjrt-ref as a PJRT plugin and runs programs on it.
 
-Each test runs in a child process (tests/_subprocess.py), so a crash in the
+Each test runs in a child process (tests/support/jax_support.py), so a crash in the
 plugin fails that test instead of killing pytest.
 """
 from __future__ import annotations
 
 import pjrt_ref
 
-from test_jax_support import run_jax, run_python
+from jax_support import run_jax, run_python
 
 
 def test_jnp_add():

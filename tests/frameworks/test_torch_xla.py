@@ -18,10 +18,12 @@ import textwrap
 import pytest
 
 import pjrt_ref
-from test_jax_support import clean_env, run_python
+from jax_support import clean_env, run_python
+from repo_paths import REPO
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
-                                reason="torch_xla is not installed (pip install -e '.[torch]')")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
+                                 reason="torch_xla is not installed (pip install -e '.[torch]')"),
+              pytest.mark.slow]   # each case starts torch_xla in a child process
 
 # Imported first in every child: torch_xla must pick its device before the
 # first backward pass, when autograd sizes its per-device queues.
@@ -115,7 +117,7 @@ def test_matmul_and_conv2d_match_torch_cpu():
     """)
 
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = str(REPO / "examples")
 
 
 @pytest.mark.parametrize("model, inputs", [("mlp", "8"), ("cnn", "1, 8, 8")])

@@ -5,12 +5,13 @@ the checker comes back after."""
 from __future__ import annotations
 
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
 
-CORPUS = pathlib.Path(__file__).parent / "data" / "fuzz_loader"
+from repo_paths import DATA
+
+CORPUS = DATA / "fuzz_loader"
 
 _PRELUDE = textwrap.dedent("""
     import io, os, sys, threading

@@ -1,4 +1,4 @@
-"""Replay the loader fuzz corpus (tests/data/fuzz_loader/, from tests/fuzz_loader.py).
+"""Replay the loader fuzz corpus (tests/data/fuzz_loader/, from tests/scripts/fuzz_loader.py).
 
 Each input is loaded (and, if it loads, run on zero arguments) in one
 subprocess, each file guarded separately, so an abort from MLIR's C++ fails
@@ -8,14 +8,14 @@ or a PjrtRefError.
 from __future__ import annotations
 
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
-HERE = pathlib.Path(__file__).parent
-CORPUS = HERE / "data" / "fuzz_loader"
+from repo_paths import DATA, SCRIPTS
+
+CORPUS = DATA / "fuzz_loader"
 FILES = sorted(p for p in CORPUS.iterdir() if p.is_file()) if CORPUS.is_dir() else []
 
 # A child replays the files in turn, printing a line before and after each, so
@@ -45,7 +45,7 @@ def replay():
     remaining = [str(p) for p in FILES]
     while remaining:
         try:
-            proc = subprocess.run([sys.executable, "-c", _CHILD, str(HERE)] + remaining,
+            proc = subprocess.run([sys.executable, "-c", _CHILD, str(SCRIPTS)] + remaining,
                                   capture_output=True, text=True, errors="replace",
                                   timeout=HANG_SECONDS, env=env)
             stdout, tail = proc.stdout, f"exit {proc.returncode}: {proc.stderr[-1500:]}"
@@ -73,6 +73,7 @@ def test_corpus_is_small():
     assert max(sizes) < 20_000 and sum(sizes) < 1_000_000
 
 
+@pytest.mark.slow   # the `replay` fixture runs the whole corpus (about 10 s) first
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_input_ends_in_program_or_error(path, replay):
     outcome = replay.get(str(path), "not replayed")

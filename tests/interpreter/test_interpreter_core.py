@@ -1,6 +1,6 @@
 """The interpreter's front door: every input format, and errors at load time.
 
-Numerics are checked against JAX's cpu backend (tests/oracle.py).
+Numerics are checked against JAX's cpu backend (tests/support/oracle.py).
 """
 from __future__ import annotations
 

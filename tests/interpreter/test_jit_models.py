@@ -6,7 +6,6 @@ rounding with the optimiser off (PJRT_REF_OPTIMIZE=0); XLA CPU's within
 float tolerance."""
 from __future__ import annotations
 
-import pathlib
 import sys
 
 import numpy as np
@@ -14,12 +13,13 @@ import pytest
 
 from jit_support import assert_same_values  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from repo_paths import REPO  # noqa: E402
 
 import jax  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(REPO))
 from benchmarks import models  # noqa: E402
 
 SETTINGS = {"optimized": {"PJRT_REF_OPTIMIZE": "1", "PJRT_REF_JIT": "1"},

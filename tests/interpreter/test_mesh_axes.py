@@ -4,7 +4,7 @@ The expected tables are StableHLO's own: its compatibility expander test
 (openxla/stablehlo, stablehlo/tests/transforms/
 stablehlo_compatibility_expander_rgv3.mlir at target 1.14.0) rewrites each
 of these attributes to the dense table given here. JAX >= 0.12 emits the
-attribute for psum & co.; tests/test_multi_device.py and test_spmd.py run
+attribute for psum & co.; tests/model/test_multi_device.py and test_spmd.py run
 such programs end to end on that JAX."""
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 from oracle import assert_same_as_jax
-from test_ops_linalg_oracle import assert_close, ours_and_xla
+from xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(4)
 

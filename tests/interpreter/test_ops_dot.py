@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from oracle import assert_same_as_jax
-from test_ops_linalg_oracle import assert_close, ours_and_xla
+from xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(3)
 

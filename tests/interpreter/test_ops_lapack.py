@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_jax_support import run_jax
+from jax_support import run_jax
 
 PRELUDE = r'''
 import jax.scipy.linalg as jsl
@@ -316,6 +316,7 @@ for dtype in DTYPES:
 ''', x64)
 
 
+@pytest.mark.slow
 @X64
 def test_solvers_and_matrix_functions(x64):
     run_group('''

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_ops_linalg_oracle import run_on_xla_cpu
+from xla_oracle import run_on_xla_cpu
 import jax
 import jax.numpy as jnp
 

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from test_ops_linalg_oracle import assert_close, ours_and_xla
+from xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(6)
 

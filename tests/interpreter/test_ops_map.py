@@ -5,7 +5,7 @@ import numpy as np
 
 from oracle import run_reference_interpreter
 from pjrt_ref.interpreter import load
-from test_ops_linalg_oracle import assert_close, ours_and_xla
+from xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(8)
 

@@ -6,7 +6,7 @@ import pytest
 from jax import lax
 
 from oracle import compare_with_jax
-from test_ops_linalg_oracle import assert_close, ours_and_xla
+from xla_oracle import assert_close, ours_and_xla
 from pjrt_ref.interpreter import load
 
 ALGORITHMS = [lax.RandomAlgorithm.RNG_THREE_FRY, lax.RandomAlgorithm.RNG_PHILOX]

@@ -1,6 +1,6 @@
 """Issue 5 item 7: inspection from JAX (as_text, cost_analysis, memory_analysis).
 
-JAX runs under the plugin in a child process (tests/test_jax_support.py);
+JAX runs under the plugin in a child process (tests/support/jax_support.py);
 the per-op cost model itself (interpreter/cost.py) is checked in-process.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.cost import cost_analysis, temp_bytes
 
-from test_jax_support import run_jax, run_python
+from jax_support import run_jax, run_python
 
 MATMUL = """
 func.func @main(%a: tensor<32x16xf32>, %b: tensor<16x8xf32>) -> tensor<32x8xf32> {

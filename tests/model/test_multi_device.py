@@ -3,7 +3,7 @@ multi-device programs on them, compared with JAX's cpu backend on 4 forced
 host devices (`--xla_force_host_platform_device_count=4`).
 
 JAX runs in subprocesses (the plugin must be JAX's backend there); the
-C-API checks run in process through the shim (tests/capi_calls.py).
+C-API checks run in process through the shim (tests/support/capi_calls.py).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from capi_calls import Api, PjrtCallError
-from test_jax_support import run_jax, run_python
-from test_multi_device_collectives import MISMATCH
+from collective_grid_cases import MISMATCH
+from jax_support import run_jax, run_python
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 
 # ------------------------------------------------------------ JAX vs JAX cpu
@@ -288,7 +288,7 @@ def test_execute_runs_every_replica_on_its_device_through_the_c_api(api):
 
 
 def test_a_device_that_never_arrives_fails_execute_with_deadline_exceeded(api, monkeypatch):
-    # Replica 1 skips the all_reduce replica 0 waits in (see MISMATCH in test_multi_device_collectives).
+    # Replica 1 skips the all_reduce replica 0 waits in (see MISMATCH in collective_grid_cases).
     monkeypatch.setenv("PJRT_REF_COLLECTIVE_TIMEOUT", "0.5")
     client = _client(api, 2)
     devices = _devices(api, client)

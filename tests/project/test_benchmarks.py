@@ -7,15 +7,18 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import pytest
+
+from repo_paths import REPO
 
 
+@pytest.mark.slow
 def test_w1_on_three_backends(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--only", "W1", "--repeats", "2",
          "--time-limit", "30", "--rounds", "2", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("Reproduce: `python -m benchmarks --only W1")
     report = json.loads(out.read_text())

@@ -21,7 +21,7 @@ import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+from repo_paths import REPO
 
 # The installed package name of each top-level source folder.
 FOLDERS = {"pjrt_ref": "pjrt_ref", "interpreter": "pjrt_ref.interpreter",

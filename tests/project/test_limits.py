@@ -13,7 +13,7 @@ import pytest
 from capi_calls import Api, PjrtCallError
 from pjrt_ref.errors import ErrorCode, ResourceExhausted
 from pjrt_ref.interpreter import load
-from test_jax_support import clean_env, run_jax
+from jax_support import clean_env, run_jax
 
 RESOURCE_EXHAUSTED = int(ErrorCode.RESOURCE_EXHAUSTED)
 

@@ -12,8 +12,8 @@ import pytest
 from pjrt_ref import settings
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.settings import SETTINGS, Flag, Integer, InvalidSetting, LogOrFile, Number, Setting, Text
+from repo_paths import REPO
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Product code whose environment reads must go through the registry. The
 # shim's Python (capi_shim/) writes C macros named PJRT_REF_*, which are no
 # environment variables: it is scanned for reads, not for names.
@@ -24,12 +24,12 @@ TABLE = re.compile(r"<!-- settings-table:start -->\n(.*?)<!-- settings-table:end
 
 
 def python_files(folders) -> list[pathlib.Path]:
-    return sorted(path for folder in folders for path in (ROOT / folder).rglob("*.py"))
+    return sorted(path for folder in folders for path in (REPO / folder).rglob("*.py"))
 
 
 # ------------------------------------------------------------------ README
 def test_the_readme_table_is_the_generated_one():
-    tables = TABLE.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+    tables = TABLE.findall((REPO / "README.md").read_text(encoding="utf-8"))
     assert len(tables) == 1, "README.md needs one settings-table:start/end pair"
     assert tables[0] == settings.markdown_table(), (
         "README.md's table of switches is out of date: paste `python -m pjrt_ref.settings --markdown` "
@@ -95,14 +95,14 @@ child = dict(os.environ, PJRT_REF_G="1")
 
 
 def test_product_code_reads_pjrt_ref_variables_only_through_the_registry():
-    direct = {f"{path.relative_to(ROOT)}: {name}"
+    direct = {f"{path.relative_to(REPO)}: {name}"
               for path in python_files(READ_SCANNED) if path.name != "settings.py"
               for name in environment_reads(path.read_text(encoding="utf-8"))}
     assert not direct, f"read with settings.get instead: {sorted(direct)}"
 
 
 def test_every_pjrt_ref_name_in_product_code_is_declared():
-    undeclared = {f"{path.relative_to(ROOT)}: {name}"
+    undeclared = {f"{path.relative_to(REPO)}: {name}"
                   for path in python_files(NAME_SCANNED)
                   for name in NAME.findall(path.read_text(encoding="utf-8")) if name not in SETTINGS}
     assert not undeclared, f"declare these in pjrt_ref/settings.py: {sorted(undeclared)}"
@@ -110,7 +110,7 @@ def test_every_pjrt_ref_name_in_product_code_is_declared():
 
 def test_settings_imports_nothing_from_pjrt_ref_but_errors():
     """The interpreter, a lower layer, reads settings: the registry must not import upward."""
-    tree = ast.parse((ROOT / "pjrt_ref" / "settings.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "pjrt_ref" / "settings.py").read_text(encoding="utf-8"))
     ours = [(node.level, node.module) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
             and (node.level or (node.module or "").startswith("pjrt_ref"))]
     imported = [node.names[0].name for node in ast.walk(tree) if isinstance(node, ast.Import)]

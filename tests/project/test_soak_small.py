@@ -10,17 +10,14 @@ The time limits are hang guards only (a slow or busy machine must pass).
 """
 from __future__ import annotations
 
-import os
-
-from test_jax_support import run_python
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from jax_support import run_python
+from repo_paths import REPO
 
 
 def test_soak_small():
     proc = run_python(f"""
         import sys
-        sys.path.insert(0, {ROOT!r})
+        sys.path.insert(0, {str(REPO)!r})
         from benchmarks import soak
         # RSS: a loose 20% bound here (4,000 measured executes); the full run holds it to 5%.
         sys.exit(soak.main(["--threads", "8", "--per-thread", "100", "--soak", "5000",

@@ -1,5 +1,5 @@
 """Fuzz pjrt-ref's PJRT C API in-process: random entry points, random/NULL/stale/foreign handles,
-wrong struct sizes. Usage: python tests/fuzz_capi.py [--seed S] [--calls N] [--verbose]
+wrong struct sizes. Usage: python tests/scripts/fuzz_capi.py [--seed S] [--calls N] [--verbose]
 
 Every call goes through the real `PJRT_Api` table (the shim's C slots and
 the Python boundary), exactly as a C host would make it. The oracle:

@@ -1,7 +1,7 @@
 """atheris fuzz target for the StableHLO loader (issue 7, item 1).
 
-    python tests/fuzz_loader.py --make-seeds DIR      # JAX-lowered seed corpus
-    python tests/fuzz_loader.py CORPUS_DIR SEED_DIR -max_total_time=600 -timeout=10
+    python tests/scripts/fuzz_loader.py --make-seeds DIR      # JAX-lowered seed corpus
+    python tests/scripts/fuzz_loader.py CORPUS_DIR SEED_DIR -max_total_time=600 -timeout=10
 
 Each input goes through `pjrt_ref.interpreter.load` (the path taken by
 PJRT_Client_Compile): MLIR text, MLIR bytecode or a portable artifact. If it

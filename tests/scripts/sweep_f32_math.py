@@ -4,13 +4,13 @@ float32, which is what the unfused interpreter returns.
 
 Not a pytest file (2^32 inputs take a few minutes of one core):
 
-    nice python tests/sweep_f32_math.py
+    nice python tests/scripts/sweep_f32_math.py
 
 prints, per function, how many inputs differ, the largest difference in
 ulp of float32, and the first few differing inputs. Result on 2026-11-22:
 exp, expm1 and tanh differ on no input; logistic on one (x = 9.894371e-06,
 1 ulp, where the compiled value is the correctly rounded one; see
-tests/test_jit_f32_math.py::test_logistic_near_halfway).
+tests/interpreter/test_jit_f32_math.py::test_logistic_near_halfway).
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ import tempfile
 
 import numpy as np
 
-from jit_support import ordered  # tests/ is this script's directory
-from pjrt_ref.interpreter.jit import vector_math
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from jit_support import ordered  # noqa: E402  (tests/support/)
+from pjrt_ref.interpreter.jit import vector_math  # noqa: E402
 
 REFERENCES = {
     "exp_f32": np.exp,

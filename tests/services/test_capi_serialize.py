@@ -1,6 +1,6 @@
 """PJRT_Executable_Serialize / PJRT_Executable_DeserializeAndLoad (pjrt_ref/services/serialization.py).
 
-Round trips through the C API in-process (tests/capi_calls.py), every kind
+Round trips through the C API in-process (tests/support/capi_calls.py), every kind
 of damage to a blob is INVALID_ARGUMENT, nothing in a blob is ever
 unpickled or run, and JAX's serialize_executable round trip works on the
 plugin (child process).
@@ -16,7 +16,7 @@ import pytest
 
 from capi_calls import Api, PjrtCallError
 from pjrt_ref.services import serialization
-from test_jax_support import run_jax
+from jax_support import run_jax
 
 INVALID_ARGUMENT = 3
 

@@ -1,7 +1,7 @@
 """Host callbacks (issue 6.4): jax.debug.print/callback, pure_callback, io_callback.
 
 Under JAX: one child process (JAX_PLATFORMS=pjrt_ref,cpu) runs every program
-of tests/host_callback_programs.py on pjrt_ref and on JAX's cpu backend;
+of tests/support/host_callback_programs.py on pjrt_ref and on JAX's cpu backend;
 each test compares what the host saw (printed text, callback arguments in
 call order, results, errors). Unordered prints have no order JAX promises
 (XLA cpu may hoist one above another), so they are compared as multisets;
@@ -14,7 +14,6 @@ PJRT_CopyToDeviceStream_*), as a host that is not JAX would use it.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,14 +23,13 @@ import pytest
 
 from capi_calls import Api, PjrtCallError
 from host_callback_programs import LOOP_STEPS
-from test_jax_support import clean_env, run_python
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from jax_support import clean_env, run_python
+from repo_paths import SUPPORT
 
 
 @pytest.fixture(scope="module")
 def reports() -> dict:
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "host_callback_programs.py")],
+    proc = subprocess.run([sys.executable, str(SUPPORT / "host_callback_programs.py")],
                           env=clean_env(JAX_PLATFORMS="pjrt_ref,cpu"), capture_output=True,
                           text=True, timeout=600)
     if proc.returncode != 0:

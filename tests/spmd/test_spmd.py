@@ -1,7 +1,7 @@
 """The reference SPMD partitioner (pjrt_ref/spmd/partitioner.py), against JAX's cpu backend.
 
 The oracle is JAX on its cpu backend with 4 forced host devices
-(`tests/spmd_cases.py` in a subprocess): for each case it gives the lowered
+(`tests/support/spmd_cases.py` in a subprocess): for each case it gives the lowered
 StableHLO text (what JAX sends a plugin: one program with Shardy
 annotations), each device's argument shards, and each device's output
 shards with the output shardings.
@@ -27,6 +27,7 @@ from pjrt_ref.errors import InvalidArgument, Unimplemented
 from pjrt_ref.interpreter import load
 from pjrt_ref.spmd.partitioner import make_partitioned_runner
 from pjrt_ref.spmd.layout import parse_hlo_sharding
+from repo_paths import SUPPORT
 
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_train_step", "shard_map_collectives",
@@ -40,17 +41,17 @@ SHARDING_DIFFERS = {"shard_map_partial_manual"}
 
 
 def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
-    """Run tests/spmd_cases.py in a fresh process with `env`; its pickled results."""
+    """Run tests/support/spmd_cases.py in a fresh process with `env`; its pickled results."""
     return run_script(tmp_path_factory, "spmd_cases.py", name, **env)
 
 
 def run_script(tmp_path_factory, script: str, name: str, **env: str) -> dict:
-    """Run the case script tests/`script` in a fresh process with `env`
+    """Run the case script tests/support/`script` in a fresh process with `env`
     (and no other JAX_/PJRT_/XLA_ variables); its pickled results."""
     out = tmp_path_factory.mktemp("spmd") / f"{name}.pkl"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
     clean.update(env)
-    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), script),
+    proc = subprocess.run([sys.executable, str(SUPPORT / script),
                            str(out)], env=clean, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     with open(out, "rb") as handle:

@@ -1,5 +1,5 @@
 """Unreduced values (JAX's `P(unreduced=...)`) on four pjrt_ref devices,
-against JAX's cpu backend with 4 host devices (`tests/unreduced_cases.py`
+against JAX's cpu backend with 4 host devices (`tests/support/unreduced_cases.py`
 in a child process each): every device's shard and the reported sharding
 must be XLA's. See pjrt_ref/spmd/unreduced.py."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Starting the processes of a multi-process job on this machine, bounded in time.
 
-`run_job(...)` starts `num_processes` copies of tests/distributed_programs.py
+`run_job(...)` starts `num_processes` copies of tests/support/distributed_programs.py
 (each `jax.distributed.initialize`s with a free loopback port), waits for
 all of them at most `timeout` seconds (then kills what is left) and returns
 each process's outcome. MPI and Gloo are kept on this machine: MPICH's UCX

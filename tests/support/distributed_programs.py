@@ -1,8 +1,8 @@
-"""One process of a multi-process JAX job: the programs of tests/test_distributed.py.
+"""One process of a multi-process JAX job: the programs of tests/distributed/test_distributed.py.
 
-Run as a script, once per process (tests/distributed_launch.py starts them):
+Run as a script, once per process (tests/support/distributed_launch.py starts them):
 
-    python tests/distributed_programs.py --backend pjrt_ref --process-id 0 \
+    python tests/support/distributed_programs.py --backend pjrt_ref --process-id 0 \
         --num-processes 2 --port 12345 --devices 2 --out DIR [--programs pmap,jit]
 
 Every process calls `jax.distributed.initialize` with explicit arguments,
@@ -188,7 +188,7 @@ def shard_map_programs(jax, rows: int):
 
 # ----------------------------------------------------------------- training
 def training_program(jax, rows: int, steps: int = 3):
-    """Data-parallel SGD on tests/jit_support.py's MLP: each device's batch
+    """Data-parallel SGD on tests/support/jit_support.py's MLP: each device's batch
     shard gives gradients, pmean'd over every device (shard_map), then the
     same update everywhere. Returns the loss of each step on each device."""
     sys.path.insert(0, HERE)

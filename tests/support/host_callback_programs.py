@@ -1,4 +1,4 @@
-"""Host-callback programs for tests/test_host_callbacks.py (run as a script, not collected).
+"""Host-callback programs for tests/services/test_host_callbacks.py (run as a script, not collected).
 
 Run with JAX_PLATFORMS=pjrt_ref,cpu (JAX places callback arguments on the
 cpu backend, whatever device the program runs on). Each scenario runs

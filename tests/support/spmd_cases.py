@@ -1,6 +1,6 @@
-"""SPMD cases for tests/test_spmd.py, run as a script in a subprocess.
+"""SPMD cases for tests/spmd/test_spmd.py, run as a script in a subprocess.
 
-    python tests/spmd_cases.py OUT.pkl
+    python tests/support/spmd_cases.py OUT.pkl
 
 runs every case on whatever 4-device JAX backend the environment selects
 (`cpu` with `--xla_force_host_platform_device_count=4`, or `pjrt_ref` with

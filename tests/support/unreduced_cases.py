@@ -1,6 +1,6 @@
-"""Unreduced-sharding cases for tests/test_spmd_unreduced.py, run as a script.
+"""Unreduced-sharding cases for tests/spmd/test_spmd_unreduced.py, run as a script.
 
-    python tests/unreduced_cases.py OUT.pkl
+    python tests/support/unreduced_cases.py OUT.pkl
 
 runs each case on whatever 4-device JAX backend the environment selects
 (the cpu oracle or pjrt_ref) and pickles, per case, a list of

@@ -1,8 +1,6 @@
 """Oracle for hand-written StableHLO: compile the text with XLA's CPU backend
-(through jaxlib) and run it. Used by this family's tests for ops JAX does not
-emit itself (cholesky, batch_norm_*, the deprecated dot/einsum, ...).
-
-(No tests here; pytest collects the file because of its name.)
+(through jaxlib) and run it. Used by the op tests (tests/interpreter/) for ops
+JAX does not emit itself (cholesky, batch_norm_*, the deprecated dot/einsum, ...).
 """
 from __future__ import annotations
 

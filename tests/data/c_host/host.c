@@ -1,7 +1,7 @@
 /* A PJRT host with no Python of its own: loads pjrt-ref's plugin library,
  * runs `x + y` on f32[4] through the PJRT C API and checks the result.
  *
- * Built and run by tests/test_c_host.py:
+ * Built and run by tests/capi/test_c_host.py:
  *   cc -I<dir with pjrt_ref_api.h> host.c -ldl -o host && ./host <plugin.so>
  * Exit status 0 means every step succeeded and the values were right.
  */
