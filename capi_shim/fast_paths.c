@@ -11,7 +11,7 @@
  *
  * The Python entry points stay the readable reference for every semantic
  * here; each fast path names its Python twin, and
- * tests/test_capi_fast_paths.py checks that both give the same answers and
+ * tests/capi/test_capi_fast_paths.py checks that both give the same answers and
  * the same errors. A fast path only ever answers the easy, valid case: it
  * returns 0 ("not mine") for anything else (a handle not in this table, a
  * struct_size too small for a field, a NULL callback), and the call goes on

@@ -3,7 +3,7 @@
  * Written for pjrt-ref from the facts of OpenXLA's xla/pjrt/c/pjrt_c_api.h
  * (names, field order, field types, enum values) and checked field by field
  * against pypjrt's layout-checked description of the 0.114 ABI
- * (tests/test_capi_abi.py compares every size and offset).
+ * (tests/capi/test_capi_abi.py compares every size and offset).
  *
  * This file is read twice:
  *   - by the C compiler, as the header of the generated shim;

@@ -4,7 +4,7 @@
  * xla/pjrt/c/pjrt_c_api_profiler_extension.h and
  * xla/backends/profiler/plugin/profiler_c_api.h (names, field order, types),
  * checked against pypjrt's layout-checked 0.114 description
- * (tests/test_profiler_extension.py) and against what jaxlib 0.10.2 does.
+ * (tests/capi/test_profiler_extension.py) and against what jaxlib 0.10.2 does.
  *
  * How a host uses it (xla/backends/profiler/plugin/plugin_tracer.cc; jaxlib
  * calls `register_plugin_profiler` on every plugin it loads by path):

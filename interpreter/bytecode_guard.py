@@ -1,6 +1,6 @@
 """Read untrusted MLIR bytecode in another process before this one does.
 
-MLIR's bytecode reader trusts its input: fuzzing (tests/fuzz_loader.py)
+MLIR's bytecode reader trusts its input: fuzzing (tests/scripts/fuzz_loader.py)
 found bytecode that makes it abort (an uncaught C++ exception), corrupt the
 heap or loop forever. None of that can be caught in-process, so bytecode
 (and portable artifacts) is first parsed, verified and planned by a checker

@@ -6,7 +6,7 @@ another, INVALID_ARGUMENT in a third), and the README's lists of them went
 out of date. Here each variable has a name, a type, a default and one line
 of help; the README's table is generated from this list
 (`python -m pjrt_ref.settings --markdown`, kept equal by
-tests/test_settings.py).
+tests/project/test_settings.py).
 
 Reading. `get(name)` reads the variable at that moment and parses it with
 its type; parsed values are cached per raw text, so reading an unchanged

@@ -61,11 +61,11 @@ The README's "Performance" section gives users the same promise.
   constants keep the bits: each element meets the same functions in the
   same precision (scalar_expressions.py, op by op). Two exceptions: where
   two NaNs meet, the NaN's sign and payload may differ (the spec leaves
-  them open; tests/jit_support.py, `assert_same_values`); compiled f32
+  them open; tests/support/jit_support.py, `assert_same_values`); compiled f32
   transcendentals use other float64 functions than numpy's, so a result
   may be one float32 ulp off next to a rounding boundary (over all 2^32
   inputs: never for exp, expm1, tanh; one input for logistic;
-  tests/sweep_f32_math.py).
+  tests/scripts/sweep_f32_math.py).
 * `dots` does not: BLAS may sum the swapped product in another order;
   results agree to the rounding of a dot product (dots.py).
 * Cutting big products into blocks is not a rewrite: `blas.matmul` does it
@@ -73,7 +73,7 @@ The README's "Performance" section gives users the same promise.
   compute them, except a shape the timing gave to OpenBLAS's own threads
   (blas.py).
 
-tests/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
+tests/interpreter/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
 bit where the bits are kept, else to rounding) and against XLA CPU.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ carried value `k` once on entry (it may be the caller's argument or shared
 with other values), and the update writes into the buffer it is given. The
 callee is cloned for that call site, so other calls of it still copy.
 The written values are those the copying kernel would produce, so results
-equal PJRT_REF_OPTIMIZE=0's (tests/test_jit_in_place.py).
+equal PJRT_REF_OPTIMIZE=0's (tests/interpreter/test_jit_in_place.py).
 """
 from __future__ import annotations
 

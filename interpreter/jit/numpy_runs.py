@@ -136,7 +136,7 @@ def _max_min_with_scalar(numpy_function, is_max: bool):
     A relu's max(x, +0) takes the short way: every zero of the result must
     be +0, and adding +0 turns -0 into +0 and changes nothing else (a
     signalling NaN comes out quiet: NaN payloads are unspecified, see
-    tests/jit_support.py), one pass instead of a compare and a masked copy."""
+    tests/support/jit_support.py), one pass instead of a compare and a masked copy."""
     def apply(lhs, rhs, out):
         scalar, array = (lhs, rhs) if lhs.ndim == 0 else (rhs, lhs)
         # numpy's maximum/minimum have no vector loop for a 0-d operand

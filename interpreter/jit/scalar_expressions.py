@@ -26,7 +26,7 @@ What fuses, and why it is exact (the same bits as the unfused kernels):
   uses its own SIMD ones. Those differ by an ulp of float64 or two now and
   then, which changes the float32 result (by one ulp) only if the exact
   value lies that close to a float32 rounding boundary. Measured over all
-  2^32 float32 inputs (tests/sweep_f32_math.py): exp, expm1 and tanh give
+  2^32 float32 inputs (tests/scripts/sweep_f32_math.py): exp, expm1 and tanh give
   the unfused bits on every input, logistic on all but one, where the
   compiled value is the correctly rounded one (vector_math.py). float64
   transcendentals are never compiled: there the difference would show.

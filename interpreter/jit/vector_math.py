@@ -25,7 +25,7 @@ x = 9.894371e-06, by 1 ulp, and there ours is the correctly rounded value
 below the halfway point, which numpy's float64 exp does not resolve).
 XLA CPU's own float32 approximations are up to 5 ulp (exp, expm1), 4 ulp
 (tanh) and 2 ulp (logistic) from the correctly rounded result, measured on
-every 4099th float32 bit pattern. `tests/sweep_f32_math.py` repeats the
+every 4099th float32 bit pattern. `tests/scripts/sweep_f32_math.py` repeats the
 sweep over all inputs.
 
 Special values follow C99 Annex F as numpy's do: exp(-inf) = 0,

@@ -15,7 +15,7 @@ arithmetic habits (`chlo_numerics`: fused multiply-adds, its log1p). That
 keeps us within a few ulp of XLA, edge cases included: lgamma(+-inf) = +inf and +inf at the
 poles, digamma = -inf at +-0 and NaN at the negative integers, erf_inv(+-1) = +-inf,
 zeta/polygamma's domain errors (NaN) and poles (+inf). Where XLA's versions
-disagree, the newest is followed and tests/test_ops_chlo_special.py says
+disagree, the newest is followed and tests/interpreter/test_ops_chlo_special.py says
 how far the older ones are.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ from a table that this module fills:
   and a later use of it is the usual "not a live handle" error.
 
 The Python entry points remain the reference for what each call means;
-tests/test_capi_fast_paths.py checks the C answers against them.
+tests/capi/test_capi_fast_paths.py checks the C answers against them.
 
 Fast paths are off, so that every call enters Python, when PJRT_REF_LOG_API
 (the API log must see each call) or PJRT_REF_STRICT (strict mode checks

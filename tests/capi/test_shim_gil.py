@@ -1,0 +1,116 @@
+"""GetPjrtApi and the entry points work whether or not the calling thread holds the GIL.
+
+Hosts differ (DESIGN.md, "the path of one call", item 8): JAX releases the
+GIL before calling a plugin, PyTorch/XLA calls GetPjrtApi from a pybind11
+function holding it, a C host has no Python (tests/capi/test_c_host.py). Here
+ctypes plays both Python hosts: `ctypes.PyDLL` and `ctypes.PYFUNCTYPE` keep
+the GIL during the call, `ctypes.CDLL` and `ctypes.CFUNCTYPE` release it.
+
+Each case runs in a fresh interpreter (the first GetPjrtApi boots the
+plugin), under a timeout, since the failure this guards against is a hang:
+cffi's embedding start-up spun forever on Python 3.11 once any capsule's
+attribute had been looked up (capi_shim/python_boot.c says why), so each
+child does that first.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jax_support import run_python
+from repo_paths import SUPPORT, TESTS
+
+# The child imports the helpers and test_multi_device's C API steps.
+CHILD_PATH = os.pathsep.join([str(SUPPORT), str(TESTS / "model")])
+
+CHILD = r"""
+import ctypes, datetime, sys, threading
+import numpy as np
+import pjrt_ref
+
+HOLD_GIL = {hold_gil}
+try:                       # gives PyCapsule_Type a version tag, as pybind11 and numpy do
+    datetime.datetime_CAPI.no_such_attribute
+except AttributeError:
+    pass
+
+def get_pjrt_api(loader):
+    library = loader(pjrt_ref.library_path())
+    library.GetPjrtApi.restype = ctypes.c_void_p
+    return library.GetPjrtApi()
+
+# Boot under contention: threads without the GIL and this thread in the GIL state under test.
+start = threading.Barrier(4)
+seen = []
+def from_a_thread():
+    start.wait()
+    seen.append(get_pjrt_api(ctypes.CDLL))
+threads = [threading.Thread(target=from_a_thread) for _ in range(3)]
+for thread in threads:
+    thread.start()
+start.wait()
+seen.append(get_pjrt_api(ctypes.PyDLL if HOLD_GIL else ctypes.CDLL))
+for thread in threads:
+    thread.join()
+assert len(seen) == 4 and len(set(seen)) == 1 and seen[0], seen
+
+from capi_calls import Api, ffi
+from test_multi_device import TWO_REPLICAS, _buffer_on, _client, _devices, _execute
+
+class CtypesApi(Api):
+    # Every slot called through ctypes: PYFUNCTYPE keeps the GIL, CFUNCTYPE releases it.
+    def raw(self, name, args):
+        slot = getattr(self.api, name)
+        returns_void = ffi.typeof(slot).result.kind == "void"
+        prototype = (ctypes.PYFUNCTYPE if HOLD_GIL else ctypes.CFUNCTYPE)(
+            None if returns_void else ctypes.c_void_p, ctypes.c_void_p)
+        error = prototype(int(ffi.cast("uintptr_t", slot)))(int(ffi.cast("uintptr_t", args)))
+        return ffi.cast("PJRT_Error*", error or 0)
+
+api = CtypesApi()
+assert int(ffi.cast("uintptr_t", api.api)) == seen[0]
+client = _client(api, 2)
+platform = api.call("PJRT_Client_PlatformName", client=client)
+assert ffi.string(platform.platform_name, platform.platform_name_size) == b"pjrt_ref"
+# Two replicas meet at an all_reduce: one helper thread per device, which need the GIL.
+devices = _devices(api, client)
+loaded = api.compile(client, TWO_REPLICAS)
+inputs = [np.array([1, 2, 3], np.int32), np.array([10, 20, 30], np.int32)]
+rows = [[_buffer_on(api, client, x, device)] for x, device in zip(inputs, devices)]
+for d, (total, replica) in enumerate(_execute(api, loaded, rows, 2)):
+    np.testing.assert_array_equal(api.to_host(total, np.int32, (3,)), np.sum(inputs, axis=0))
+    assert api.to_host(replica, np.uint32, ()) == d
+api.call("PJRT_Client_Destroy", client=client)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("hold_gil", [True, False], ids=["gil-held-PyDLL", "gil-released-CDLL"])
+def test_get_pjrt_api_and_entry_points_in_either_gil_state(hold_gil):
+    proc = run_python(CHILD.format(hold_gil=hold_gil), timeout=120, PYTHONPATH=CHILD_PATH)
+    assert proc.stdout.strip().endswith("ok"), proc.stdout
+
+
+def test_boot_failure_returns_null_and_says_why(tmp_path):
+    # A pjrt_ref.capi that cannot be imported: GetPjrtApi gives NULL (as the
+    # PJRT header allows) and prints the Python error, instead of crashing.
+    broken = tmp_path / "pjrt_ref" / "capi"
+    broken.mkdir(parents=True)
+    (broken.parent / "__init__.py").write_text("")
+    (broken / "__init__.py").write_text("raise ImportError('pjrt_ref.capi is broken on purpose')\n")
+    code = f"""
+import ctypes, importlib, sys
+import pjrt_ref
+path = pjrt_ref.library_path()
+sys.path.insert(0, {str(tmp_path)!r})
+for name in [n for n in sys.modules if n.startswith("pjrt_ref")]:
+    del sys.modules[name]
+library = ctypes.PyDLL(path)
+library.GetPjrtApi.restype = ctypes.c_void_p
+print("api", library.GetPjrtApi())
+"""
+    proc = run_python(code, timeout=120)
+    assert "api None" in proc.stdout
+    assert "GetPjrtApi could not start the plugin" in proc.stderr
+    assert "pjrt_ref.capi is broken on purpose" in proc.stderr

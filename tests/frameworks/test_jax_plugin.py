@@ -1,0 +1,269 @@
+"""JAX loads pjrt-ref as a PJRT plugin and runs programs on it.
+
+Each test runs in a child process (tests/support/jax_support.py), so a crash in the
+plugin fails that test instead of killing pytest.
+"""
+from __future__ import annotations
+
+import pjrt_ref
+
+from jax_support import run_jax, run_python
+
+
+def test_jnp_add():
+    proc = run_jax("""
+        assert jax.default_backend() == "pjrt_ref", jax.default_backend()
+        d = jax.devices()[0]
+        assert d.platform == "pjrt_ref" and d.id == 0, d
+        assert int(jnp.add(1, 1)) == 2
+        print("ok", d)
+    """)
+    assert "ok" in proc.stdout
+
+
+def test_default_backend_stays_cpu():
+    run_python("""
+        import jax
+        assert jax.default_backend() == "cpu", jax.default_backend()
+        devices = jax.devices("pjrt_ref")
+        assert len(devices) == 1 and devices[0].platform == "pjrt_ref"
+        x = jax.device_put(1.5, devices[0])
+        assert float(x + 1) == 2.5
+        assert list((x + 1).devices())[0].platform == "pjrt_ref"
+    """)
+
+
+def test_plugin_costs_little_at_startup():
+    """Registration (dlopen + shim init) and client creation load none of
+    the heavy parts: the interpreter, numba, scipy and jaxlib's StableHLO
+    bindings wait for the first compile. (What that costs in seconds is
+    the machine's business; the child prints it.)"""
+    proc = run_python("""
+        import dataclasses, sys, time
+        import jax
+        from jax._src import xla_bridge
+        import pjrt_ref.frameworks.jax as plugin
+        spent, loaded = {}, {}
+        original = plugin.initialize
+        def timed_initialize():
+            before = set(sys.modules)
+            t = time.perf_counter()
+            original()
+            spent["register"] = time.perf_counter() - t
+            loaded["register"] = set(sys.modules) - before
+            registration = xla_bridge._backend_factories["pjrt_ref"]
+            def timed_factory(*args, **kwargs):
+                before = set(sys.modules)
+                t = time.perf_counter()
+                try:
+                    return registration.factory(*args, **kwargs)
+                finally:
+                    spent["client"] = time.perf_counter() - t
+                    loaded["client"] = set(sys.modules) - before
+            xla_bridge._backend_factories["pjrt_ref"] = dataclasses.replace(registration, factory=timed_factory)
+        plugin.initialize = timed_initialize
+        assert jax.default_backend() == "cpu"
+        print(spent)
+        # The interpreter's light runtime pieces (interpreter/partitioned_run.py)
+        # may load; its planner, op families and numba paths may not.
+        heavy = ("numba", "scipy", "jaxlib.mlir.dialects.stablehlo", "pjrt_ref.interpreter.program",
+                 "pjrt_ref.interpreter.plan", "pjrt_ref.interpreter.ops", "pjrt_ref.interpreter.jit")
+        for step, modules in loaded.items():
+            found = sorted(m for m in modules if m.startswith(heavy))
+            assert not found, (step, found)
+    """)
+    assert "register" in proc.stdout and "client" in proc.stdout
+
+
+def test_load_through_env_variable():
+    run_python("""
+        import jax, jax.numpy as jnp
+        assert int(jnp.add(2, 3)) == 5
+        assert jax.devices()[0].platform == "pjrt_ref"
+    """, PJRT_NAMES_AND_LIBRARY_PATHS=f"pjrt_ref:{pjrt_ref.library_path()}", JAX_PLATFORMS="pjrt_ref")
+
+
+ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+              "bfloat16", "float16", "float32", "float64", "complex64", "complex128"]
+
+
+def test_device_put_round_trips_every_dtype():
+    run_jax(f"""
+        import ml_dtypes
+        jax.config.update("jax_enable_x64", True)
+        rng = np.random.default_rng(0)
+        for name in {ALL_DTYPES!r}:
+            dtype = ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+            for shape in [(), (0,), (5,), (2, 3), (2, 0, 3), (3, 1, 4)]:
+                host = (rng.standard_normal(shape) * 10).astype(dtype)
+                if name.startswith("complex"):
+                    host = host + 1j * host.astype(dtype)
+                dev = jax.device_put(host)
+                assert dev.dtype == host.dtype, (name, dev.dtype)
+                back = np.asarray(dev)
+                assert back.shape == host.shape and back.dtype == host.dtype, (name, shape)
+                np.testing.assert_array_equal(back, host, err_msg=name)
+        # narrow types: one element per byte on the host
+        for dtype in [jnp.int4, jnp.uint4, jnp.int2, jnp.float8_e4m3fn, jnp.float8_e5m2,
+                      jnp.float8_e4m3b11fnuz, jnp.float4_e2m1fn]:
+            host = np.arange(6).reshape(2, 3).astype(dtype)
+            back = np.asarray(jax.device_put(host).block_until_ready())
+            assert back.dtype == host.dtype, dtype
+            np.testing.assert_array_equal(back.astype(np.float32), host.astype(np.float32))
+        # non-contiguous host arrays go through byte_strides
+        host = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]
+        np.testing.assert_array_equal(np.asarray(jax.device_put(host)), host)
+        host = np.arange(24, dtype=np.int64).reshape(4, 6).T
+        np.testing.assert_array_equal(np.asarray(jax.device_put(host)), host)
+    """)
+
+
+def test_deleted_array_raises():
+    run_jax("""
+        x = jax.device_put(np.arange(3.0))
+        x.delete()
+        assert x.is_deleted()
+        try:
+            np.asarray(x)
+        except RuntimeError as e:
+            assert "deleted" in str(e).lower(), e
+        else:
+            raise AssertionError("using a deleted array did not raise")
+        try:
+            jnp.add(x, 1)
+        except RuntimeError as e:
+            assert "deleted" in str(e).lower(), e
+        else:
+            raise AssertionError("computing with a deleted array did not raise")
+        print("ok")
+    """)
+
+
+def test_donate_argnums():
+    run_jax("""
+        import warnings
+        f = jax.jit(lambda x, y: x + y, donate_argnums=0)
+        x = jax.device_put(np.arange(4.0, dtype=np.float32))
+        y = jax.device_put(np.ones(4, np.float32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")       # "donated buffers were not usable" would fail
+            out = f(x, y)
+        np.testing.assert_array_equal(np.asarray(out), [1, 2, 3, 4])
+        assert x.is_deleted(), "donated argument still alive"
+        assert not y.is_deleted()
+        try:
+            np.asarray(x)
+        except RuntimeError as e:
+            assert "deleted" in str(e).lower() or "donated" in str(e).lower(), e
+        else:
+            raise AssertionError("reading a donated array did not raise")
+    """)
+
+
+def test_jit_with_several_outputs_and_copy():
+    run_jax("""
+        f = jax.jit(lambda x, y: (x + y, y + y, x))
+        a, b, c = f(jnp.float32(1), jnp.arange(3, dtype=jnp.float32))
+        np.testing.assert_array_equal(a, [1, 2, 3])
+        np.testing.assert_array_equal(b, [0, 2, 4])
+        assert float(c) == 1.0
+        z = jax.device_put(a, jax.devices()[0])       # same device: no copy needed
+        np.testing.assert_array_equal(z, a)
+        cpu = jax.device_put(a, jax.devices("cpu")[0])   # cross-backend transfer
+        np.testing.assert_array_equal(cpu, a)
+        back = jax.device_put(cpu, jax.devices("pjrt_ref")[0])
+        np.testing.assert_array_equal(back, a)
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
+
+
+def test_jit_times_two():
+    run_jax("""
+        f = jax.jit(lambda x: x * 2)
+        np.testing.assert_allclose(f(jnp.arange(5.0)), np.arange(5.0) * 2)
+    """)
+
+
+def test_grad_of_mlp():
+    run_jax("""
+        def mlp(params, x):
+            for w, b in params[:-1]:
+                x = jnp.tanh(x @ w + b)
+            w, b = params[-1]
+            return (x @ w + b).sum()
+        key = jax.random.PRNGKey(0)
+        sizes = [3, 8, 8, 1]
+        params = []
+        for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:])):
+            params.append((jax.random.normal(jax.random.fold_in(key, i), (m, n)) * 0.5,
+                           jnp.zeros(n)))
+        x = jnp.ones((4, 3))
+        grads = jax.jit(jax.grad(mlp))(params, x)
+        cpu = jax.devices("cpu")[0]
+        expected = jax.jit(jax.grad(mlp), backend="cpu")(jax.device_put(params, cpu), jax.device_put(x, cpu))
+        for g, e in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(expected)):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-6)
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
+
+
+def test_scan_cumulative_sum():
+    run_jax("""
+        def step(carry, x):
+            carry = carry + x
+            return carry, carry * 2
+        total, ys = jax.jit(lambda xs: jax.lax.scan(step, 0.0, xs))(jnp.arange(5.0))
+        assert float(total) == 10.0
+        np.testing.assert_allclose(ys, 2 * np.cumsum(np.arange(5.0)))
+    """)
+
+
+def test_threads_share_one_jitted_function():
+    proc = run_jax("""
+        import threading
+        f = jax.jit(lambda x, y: x + y)
+        errors = []
+        def worker(k):
+            try:
+                x = jax.device_put(np.full(3, k, np.float32))
+                for i in range(200):
+                    out = f(x, np.float32(i))
+                    expected = np.full(3, k + i, np.float32)
+                    if not np.array_equal(np.asarray(out), expected):
+                        errors.append((k, i, np.asarray(out)))
+                        return
+            except Exception as e:
+                errors.append((k, repr(e)))
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join(timeout=100)
+        assert not any(t.is_alive() for t in threads), "deadlock: threads still running"
+        assert not errors, errors[:3]
+        print("ok")
+    """, timeout=150)
+    assert "ok" in proc.stdout
+
+
+def test_assorted_programs_match_cpu():
+    """A handful of everyday JAX programs agree with JAX's own CPU backend."""
+    run_jax("""
+        from jax import lax
+        ours, cpu = jax.devices("pjrt_ref")[0], jax.devices("cpu")[0]
+        key = jax.random.PRNGKey(42)
+        x = jax.random.normal(key, (6, 5))
+        programs = {
+            "random": lambda k: jax.random.uniform(k, (3, 4)),
+            "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+            "vmap_dot": lambda x: jax.vmap(lambda r: r @ r)(x),
+            "argsort": lambda x: jnp.argsort(x[:, 0]),
+            "while": lambda x: lax.while_loop(lambda c: c[0] < 10, lambda c: (c[0] + 1, c[1] * 1.5), (0, x))[1],
+            "cond": lambda x: lax.cond(x.sum() > 0, lambda v: v * 2, lambda v: -v, x),
+            "cumsum_max": lambda x: (jnp.cumsum(x, axis=0), x.max(axis=1), jnp.argmax(x)),
+            "conv": lambda x: jax.lax.conv(x[None, None], jnp.ones((1, 1, 2, 2)), (1, 1), "SAME"),
+        }
+        for name, fn in programs.items():
+            arg = key if name == "random" else x
+            got = jax.jit(fn, device=ours)(jax.device_put(arg, ours))
+            want = jax.jit(fn, device=cpu)(jax.device_put(arg, cpu))
+            for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6, err_msg=name)
+        print("ok")
+    """, JAX_PLATFORMS="pjrt_ref,cpu")

@@ -1,0 +1,139 @@
+"""The bytecode guard (interpreter/bytecode_guard.py): untrusted bytecode is
+read by a separate checker process (interpreter/bytecode_checker.py) first;
+good programs are never turned away, crashers and hangs are rejected, and
+the checker comes back after."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from repo_paths import DATA
+
+CORPUS = DATA / "fuzz_loader"
+
+_PRELUDE = textwrap.dedent("""
+    import io, os, sys, threading
+    import numpy as np
+    from pjrt_ref.errors import InvalidArgument
+    from pjrt_ref.interpreter import load, bytecode_guard
+    from pjrt_ref.interpreter.loader import make_context, parse_module
+
+    def bytecode(scale):
+        module = parse_module(
+            "func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {"
+            f" %c = stablehlo.constant dense<{scale}.0> : tensor<3xf32>"
+            " %y = stablehlo.multiply %x, %c : tensor<3xf32> return %y : tensor<3xf32> }", make_context())
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+        return buffer.getvalue()
+
+    def outcome(data):
+        try:
+            return load(data)(np.ones(3, np.float32))[0].tolist()
+        except InvalidArgument as error:
+            return str(error)
+""")
+
+
+def run(code: str, *args: str, **env: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code), *args],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", **env))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+def test_crashers_and_hangs_are_rejected_and_good_programs_load_after_them():
+    lines = run("""
+        print("good", outcome(bytecode(2)))
+        print("crash", outcome(open(sys.argv[1], "rb").read()))
+        print("good", outcome(bytecode(3)))
+        print("hang", outcome(open(sys.argv[2], "rb").read()))
+        print("good", outcome(bytecode(4)))
+    """, str(CORPUS / "crash-04603b67f1b9.mlirbc"), str(CORPUS / "timeout-87227d48aac7.mlirbc"),
+        PJRT_REF_BYTECODE_CHECK_TIMEOUT="5")
+    assert lines[0] == "good [2.0, 2.0, 2.0]"
+    assert lines[1].startswith("crash MLIR bytecode rejected: it crashes MLIR's bytecode reader (SIGABRT)")
+    assert lines[2] == "good [3.0, 3.0, 3.0]"
+    assert lines[3] == "hang MLIR bytecode rejected: parsing it did not finish within 5 s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)"
+    assert lines[4] == "good [4.0, 4.0, 4.0]"
+
+
+def test_good_programs_load_while_other_threads_work():
+    """The checker is a fresh interpreter, not a fork of this multithreaded
+    process: threads busy compiling (holding MLIR's and Python's locks) at the
+    moment a check starts cannot make the check fail."""
+    lines = run("""
+        results = []
+        def compile_many(scale):
+            for _ in range(15):
+                results.append(outcome(bytecode(scale)))
+        threads = [threading.Thread(target=compile_many, args=(s,)) for s in range(1, 5)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(len(results), sorted(set(map(str, results))))
+    """)
+    assert lines == ["60 ['[1.0, 1.0, 1.0]', '[2.0, 2.0, 2.0]', '[3.0, 3.0, 3.0]', '[4.0, 4.0, 4.0]']"]
+
+
+def test_checker_plans_without_optimizing_and_parent_optimizes():
+    """The checker only reads the program (parse, verify, plan): no numba there;
+    the caller still optimises its own plan."""
+    lines = run("""
+        x = np.linspace(-3, 3, 1000, dtype=np.float32)
+        module = parse_module('''
+            func.func @main(%x: tensor<1000xf32>) -> tensor<1000xf32> {
+              %c = stablehlo.constant dense<2.0> : tensor<1000xf32>
+              %a = stablehlo.multiply %x, %c : tensor<1000xf32>
+              %b = stablehlo.add %a, %x : tensor<1000xf32>
+              %d = stablehlo.multiply %b, %x : tensor<1000xf32>
+              return %d : tensor<1000xf32>
+            }''', make_context())
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+        loaded = load(buffer.getvalue())
+        checker = bytecode_guard._CHECKER.process.pid
+        modules = open(f"/proc/{checker}/environ", "rb").read().split(b"\\0")
+        print("checker_optimizes", b"PJRT_REF_OPTIMIZE=0" not in modules)
+        print("parent_fused", "pjrt_ref.fused" in [s.op.name for s in loaded.function.body.steps])
+        print("same", bool(np.array_equal(loaded(x)[0], (x * np.float32(2) + x) * x)))
+    """)
+    assert lines == ["checker_optimizes False", "parent_fused True", "same True"]
+
+
+def test_a_forked_process_starts_its_own_checker():
+    lines = run("""
+        print("parent", outcome(bytecode(2)), flush=True)    # or the child inherits the line unwritten
+        pid = os.fork()
+        if pid == 0:
+            print("child", outcome(bytecode(5)), flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent", outcome(bytecode(6)))
+    """)
+    assert lines == ["parent [2.0, 2.0, 2.0]", "child [5.0, 5.0, 5.0]", "parent [6.0, 6.0, 6.0]"]
+
+
+def test_a_bad_timeout_setting_is_named():
+    lines = run("""
+        print(outcome(bytecode(2)))
+    """, PJRT_REF_BYTECODE_CHECK_TIMEOUT="soon")
+    assert lines == ["PJRT_REF_BYTECODE_CHECK_TIMEOUT='soon' is not a number of seconds greater than 0"]
+
+
+def test_bytes_the_checker_survived_are_not_checked_again_and_crashers_stay_rejected():
+    lines = run("""
+        sent = []
+        real_verdict = bytecode_guard.Checker.verdict
+        def counting_verdict(self, entry, data, timeout):
+            sent.append(len(data))
+            return real_verdict(self, entry, data, timeout)
+        bytecode_guard.Checker.verdict = counting_verdict
+        crasher = open(sys.argv[1], "rb").read()
+        print(outcome(bytecode(2)), outcome(bytecode(2)), outcome(bytecode(5)), len(sent))
+        print(outcome(crasher)[:26], outcome(crasher)[:26], len(sent))
+    """, str(CORPUS / "crash-04603b67f1b9.mlirbc"))
+    assert lines[0] == "[2.0, 2.0, 2.0] [2.0, 2.0, 2.0] [5.0, 5.0, 5.0] 2"
+    assert lines[1] == "MLIR bytecode rejected: it MLIR bytecode rejected: it 4"

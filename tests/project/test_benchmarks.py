@@ -1,0 +1,67 @@
+"""The benchmark harness runs end to end (timings themselves are never
+asserted: numbers come from the benchmark, not from tests)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from repo_paths import REPO
+
+
+@pytest.mark.slow
+def test_w1_on_three_backends(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "W1", "--repeats", "2",
+         "--time-limit", "30", "--rounds", "2", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("Reproduce: `python -m benchmarks --only W1")
+    report = json.loads(out.read_text())
+    (entry,) = report["workloads"]
+    backends = entry["backends"]
+    assert set(backends) == {"pjrt_ref", "xla_cpu", "reference"}
+    for name, result in backends.items():
+        assert "median_s" in result, (name, result)
+        assert result.get("max_abs_error") == 0.0, (name, result)
+    assert backends["pjrt_ref"]["path"] in ("plugin", "interpreter")
+    # Two alternating XLA/pjrt_ref pairs; the ratio is the median of theirs.
+    ours, xla = backends["pjrt_ref"], backends["xla_cpu"]
+    assert len(ours["round_medians_s"]) == len(xla["round_medians_s"]) == 2
+    pair_ratios = [a / b for a, b in zip(ours["round_medians_s"], xla["round_medians_s"])]
+    assert ours["round_ratios"] == pair_ratios
+    assert ours["ratio_to_xla"] == sum(pair_ratios) / 2
+    assert report["dispatch"]["num_ops"] == 1000
+    assert "| W1 | pjrt_ref" in proc.stdout and "| W1 | reference" in proc.stdout
+    # Runs on different machines can be told apart: CPU, cores, BLAS kernels.
+    info = report["machine_info"]
+    assert info["cores"] == os.cpu_count() and info["usable_cores"] == len(os.sched_getaffinity(0))
+    assert info["cpu"] and info["python"] and info["jax"]
+    from pjrt_ref.interpreter.jit import openblas
+    assert info["corename"] == openblas.describe()["corename"]
+    assert f"machine: {report['machine']}" in proc.stdout
+    if info["corename"]:
+        assert f"OpenBLAS kernels {info['corename']}" in report["machine"]
+
+
+def test_product_strategies_are_listed_per_shape():
+    from benchmarks.cli import product_lines
+
+    split = {"split": True, "openblas_threads": 0, "measured_us": {"serial": 325.0, "split": 176.5}}
+    threaded = {"split": False, "openblas_threads": 2, "measured_us": {"serial": 3500.0,
+                                                                       "openblas": 560.0}}
+    default = {"split": True, "openblas_threads": 0, "measured_us": {}}
+    report = {"workloads": [
+        {"backends": {"pjrt_ref": {"products": {"float32 256x256x256 rows,rows c": split}}}},
+        {"backends": {"pjrt_ref": {"products": {"float32 128x784x512 rows,rows c": threaded,
+                                                "float64 300x300x300 rows,rows c": default}}}},
+        {"backends": {"pjrt_ref": {"error": "exit 1"}}}]}
+    assert product_lines(report) == [
+        "- `float32 128x784x512 rows,rows c`: one call on 2 OpenBLAS threads "
+        "(openblas 560, serial 3500)",
+        "- `float32 256x256x256 rows,rows c`: blocks shared with idle CPUs (serial 325, split 176.5)",
+        "- `float64 300x300x300 rows,rows c`: blocks shared with idle CPUs (not timed: default)"]

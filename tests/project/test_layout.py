@@ -1,0 +1,168 @@
+"""The layout follows the README's layer diagram: every import, read with `ast`.
+
+Rooms, from the top (README "Layout"):
+
+    cli, frameworks, capi_shim
+    capi                          the C API layer (entry points, fast paths, strict mode, API log, profiler extension)
+    debug                         tools that look at the layers below
+    model                         the PJRT object model
+    spmd, services, distributed   beside the model, below it
+    interpreter, conformance      StableHLO on numpy
+    errors, settings, limits      shared by every layer
+
+A module may import its own room and the rooms `MAY_IMPORT` names; nothing
+imports a room above it, so no circle can form between rooms. Function-level
+imports count too: hiding an import in a function does not change the layers.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from repo_paths import REPO
+
+# The installed package name of each top-level source folder.
+FOLDERS = {"pjrt_ref": "pjrt_ref", "interpreter": "pjrt_ref.interpreter",
+           "capi_shim": "pjrt_ref.capi_shim", "conformance": "pjrt_ref.conformance"}
+
+ROOMS = {    # dotted prefix -> room (the longest prefix wins)
+    "pjrt_ref": "base", "pjrt_ref.errors": "base", "pjrt_ref.settings": "base", "pjrt_ref.limits": "base",
+    "pjrt_ref.interpreter": "interpreter", "pjrt_ref.conformance": "conformance",
+    "pjrt_ref.spmd": "spmd", "pjrt_ref.services": "services", "pjrt_ref.distributed": "distributed",
+    "pjrt_ref.model": "model", "pjrt_ref.debug": "debug", "pjrt_ref.capi": "capi",
+    "pjrt_ref.capi_shim": "capi_shim", "pjrt_ref.frameworks": "frameworks", "pjrt_ref.cli": "cli",
+    # The header's entry points as data: what the shim builds its table from
+    # and the C API layer binds; it imports nothing.
+    "pjrt_ref.capi_shim.entry_points": "base",
+}
+
+BELOW_MODEL = {"spmd", "services", "distributed", "interpreter", "base"}
+MAY_IMPORT = {
+    "base": set(),
+    "interpreter": {"base"},
+    "conformance": {"interpreter", "base"},
+    "spmd": {"interpreter", "base"},
+    "services": {"interpreter", "base"},
+    "distributed": {"interpreter", "base"},
+    "model": BELOW_MODEL,
+    "debug": {"model"} | BELOW_MODEL,
+    "capi": {"debug", "model"} | BELOW_MODEL,
+    "capi_shim": {"capi", "base"},
+    "frameworks": {"base"},
+    "cli": {"capi", "debug", "model", "frameworks", "conformance"} | BELOW_MODEL,
+}
+
+# Imports against the diagram that are still to be removed, each with why it
+# is there today: the interpreter's instrumentation (PJRT_REF_TRACE,
+# _CHECK_NANS, _PROFILE, _DIFF, chosen when a program is planned) writes
+# through the debug package's recorders, and the client names its per-process
+# profile and trace files with the debug package's helper.
+KNOWN = {
+    ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.profile"),
+    ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.process_files"),
+    ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.diff"),
+    ("pjrt_ref.model.client", "pjrt_ref.debug.process_files"),
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(REPO)
+    package = FOLDERS[rel.parts[0]]
+    parts = list(rel.with_suffix("").parts[1:])
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([package, *parts])
+
+
+def product_files() -> list[pathlib.Path]:
+    return sorted(p for folder in FOLDERS for p in (REPO / folder).rglob("*.py")
+                  if "__pycache__" not in p.parts)
+
+
+def imported_modules(path: pathlib.Path, modules: set[str]) -> set[str]:
+    """Every pjrt_ref module `path` imports: `from package import module`
+    counts as the module, `from module import name` as the module."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name == "pjrt_ref" or name.startswith("pjrt_ref.")}
+
+
+def room_of(dotted: str) -> str:
+    best = max((prefix for prefix in ROOMS if dotted == prefix or dotted.startswith(prefix + ".")), key=len)
+    return ROOMS[best]
+
+
+def crossings() -> list[tuple[str, str]]:
+    """(importer, imported) pairs that run against the diagram."""
+    modules = {module_name(p) for p in product_files()}
+    bad = []
+    for path in product_files():
+        importer = module_name(path)
+        here = room_of(importer)
+        for target in imported_modules(path, modules):
+            there = room_of(target)
+            if there != here and there not in MAY_IMPORT[here] and not (there == "base" and target == "pjrt_ref"):
+                bad.append((importer, target))
+    return sorted(set(bad))
+
+
+def test_every_product_module_is_in_a_room():
+    assert product_files()
+    for path in product_files():
+        assert room_of(module_name(path)) in MAY_IMPORT, path
+
+
+def test_no_module_imports_against_the_layer_diagram():
+    unexpected = [pair for pair in crossings() if pair not in KNOWN]
+    assert unexpected == [], "\n".join(f"{a} imports {b} ({room_of(a)} -> {room_of(b)})" for a, b in unexpected)
+
+
+def test_the_known_exceptions_still_exist():
+    """A fixed exception leaves this list, so the list says what is left."""
+    assert KNOWN <= set(crossings())
+
+
+@pytest.mark.parametrize("room", sorted(MAY_IMPORT))
+def test_rooms_below_do_not_reach_up(room):
+    """The diagram itself has no circle: no room may import a room that may import it."""
+    for other in MAY_IMPORT[room]:
+        assert room not in MAY_IMPORT.get(other, set()), (room, other)
+
+
+def private_names_taken_across_rooms() -> list[str]:
+    """`from X import _name` where X is in another room than the importer."""
+    found = []
+    for path in product_files():
+        importer = module_name(path)
+        package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("pjrt_ref") or room_of(target) == room_of(importer):
+                continue
+            found += [f"{importer}: from {target} import {a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_room_takes_another_rooms_private_names():
+    assert private_names_taken_across_rooms() == []

@@ -1,0 +1,311 @@
+"""The reference SPMD partitioner (pjrt_ref/spmd/partitioner.py), against JAX's cpu backend.
+
+The oracle is JAX on its cpu backend with 4 forced host devices
+(`tests/support/spmd_cases.py` in a subprocess): for each case it gives the lowered
+StableHLO text (what JAX sends a plugin: one program with Shardy
+annotations), each device's argument shards, and each device's output
+shards with the output shardings.
+
+- interpreter level: the lowered program on `make_partitioned_runner`, fed
+  the cpu run's argument shards, must give the cpu run's output shards,
+  shard shapes and shardings;
+- end to end: the same script under `JAX_PLATFORMS=pjrt_ref` with
+  `PJRT_REF_NUM_DEVICES=4` must give the cpu run's values, shardings and
+  shard shapes.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.interpreter import load
+from pjrt_ref.spmd.partitioner import make_partitioned_runner
+from pjrt_ref.spmd.layout import parse_hlo_sharding
+from repo_paths import SUPPORT
+
+CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
+         "jit_constraint", "jit_unspecified_out", "jit_train_step", "shard_map_collectives",
+         "shard_map_mesh_2d", "shard_map_inside_jit", "shard_map_reversed_mesh",
+         "shard_map_all_to_all", "shard_map_loop", "shard_map_partial_manual", "shard_map_nested",
+         "shard_map_outlined_by_grad", "pmap_out_axes_none"]
+# Values agree; the output sharding does not: XLA's propagation fills the
+# body's open dimensions (`{?}`) with the free axis "b", the reference
+# replicates (it has no propagation beyond element-wise ops).
+SHARDING_DIFFERS = {"shard_map_partial_manual"}
+
+
+def run_cases(tmp_path_factory, name: str, **env: str) -> dict:
+    """Run tests/support/spmd_cases.py in a fresh process with `env`; its pickled results."""
+    return run_script(tmp_path_factory, "spmd_cases.py", name, **env)
+
+
+def run_script(tmp_path_factory, script: str, name: str, **env: str) -> dict:
+    """Run the case script tests/support/`script` in a fresh process with `env`
+    (and no other JAX_/PJRT_/XLA_ variables); its pickled results."""
+    out = tmp_path_factory.mktemp("spmd") / f"{name}.pkl"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
+    clean.update(env)
+    proc = subprocess.run([sys.executable, str(SUPPORT / script),
+                           str(out)], env=clean, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with open(out, "rb") as handle:
+        return pickle.load(handle)
+
+
+CPU_4 = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+PJRT_REF_4 = {"JAX_PLATFORMS": "pjrt_ref", "PJRT_REF_NUM_DEVICES": "4"}
+# JAX's default sends Shardy; this switch makes it send GSPMD's mhlo.sharding
+# strings and @SPMDFullToShardShape / @SPMDShardToFullShape instead.
+GSPMD = {"JAX_USE_SHARDY_PARTITIONER": "false"}
+
+
+@pytest.fixture(scope="module")
+def cpu_oracle(tmp_path_factory) -> dict:
+    return run_cases(tmp_path_factory, "cpu", **CPU_4)
+
+
+@pytest.fixture(scope="module")
+def gspmd_cpu_oracle(tmp_path_factory) -> dict:
+    return run_cases(tmp_path_factory, "gspmd_cpu", **CPU_4, **GSPMD)
+
+
+@pytest.fixture(params=["shardy", "gspmd"])
+def oracle(request, cpu_oracle, gspmd_cpu_oracle) -> dict:
+    return cpu_oracle if request.param == "shardy" else gspmd_cpu_oracle
+
+
+def assert_same_values(ours: list[np.ndarray], oracle: list[np.ndarray], name: str):
+    for output, (got, expected) in enumerate(zip(ours, oracle)):
+        np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5,
+                                   err_msg=f"{name}: global value of output {output}")
+
+
+def assert_same_shards(ours: list[list[np.ndarray]], oracle: list[list[np.ndarray]], name: str):
+    """ours[device][output] against oracle[output][device]."""
+    for output, per_device in enumerate(oracle):
+        for device, expected in enumerate(per_device):
+            got = ours[device][output]
+            assert got.shape == expected.shape, (name, output, device, got.shape, expected.shape)
+            np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5,
+                                       err_msg=f"{name}: output {output} on device {device}")
+
+
+def same_layout(ours: str, theirs: str, rank: int) -> bool:
+    devices = range(4)
+    return parse_hlo_sharding(ours, rank, devices) == parse_hlo_sharding(theirs, rank, devices)
+
+
+def run_case(runner, program, case: dict, name: str):
+    """(per-device outputs, global outputs) of `runner` on the case's argument
+    shards; logical device p is JAX device case["device_order"][p]."""
+    order = case["device_order"]
+    outputs = runner([[shards[order[p]] for shards in case["arguments"]] for p in range(4)])
+    whole = [layout.assemble({d: outputs[d][i] for d in range(4)}, tuple(t.shape), t.dtype, name)
+             for i, (layout, t) in enumerate(zip(runner.result_layouts, program.output_types))]
+    return outputs, whole
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_partitioned_runner_matches_jax_cpu(oracle, name):
+    case = oracle[name]
+    program = load(case["text"])
+    runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
+    outputs, whole = run_case(runner, program, case, name)
+    assert_same_values(whole, case["globals"], name)
+    if name in SHARDING_DIFFERS:
+        return
+    order = case["device_order"]
+    assert_same_shards(outputs, [[per_device[order[p]] for p in range(4)]
+                                 for per_device in case["outputs"]], name)
+    assert [tuple(s) for s in runner.output_shard_shapes(0)] == \
+        [tuple(s) for s in case["shard_shapes"]]
+    for ours, theirs, t in zip(runner.output_sharding_texts(), case["hlo_shardings"],
+                               program.output_types):
+        assert same_layout(ours, theirs, len(t.shape)), (name, ours, theirs)
+
+
+def test_optimized_program_carries_the_shardings(cpu_oracle):
+    """PJRT_Executable_OptimizedProgram's text parses and names the shardings
+    JAX's cpu backend reports (the client reads them from there)."""
+    for name in ("jit_mesh_2d", "shard_map_collectives"):
+        case = cpu_oracle[name]
+        runner = make_partitioned_runner(load(case["text"]), num_partitions=4, num_replicas=1)
+        text = runner.optimized_program_text()
+        assert "mhlo.spmd_output_sharding" in text and "mhlo.spmd_parameters_shardings" in text
+        load(text)     # well-formed StableHLO
+
+
+def test_wrong_shard_shape_is_invalid_argument(cpu_oracle):
+    case = cpu_oracle["jit_rows_matmul"]
+    runner = make_partitioned_runner(load(case["text"]), num_partitions=4, num_replicas=1)
+    arguments = [[shards[d] for shards in case["arguments"]] for d in range(4)]
+    arguments[2][0] = np.zeros((3, 4), np.float32)
+    with pytest.raises(InvalidArgument, match="device 2's shard has shape"):
+        runner(arguments)
+
+
+def test_uneven_sharding_is_unimplemented():
+    text = """
+    module attributes {mhlo.num_partitions = 4 : i32} {
+      sdy.mesh @mesh = <["x"=4]>
+      func.func public @main(%arg0: tensor<6xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+          -> tensor<6xf32> {
+        return %arg0 : tensor<6xf32>
+      }
+    }"""
+    with pytest.raises(Unimplemented, match="not divisible into 4 tiles"):
+        make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
+
+
+def assert_same_end_to_end(ours: dict, oracle: dict) -> None:
+    for name in CASES:
+        assert_same_values(ours[name]["globals"], oracle[name]["globals"], name)
+        if name in SHARDING_DIFFERS:
+            continue
+        assert ours[name]["specs"] == oracle[name]["specs"], name
+        assert ours[name]["shard_shapes"] == oracle[name]["shard_shapes"], name
+        per_device = [list(row) for row in zip(*ours[name]["outputs"])]
+        assert_same_shards(per_device, oracle[name]["outputs"], name)
+
+
+def test_end_to_end_on_four_pjrt_ref_devices(cpu_oracle, tmp_path_factory):
+    assert_same_end_to_end(run_cases(tmp_path_factory, "pjrt_ref", **PJRT_REF_4), cpu_oracle)
+
+
+def test_end_to_end_gspmd_on_four_pjrt_ref_devices(gspmd_cpu_oracle, tmp_path_factory):
+    assert_same_end_to_end(run_cases(tmp_path_factory, "gspmd_pjrt_ref", **PJRT_REF_4, **GSPMD),
+                           gspmd_cpu_oracle)
+
+
+def test_gspmd_manual_region_alone_is_an_error(gspmd_cpu_oracle):
+    """Called as one process, a shard-shape marker that changes the shape is
+    UNIMPLEMENTED naming the op, not a silently wrong shape."""
+    program = load(gspmd_cpu_oracle["shard_map_collectives"]["text"])
+    x = np.zeros((8, 4), np.float32)
+    with pytest.raises(Unimplemented, match="SPMDFullToShardShape changes the shape"):
+        program(x)
+
+
+def test_wrong_shard_dtype_is_invalid_argument(cpu_oracle):
+    case = cpu_oracle["jit_rows_matmul"]
+    runner = make_partitioned_runner(load(case["text"]), num_partitions=4, num_replicas=1)
+    arguments = [[shards[d] for shards in case["arguments"]] for d in range(4)]
+    arguments[0][0] = arguments[0][0].astype(np.float64)
+    with pytest.raises(InvalidArgument, match="element type float64, the program takes float32"):
+        runner(arguments)
+
+
+def test_maximal_result_is_whole_on_every_device():
+    """`@maximal_mesh_0 = <[], device_ids=[0]>` (what JAX gives host callbacks)
+    holds the whole value; an identity program returns the whole argument."""
+    text = """
+    module attributes {mhlo.num_partitions = 4 : i32} {
+      sdy.mesh @mesh = <["x"=4]>
+      sdy.mesh @maximal_mesh_0 = <[], device_ids=[0]>
+      func.func public @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>})
+          -> (tensor<8xf32> {sdy.sharding = #sdy.sharding<@maximal_mesh_0, []>}) {
+        return %arg0 : tensor<8xf32>
+      }
+    }"""
+    runner = make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
+    shards = [np.arange(2 * d, 2 * d + 2, dtype=np.float32) for d in range(4)]
+    for outputs in runner([[shard] for shard in shards]):
+        np.testing.assert_array_equal(outputs[0], np.concatenate(shards))
+
+
+def test_sub_axes_follow_the_shardy_spec():
+    """openxla/shardy docs/sharding_representation.md: `"x":(m)k` is the middle
+    axis of x reshaped to [m, k, n/(m*k)], and its example says
+    <@mesh_full, [{"devices":(1)4}, {"devices":(4)2}]> with mesh_full = <"devices"=8>
+    is the same sharding as <@mesh_xy, [{"x"}, {"y"}]> with mesh_xy = <"x"=4, "y"=2>."""
+    from pjrt_ref.spmd.layout import parse_mesh, parse_tensor_sharding
+
+    meshes = {"mesh_full": parse_mesh('<["devices"=8]>'),
+              "mesh_xy": parse_mesh('<["x"=4, "y"=2]>')}
+    split = parse_tensor_sharding('#sdy.sharding<@mesh_full, [{"devices":(1)4}, {"devices":(4)2}]>')
+    named = parse_tensor_sharding('#sdy.sharding<@mesh_xy, [{"x"}, {"y"}]>')
+    assert split.layout(meshes) == named.layout(meshes)
+
+
+@pytest.mark.parametrize("name", ["shard_map_collectives", "shard_map_nested",
+                                  "shard_map_partial_manual"])
+def test_gspmd_per_device_fallback_matches_jax_cpu(gspmd_cpu_oracle, monkeypatch, name):
+    """A GSPMD manual region that gspmd.py cannot make into a manual call
+    runs the whole program on every device; force that path for JAX's own
+    programs and check it against JAX cpu too."""
+    import pjrt_ref.spmd.partitioner as spmd
+
+    monkeypatch.setattr(spmd, "make_manual_calls", lambda text: (text, True))
+    case = gspmd_cpu_oracle[name]
+    program = load(case["text"])
+    runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
+    assert runner.per_device_program is not None
+    _, whole = run_case(runner, program, case, name)
+    assert_same_values(whole, case["globals"], name)
+
+
+UNANNOTATED_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import AxisType
+
+mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Explicit,))
+with jax.set_mesh(mesh):    # jnp.array's convert runs over the mesh's 2 devices, unannotated
+    y = jnp.array(np.array([0.0, 1.0, 2.0, 3.0]))
+    exe = jax.jit(lambda v: v + 1).lower(np.arange(4.0, dtype=np.float32)).compile()
+    result = {"value": np.asarray(y).tolist(), "spec": str(y.sharding.spec),
+              "parameters": str(exe.input_shardings), "outputs": str(exe.output_shardings)}
+
+mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(AxisType.Auto, AxisType.Auto))
+with jax.set_mesh(mesh):    # shard_map_test's test_smap_nested_psum: JAX's C++ jit path
+    @jax.smap(axis_name="x", in_axes=0, out_axes=0)   # once raised std::bad_cast here
+    def f(v):
+        return jax.smap(lambda u: jax.lax.psum(u, "y"), axis_name="y", in_axes=0,
+                        out_axes=None)(jnp.sin(v))
+    result["smap"] = [np.asarray(f(jnp.arange(4.0))).tolist(),
+                      np.asarray(jax.jit(f)(jnp.arange(4.0))).tolist()]
+with open(sys.argv[1], "w") as handle:
+    json.dump(result, handle)
+"""
+
+
+def run_inline(tmp_path, script: str, **env: str) -> dict:
+    """Run `script` (which writes JSON to argv[1]) in a fresh process with `env`."""
+    import json
+
+    path, out = tmp_path / "script.py", tmp_path / f"{env['JAX_PLATFORMS']}.json"
+    path.write_text(script)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
+    proc = subprocess.run([sys.executable, str(path), str(out)], env={**clean, **env},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_unannotated_program_over_partitions_reports_replicated_shardings(tmp_path):
+    """A program over 2 partitions without sharding annotations: XLA reports
+    its parameters and results `{replicated}` and JAX, which left them
+    unspecified, uses those; PJRT_Executable_OptimizedProgram must say so too.
+    Without them JAX keeps an UnspecifiedValue as an input sharding: Python's
+    dispatch fails on it (AttributeError) and the C++ one with std::bad_cast."""
+    ours = run_inline(tmp_path, UNANNOTATED_SCRIPT, **PJRT_REF_4)
+    assert ours == run_inline(tmp_path, UNANNOTATED_SCRIPT, **CPU_4)
+
+
+def test_a_program_without_results_reports_xlas_empty_tuple_sharding():
+    """XLA keeps an empty tuple's sharding as one element; its C API client
+    refuses `{}` ("HLO module output is an empty tuple, but the output
+    sharding has 0 elements"), which JAX's shard_map tests met on unannotated
+    programs over several partitions."""
+    from pjrt_ref.spmd import partitioner as spmd
+
+    assert spmd._output_sharding_text([]) == "{{replicated}}"
+    assert spmd._output_sharding_text(["{replicated}"]) == "{replicated}"
+    assert spmd._output_sharding_text(["{replicated}", "{maximal device=0}"]) == \
+        "{{replicated}, {maximal device=0}}"
