@@ -58,6 +58,10 @@ def initialize() -> None:
     if not _named_in_environment():     # an explicit PJRT_NAMES_AND_LIBRARY_PATHS entry wins
         xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path())
     try:
+        _keep_clients_to_the_end(xla_bridge)
+    except (KeyError, TypeError, AttributeError):  # pragma: no cover - a future JAX moved it
+        pass
+    try:
         _allow_donation()
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
         pass
@@ -65,6 +69,31 @@ def initialize() -> None:
         _install_lowerings()
     else:   # registered from PJRT_NAMES_AND_LIBRARY_PATHS, after us: lowering rules must wait
         xla_bridge.register_plugin_callbacks(lambda **_: _install_lowerings())
+
+
+def _keep_clients_to_the_end(xla_bridge) -> None:
+    """Every client JAX makes on pjrt_ref lives until the process ends.
+
+    `np.asarray` of a pjrt_ref array is a view of our buffer (a PJRT external
+    reference, see PJRT_Buffer_IsOnCpu). jaxlib's reference points into its
+    client without keeping it alive, and at interpreter exit jaxlib may destroy
+    the client before the last views are collected: the view's destructor then
+    reads the freed client (SIGSEGV in ~PjRtCApiExternalReference, seen once
+    in a test's child process). One reference that is never dropped keeps the
+    client to the end; the operating system reclaims it.
+    """
+    import ctypes
+    import dataclasses
+
+    registration = xla_bridge._backend_factories[PLATFORM]
+    make = registration.factory
+
+    def factory(*args, **kwargs):
+        client = make(*args, **kwargs)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
+        return client
+
+    xla_bridge._backend_factories[PLATFORM] = dataclasses.replace(registration, factory=factory)
 
 
 def _install_lowerings() -> None:
