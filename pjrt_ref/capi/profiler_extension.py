@@ -40,7 +40,7 @@ class ProfilerHandle:
     def __init__(self, options: bytes) -> None:
         self.options = options           # serialized tensorflow.ProfileOptions (kept, not interpreted)
         self.session = live_profile.TraceSession()
-        self.collected = None            # cdata owning the XSpace handed to the host
+        self.collected = None            # cdata owning the XSpace handed to the host: exactly its bytes
 
 
 def _session(args) -> ProfilerHandle:
@@ -77,15 +77,28 @@ def collect_data(args) -> None:
     handle = _session(args)
     if args.buffer == _ffi.NULL:
         data = xspace.xspace(handle.session.slices)
-        handle.collected = _ffi.new("uint8_t[]", data) if data else None
+        handle.collected = _exact_copy(data) if data else None
         args.buffer = handle.collected if data else _ffi.NULL
         args.buffer_size_in_bytes = len(data)
         return
     if handle.collected is None:
         raise InvalidArgument("PLUGIN_Profiler_CollectData: call it with buffer == NULL first")
-    size = len(handle.collected)
+    # The caller's buffer holds the size the first call reported, no more.
+    size = _ffi.sizeof(handle.collected)
     _ffi.memmove(args.buffer, handle.collected, size)
     args.buffer_size_in_bytes = size
+
+
+def _exact_copy(data: bytes):
+    """`data` in C memory of exactly len(data) bytes.
+
+    Not `ffi.new("uint8_t[]", data)`: made from bytes, cffi's array gets a
+    NUL at the end, one byte more than the size reported, and copying it into
+    the caller's buffer (sized as reported) would write past that buffer's end.
+    """
+    copy = _ffi.new("uint8_t[]", len(data))
+    _ffi.memmove(copy, data, len(data))
+    return copy
 
 
 # ------------------------------------------------------------ the boundary

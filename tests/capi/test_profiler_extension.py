@@ -143,17 +143,25 @@ def _session(profiler_api):
     return create.profiler
 
 
+GUARD = 64          # bytes after the caller's buffer that collect_data must not touch
+
+
 def _collect(profiler_api, profiler) -> bytes:
     error, args = _call(profiler_api.collect_data, "PLUGIN_Profiler_CollectData_Args", profiler=profiler)
     assert error == ffi.NULL
     if args.buffer_size_in_bytes == 0:
         return b""
     owned = bytes(ffi.buffer(args.buffer, args.buffer_size_in_bytes))
-    # The header's second protocol: the caller's own buffer gets the same bytes.
-    mine = ffi.new("uint8_t[]", len(owned))
+    # The header's second protocol: the caller's own buffer of the size it was
+    # told gets the same bytes, and nothing after it changes (the guard bytes
+    # stand for the caller's neighbouring heap memory).
+    mine = ffi.new("uint8_t[]", len(owned) + GUARD)
+    ffi.memmove(mine, b"\xa5" * len(mine), len(mine))
     args.buffer = mine
     assert profiler_api.collect_data(args) == ffi.NULL
+    assert bytes(ffi.buffer(mine + len(owned), GUARD)) == b"\xa5" * GUARD, "wrote past the caller's buffer"
     assert bytes(ffi.buffer(mine, len(owned))) == owned
+    assert args.buffer_size_in_bytes == len(owned)
     return owned
 
 
@@ -255,6 +263,29 @@ def test_a_multi_device_run_has_each_devices_ops_on_its_own_thread():
     assert len(tanh_lines) == 2                          # one per device thread
     (execute,) = [event for event in events if event[1] == "execute two"]
     assert execute[4]["devices"] == 2
+    _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)
+
+
+def test_collect_data_into_the_callers_buffer_writes_only_the_size_it_reported():
+    """The second call copies exactly `buffer_size_in_bytes` bytes: it once copied one
+    more (the NUL that cffi appends when a uint8_t[] is made from bytes) past the end
+    of the caller's buffer, damaging its heap (SIGABRT later in a free or malloc)."""
+    profiler_api = _extension().profiler_api
+    profiler = _session(profiler_api)
+    _call(profiler_api.start, "PLUGIN_Profiler_Start_Args", profiler=profiler)
+    _run_tanh()
+    _call(profiler_api.stop, "PLUGIN_Profiler_Stop_Args", profiler=profiler)
+    error, args = _call(profiler_api.collect_data, "PLUGIN_Profiler_CollectData_Args", profiler=profiler)
+    assert error == ffi.NULL and args.buffer_size_in_bytes > 0
+    size = args.buffer_size_in_bytes
+    theirs = bytes(ffi.buffer(args.buffer, size))
+    mine = ffi.new("uint8_t[]", size + GUARD)
+    ffi.memmove(mine, b"\xa5" * len(mine), len(mine))
+    args.buffer = mine
+    assert profiler_api.collect_data(args) == ffi.NULL
+    assert bytes(ffi.buffer(mine + size, GUARD)) == b"\xa5" * GUARD, "wrote past the caller's buffer"
+    assert bytes(ffi.buffer(mine, size)) == theirs
+    assert args.buffer_size_in_bytes == size
     _call(profiler_api.destroy, "PLUGIN_Profiler_Destroy_Args", profiler=profiler)
 
 
