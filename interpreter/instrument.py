@@ -157,7 +157,7 @@ _SINKS_LOCK = threading.Lock()
 def _trace_file(path: str):
     """One line-buffered handle per path, truncated when first opened and shared by
     every program of the process (of a multi-process job: one file per process)."""
-    from ..debug.process_files import per_process
+    from ..process_files import per_process
 
     path = per_process(path)
     with _SINKS_LOCK:

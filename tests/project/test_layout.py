@@ -8,7 +8,8 @@ Rooms, from the top (README "Layout"):
     model                         the PJRT object model
     spmd, services, distributed   beside the model, below it
     interpreter, conformance      StableHLO on numpy
-    errors, settings, limits      shared by every layer
+    errors, settings, limits,     shared by every layer
+    process_files
 
 A module may import its own room and the rooms `MAY_IMPORT` names; nothing
 imports a room above it, so no circle can form between rooms. Function-level
@@ -29,6 +30,7 @@ FOLDERS = {"pjrt_ref": "pjrt_ref", "interpreter": "pjrt_ref.interpreter",
 
 ROOMS = {    # dotted prefix -> room (the longest prefix wins)
     "pjrt_ref": "base", "pjrt_ref.errors": "base", "pjrt_ref.settings": "base", "pjrt_ref.limits": "base",
+    "pjrt_ref.process_files": "base",
     "pjrt_ref.interpreter": "interpreter", "pjrt_ref.conformance": "conformance",
     "pjrt_ref.spmd": "spmd", "pjrt_ref.services": "services", "pjrt_ref.distributed": "distributed",
     "pjrt_ref.model": "model", "pjrt_ref.debug": "debug", "pjrt_ref.capi": "capi",
@@ -57,13 +59,10 @@ MAY_IMPORT = {
 # Imports against the diagram that are still to be removed, each with why it
 # is there today: the interpreter's instrumentation (PJRT_REF_TRACE,
 # _CHECK_NANS, _PROFILE, _DIFF, chosen when a program is planned) writes
-# through the debug package's recorders, and the client names its per-process
-# profile and trace files with the debug package's helper.
+# through the debug package's recorders.
 KNOWN = {
     ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.profile"),
-    ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.process_files"),
     ("pjrt_ref.interpreter.instrument", "pjrt_ref.debug.diff"),
-    ("pjrt_ref.model.client", "pjrt_ref.debug.process_files"),
 }
 
 
