@@ -12,6 +12,11 @@ Four switches, read when a program is loaded (pjrt_ref/settings.py declares them
     PJRT_REF_DIFF=cpu|PLUGIN.so  run each op on another backend too and stop at
                                  the first whose result differs (`pjrt_ref.debug.diff`)
 
+The NaN check and the trace are done here. The profile's recorder and the
+diff's comparer belong to the debug package, a layer above the interpreter:
+it plugs them in (`plug_in`) when it is imported, and this module only knows
+their shape (`OpRecorder`, `OpDiffer`).
+
 With none of them set, `from_environment()` returns None and the interpreter
 runs its plan untouched: nothing here costs anything. With one set, the
 program is planned without the plan-time optimisations (`interpreter/jit`:
@@ -27,11 +32,13 @@ import logging
 import sys
 import threading
 import time
+from typing import Callable, Protocol
 
 import numpy as np
 
 from .. import settings
-from ..errors import InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument
+from ..process_files import per_process
 from ..settings import LogOrFile
 from .types import DTYPE_ELEMENT_NAMES, Token, is_complex, is_float
 
@@ -157,8 +164,6 @@ _SINKS_LOCK = threading.Lock()
 def _trace_file(path: str):
     """One line-buffered handle per path, truncated when first opened and shared by
     every program of the process (of a multi-process job: one file per process)."""
-    from ..debug.process_files import per_process
-
     path = per_process(path)
     with _SINKS_LOCK:
         sink = _SINKS.get(path)
@@ -183,6 +188,47 @@ def trace_record(op, function: str, results) -> dict:
             "results": [summarize(value) for value in results]}
 
 
+# ------------------------------------------------------------ the debug package's sinks
+class OpRecorder(Protocol):
+    """PJRT_REF_PROFILE's recorder (pjrt_ref/debug/profile.py's `Recorder`): told of every op run."""
+
+    def op_slice(self, op, operands, results, start: float, end: float) -> None: ...
+
+
+class OpDiffer(Protocol):
+    """PJRT_REF_DIFF's comparer (pjrt_ref/debug/diff's `Differ`).
+
+    `prepare` runs once per planned function and returns, keyed by
+    id(step), a unit whose `check(operands, regions, results)` runs after
+    the step's kernel."""
+
+    def prepare(self, plan, func_op) -> dict: ...
+
+
+# What the debug package plugs in: a file path -> its recorder, "cpu" or a
+# plugin path -> a differ. None until `pjrt_ref.debug` is imported.
+_MAKE_RECORDER: Callable[[str], OpRecorder] | None = None
+_MAKE_DIFFER: Callable[[str], OpDiffer] | None = None
+
+
+def plug_in(make_recorder: Callable[[str], OpRecorder], make_differ: Callable[[str], OpDiffer]) -> None:
+    """Called by `pjrt_ref.debug` when it is imported: the makers of the sinks
+    PJRT_REF_PROFILE and PJRT_REF_DIFF write to."""
+    global _MAKE_RECORDER, _MAKE_DIFFER
+    _MAKE_RECORDER, _MAKE_DIFFER = make_recorder, make_differ
+
+
+def _plugged_in(maker, setting: str, value: str | None):
+    """`maker(value)` when `setting` is on (None when off), or an error saying who makes its sink."""
+    if not value:
+        return None
+    if maker is None:
+        raise FailedPrecondition(
+            f"{setting}={value} is set, but pjrt_ref.debug, which does its work, is not loaded: "
+            "import pjrt_ref.debug before loading programs (the PJRT plugin and the pjrt-ref command do)")
+    return maker(value)
+
+
 # ------------------------------------------------------------ the wrapper
 class Instrument:
     """What to do around each op; `apply(plan)` wraps a function's steps.
@@ -201,16 +247,8 @@ class Instrument:
                 _ensure_trace_handler()
             else:
                 self.trace_file = _trace_file(trace)
-        self.profiler = None
-        if profile:
-            from ..debug.profile import recorder
-
-            self.profiler = recorder(profile)
-        self.differ = None
-        if diff:
-            from ..debug.diff import Differ
-
-            self.differ = Differ.from_environment(diff)
+        self.profiler: OpRecorder | None = _plugged_in(_MAKE_RECORDER, "PJRT_REF_PROFILE", profile)
+        self.differ: OpDiffer | None = _plugged_in(_MAKE_DIFFER, "PJRT_REF_DIFF", diff)
 
     @classmethod
     def from_environment(cls) -> "Instrument | None":
@@ -243,7 +281,7 @@ class Instrument:
 
     def wrap(self, kernel, function: str, diff_unit=None):
         """`kernel` with this instrument's work around it; `diff_unit` is the
-        step's PJRT_REF_DIFF `Unit` (pjrt_ref/debug/diff), if any."""
+        step's PJRT_REF_DIFF unit (made by `OpDiffer.prepare`), if any."""
         check_nans = self.check_nans
         trace_log, trace_file, profiler = self.trace_log, self.trace_file, self.profiler
         clock = time.perf_counter

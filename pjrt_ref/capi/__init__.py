@@ -16,6 +16,7 @@ import atexit
 import time
 
 from . import _boundary, cdata
+# Importing pjrt_ref.debug also plugs PJRT_REF_PROFILE's and _DIFF's sinks into the interpreter.
 from ..debug import live_profile
 
 _installed = False

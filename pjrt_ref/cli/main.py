@@ -84,6 +84,7 @@ def _profile_command(argv: list[str]) -> int:
 
 def _cost_command(argv: list[str]) -> int:
     """Flops, transcendentals and bytes accessed per op (what JAX's cost_analysis() reports)."""
+    from .. import debug  # noqa: F401  (loads PJRT_REF_PROFILE's and _DIFF's sinks, as `run` does)
     from ..interpreter import load
     from ..interpreter.cost import report
 

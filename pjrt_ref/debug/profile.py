@@ -37,7 +37,7 @@ class Recorder:
     """
 
     def __init__(self, path: str) -> None:
-        from .process_files import process_index
+        from ..process_files import process_index
 
         self.path = path
         self.events: list[dict] = []
@@ -92,7 +92,7 @@ def _metadata(kind: str, pid, tid, name: str) -> dict:
 def recorder(path: str) -> Recorder:
     """The process's recorder for `path` (one per file, shared by programs; in a
     multi-process job, process i writes `path` with `.process<i>` added)."""
-    from .process_files import per_process
+    from ..process_files import per_process
 
     path = per_process(path)
     with _LOCK:

@@ -27,7 +27,7 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
     if kv_store is None:
         raise InvalidArgument(f"num_nodes={num_nodes}: a client of several processes needs "
                               "the key-value store callbacks of PJRT_Client_Create")
-    from ..debug.process_files import set_process_index
+    from ..process_files import set_process_index
     from ..distributed import join
     from ..interpreter.ops.collective_grid import collective_timeout
 

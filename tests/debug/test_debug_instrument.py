@@ -1,4 +1,4 @@
-"""PJRT_REF_CHECK_NANS and PJRT_REF_TRACE on the interpreter (in process).
+"""PJRT_REF_CHECK_NANS, PJRT_REF_TRACE and PJRT_REF_PROFILE on the interpreter (in process).
 
 The switches are read when a program is loaded, so each test sets them
 (monkeypatch) before `load`; programs come from JAX's lowering with debug
@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pjrt_ref.interpreter import load
+from pjrt_ref.debug import profile
+from pjrt_ref.interpreter import instrument, load
 from pjrt_ref.interpreter.instrument import NonFiniteResult, summarize
-from pjrt_ref.errors import ErrorCode
+from pjrt_ref.errors import ErrorCode, FailedPrecondition
 
 
 def lowered(fn, *args) -> str:
@@ -100,6 +101,28 @@ def test_trace_logs_to_the_trace_logger(monkeypatch, caplog):
         program(np.arange(4, dtype=np.float32))
     lines = [r.getMessage() for r in caplog.records if r.name == "pjrt_ref.trace"]
     assert any(l.startswith("stablehlo.sine") and "f32[4] min=0 max=0.909297" in l for l in lines), lines
+
+
+def test_profile_records_every_op_through_the_debug_packages_recorder(monkeypatch, tmp_path):
+    """The interpreter does not import pjrt_ref.debug; importing it (above)
+    plugged its recorder in."""
+    path = str(tmp_path / "profile.json")
+    monkeypatch.setenv("PJRT_REF_PROFILE", path)
+    program = load(lowered(nan_in_loop, np.float32(1.5)))
+    program(np.float32(1.5))
+    profile.recorder(path).flush()
+    with open(path) as f:
+        ops = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "op"]
+    assert [e["name"] for e in ops].count("sqrt") == 3          # once per iteration
+    assert "test_debug_instrument.py" in next(e for e in ops if e["name"] == "sqrt")["args"]["location"]
+
+
+@pytest.mark.parametrize("setting, maker", [("PJRT_REF_PROFILE", "_MAKE_RECORDER"), ("PJRT_REF_DIFF", "_MAKE_DIFFER")])
+def test_a_switch_whose_sink_is_not_plugged_in_says_what_to_import(monkeypatch, tmp_path, setting, maker):
+    monkeypatch.setattr(instrument, maker, None)          # as if pjrt_ref.debug had not been imported
+    monkeypatch.setenv(setting, str(tmp_path / "out"))
+    with pytest.raises(FailedPrecondition, match=f"{setting}=.* import pjrt_ref.debug before loading programs"):
+        load(lowered(jnp.sin, np.float32(1)))
 
 
 def test_summaries_of_narrow_and_complex_types():

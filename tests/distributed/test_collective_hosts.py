@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from collective_grid_cases import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
-from pjrt_ref.debug import process_files
+from pjrt_ref import process_files
 from pjrt_ref.debug.profile import merge
 from pjrt_ref.distributed import LocalStore
 from pjrt_ref.distributed.topology_exchange import exchange_local_topologies, global_devices

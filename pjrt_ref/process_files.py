@@ -5,7 +5,10 @@ PJRT_REF_PROFILE settings; writing one file from all of them would mix
 their lines. Once a client knows it is process i of a job
 (`pjrt_ref.model.client.make_client`), `per_process("trace.json")` is
 `trace.process1.json`, and `pjrt-ref profile` merges such files into one
-Chrome trace with a row per process and device (`profile.merge`).
+Chrome trace with a row per process and device
+(`pjrt_ref.debug.profile.merge`). It sits with the settings, below every
+layer: the interpreter names its trace file with it, the client sets the
+index, the debug package names its profile.
 """
 from __future__ import annotations
 
