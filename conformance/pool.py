@@ -27,6 +27,22 @@ from typing import Callable, Iterable
 from . import worker as worker_module
 
 _CONTEXT = None
+# Modules every worker imports before its first case: the interpreter, and
+# what a layer above hands down (`preload_also`).
+_PRELOAD = [__package__ + ".preload"]
+
+
+def preload_also(module: str) -> None:
+    """Have every worker import `module` before its first case.
+
+    This is how a layer above this one equips the workers without the
+    conformance runner importing it: `pjrt-ref conformance` hands down
+    `pjrt_ref.debug`, which plugs PJRT_REF_PROFILE's recorder and
+    PJRT_REF_DIFF's differ into the interpreter. Call it before the first
+    pool starts (the fork server keeps what it imported at its start).
+    """
+    if module not in _PRELOAD:
+        _PRELOAD.append(module)
 
 
 def _context():
@@ -36,7 +52,7 @@ def _context():
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         _CONTEXT = multiprocessing.get_context(method)
         if method == "forkserver":
-            _CONTEXT.set_forkserver_preload([__package__ + ".preload"])
+            _CONTEXT.set_forkserver_preload(list(_PRELOAD))
     return _CONTEXT
 
 
@@ -46,7 +62,7 @@ class _Worker:
         parent_end, child_end = _context().Pipe()
         self.connection = parent_end
         self.process = _context().Process(target=worker_module.serve,
-                                          args=(child_end, self.output_path, run),
+                                          args=(child_end, self.output_path, run, tuple(_PRELOAD[1:])),
                                           daemon=True)
         self.process.start()
         child_end.close()

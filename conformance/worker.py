@@ -20,6 +20,7 @@ pool's business (`pool.py`).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import resource
@@ -219,8 +220,11 @@ def preload() -> None:
     from jaxlib.mlir.dialects import chlo, sdy, stablehlo  # noqa: F401
 
 
-def serve(connection, output_path: str | None = None, run=run_case) -> None:
+def serve(connection, output_path: str | None = None, run=run_case, also_import: tuple[str, ...] = ()) -> None:
     """Worker loop: receive tasks, send `run(task)`, until None arrives.
+
+    `also_import` names modules a layer above hands down (`pool.preload_also`);
+    a forked worker has them already, a spawned one imports them here.
 
     The worker's stdout and stderr (MLIR diagnostics, prints, a crash's last
     words) go to `output_path`, emptied before each task, so the pool can
@@ -237,6 +241,8 @@ def serve(connection, output_path: str | None = None, run=run_case) -> None:
         os.dup2(output_fd, 2)
     try:
         preload()
+        for module in also_import:
+            importlib.import_module(module)
     except Exception:  # noqa: BLE001 - each case will report the import error
         pass
     while True:

@@ -98,8 +98,11 @@ def _cost_command(argv: list[str]) -> int:
 
 
 def _conformance_command(argv: list[str]) -> int:
+    from pjrt_ref.conformance.pool import preload_also
     from pjrt_ref.conformance.runner import main as conformance_main
 
+    # The workers run with the debugging switches (PJRT_REF_PROFILE, _DIFF) as the plugin does.
+    preload_also("pjrt_ref.debug")
     return conformance_main(argv)
 
 

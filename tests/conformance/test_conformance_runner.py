@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -128,3 +130,16 @@ def test_verbose_prints_every_case_that_did_not_pass(capsys):
     flagged = sorted(line.split(":: ")[0].split()[0] for line in lines[:-1])
     assert flagged == ["FAIL", "FAIL", "FAIL", "UNSUPPORTED", "UNSUPPORTED"]
     assert lines[-1].startswith("9 cases: 4 passed")  # the file named twice runs once
+
+
+@pytest.mark.parametrize("switch, value", [("PJRT_REF_DIFF", "cpu"), ("PJRT_REF_PROFILE", "profile.json")])
+def test_the_command_runs_cases_with_the_debugging_switches_on(tmp_path, switch, value):
+    """The workers get the debug package's recorder and differ from the
+    command (the runner, a layer below, does not import it): with the switch
+    on, a passing case still passes instead of erroring for want of them."""
+    env = dict(os.environ, **{switch: value})
+    done = subprocess.run([sys.executable, "-m", "pjrt_ref.cli.main", "conformance",
+                           os.path.join(DATA, "jax_add_pass.mlir"), "--jobs", "1", "-v"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 cases: 1 passed" in done.stdout
