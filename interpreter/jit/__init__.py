@@ -34,7 +34,7 @@ comparators. `codegen` writes every generated kernel to a cache directory
 so numba's own cache keeps the machine code across processes; `blas` caps
 OpenBLAS at one thread (in both optimiser modes: `openblas` finds it) and
 cuts big products into blocks fixed by their shape, shared with a small C
-thread pool (`gemm_pool.c`) without the GIL, each shape run the way
+thread pool (`native/gemm_pool.c`) without the GIL, each shape run the way
 `product_strategy` timed best on this machine; `heap`
 keeps freed array memory in the process (no page faults per op result).
 
@@ -42,10 +42,10 @@ Switches (defaults and help: the README's table, generated from
 pjrt_ref/settings.py): PJRT_REF_OPTIMIZE=0 turns off every rewrite here
 (the plain interpreter), PJRT_REF_JIT=0 numba (no fused steps, no compiled
 loops or regions). The others are explained where they are read: fusion.py
-(PJRT_REF_JIT_MIN_ELEMENTS), threads.py (PJRT_REF_JIT_THREADS), codegen.py
-(PJRT_REF_CACHE_DIR), blas.py (PJRT_REF_BLAS_THREADS,
+(PJRT_REF_JIT_MIN_ELEMENTS), native/threads.py (PJRT_REF_JIT_THREADS), native/codegen.py
+(PJRT_REF_CACHE_DIR), native/blas.py (PJRT_REF_BLAS_THREADS,
 PJRT_REF_MATMUL_THREADS, PJRT_REF_POOL_SPIN_US, PJRT_REF_GEMM_POOL),
-product_strategy.py (PJRT_REF_PRODUCT_PROBE), heap.py (PJRT_REF_HEAP).
+native/product_strategy.py (PJRT_REF_PRODUCT_PROBE), native/heap.py (PJRT_REF_HEAP).
 
 numba is imported lazily, the first time a program has something to compile:
 starting it costs every process time and memory even when every kernel
@@ -59,7 +59,7 @@ The README's "Performance" section gives users the same promise.
 * `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
   runs, on threads or not), `loops`, `regions`, `in_place` and preset
   constants keep the bits: each element meets the same functions in the
-  same precision (scalar_expressions.py, op by op). Two exceptions: where
+  same precision (native/scalar_expressions.py, op by op). Two exceptions: where
   two NaNs meet, the NaN's sign and payload may differ (the spec leaves
   them open; tests/support/jit_support.py, `assert_same_values`); compiled f32
   transcendentals use other float64 functions than numpy's, so a result
@@ -71,7 +71,7 @@ The README's "Performance" section gives users the same promise.
 * Cutting big products into blocks is not a rewrite: `blas.matmul` does it
   in both modes, and a product has its blocks' bits whichever threads
   compute them, except a shape the timing gave to OpenBLAS's own threads
-  (blas.py).
+  (native/blas.py).
 
 tests/interpreter/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
 bit where the bits are kept, else to rounding) and against XLA CPU.
@@ -79,8 +79,9 @@ bit where the bits are kept, else to rounding) and against XLA CPU.
 from __future__ import annotations
 
 from ..steps import preset_constants
-from . import blas, dots, fastpath, fusion, heap, in_place
-from .scope import jit_enabled, optimize_enabled
+from ..native import blas, heap
+from ..native.scope import jit_enabled, optimize_enabled
+from . import dots, fastpath, fusion, in_place
 
 
 def optimize_function(plan) -> None:
@@ -104,7 +105,7 @@ def optimize_function(plan) -> None:
 def _record_jit_setting(region, enabled: bool) -> None:
     """Remember, on every region and op with regions, whether numba was on
     when the program was planned: region bodies compile on first run
-    (`regions.py`), and must follow the setting of the plan, not of the
+    (`native/regions.py`), and must follow the setting of the plan, not of the
     moment they first run."""
     region.jit_enabled = enabled
     for step in region.steps:

@@ -29,10 +29,10 @@ import math
 import numpy as np
 
 from ...limits import loop_limit_error, max_steps
+from ..native import codegen
+from ..native.scalar_expressions import scalar_expression
 from ..steps import OpInfo, Step
 from ..types import TensorType
-from . import codegen
-from .scalar_expressions import scalar_expression
 
 F32, F64, I32, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_))
 SCALAR_DTYPES = (F32, F64, I32, I64, BOOL)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..jit.loops import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
 from . import codegen
-from .loops import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
 from .scope import jit_enabled
 
 _MISSING = object()
