@@ -3,10 +3,11 @@ unfused kernels' bits.
 
 `scalar_expression(op)` is the expression template of one op over its
 operands {0}, {1}, ..., or None. Fused runs (jit/fusion.py), compiled `while`
-loops (jit/loops.py) and region bodies (regions.py, through jit/loops.py) all
-build their code from it. It has a module of its own, below all three:
-jit/fusion.py compiles `while` loops through jit/loops.py, so jit/loops.py cannot
-take it from jit/fusion.py without an import circle.
+loops (jit/loops.py) and region bodies (regions.py), the last two through
+translator.py, all build their code from it. It has a module of its own,
+below all of them: jit/fusion.py compiles `while` loops through
+jit/loops.py, so neither can take it from the other without an import
+circle, and the region compiler here imports nothing of jit/.
 
 What fuses, and why it is exact (the same bits as the unfused kernels):
 
