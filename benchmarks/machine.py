@@ -42,7 +42,7 @@ def _version(distribution: str) -> str | None:
 
 def describe() -> dict:
     """The machine and software as a JSON-able dict."""
-    from pjrt_ref.interpreter.jit import openblas
+    from pjrt_ref.interpreter.native import openblas
 
     cpu = _cpuinfo()
     flags = set(cpu.get("flags", "").split())

@@ -2,7 +2,7 @@
 fares on this machine, for the shapes of W2, W4 and W5.
 
 For each shape, in one process with OpenBLAS on one thread (as pjrt-ref
-sets it), the candidates of interpreter/jit/product_strategy.py are timed
+sets it), the candidates of interpreter/native/product_strategy.py are timed
 in turns: one np.matmul call; the shape's blocks (blas.product_blocks)
 computed by this thread alone; the blocks shared with the C pool's
 threads; and one np.matmul call on OpenBLAS's own threads (all usable
@@ -33,7 +33,7 @@ SHAPES = [("W2", 256, 256, 256), ("W4 forward", 128, 784, 512),
 
 
 def candidates(a: np.ndarray, b: np.ndarray) -> dict:
-    from pjrt_ref.interpreter.jit import blas, product_strategy
+    from pjrt_ref.interpreter.native import blas, product_strategy
 
     blocks = blas.product_blocks(a.shape[0], a.shape[1], b.shape[1])
     call = blas._gemm_call(a, b)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    from pjrt_ref.interpreter.jit import blas
+    from pjrt_ref.interpreter.native import blas
 
     blas.limit_blas_threads()
     info = machine.describe()

@@ -248,7 +248,7 @@ def product_strategies() -> dict:
     """How this process ran each product shape it met (blas.py)."""
     import dataclasses
 
-    from pjrt_ref.interpreter.jit import blas
+    from pjrt_ref.interpreter.native import blas
 
     return {key: dataclasses.asdict(strategy) for key, strategy in blas._STRATEGIES.items()}
 

@@ -213,9 +213,7 @@ def _message(error: BaseException) -> str:
 
 def preload() -> None:
     """Import the interpreter, jaxlib's MLIR and every op family."""
-    from ..interpreter import registry
-
-    registry.lookup("stablehlo.constant")
+    from ..interpreter import ops  # noqa: F401  (registers every family)
     from jaxlib.mlir import ir  # noqa: F401
     from jaxlib.mlir.dialects import chlo, sdy, stablehlo  # noqa: F401
 

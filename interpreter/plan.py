@@ -11,6 +11,9 @@ from __future__ import annotations
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented
 from ..limits import check_result_types, max_bytes
 from . import mesh_axes
+# Importing ops/ registers every op family for `lookup`; Python's import lock
+# makes a thread that plans at the same time wait until all are registered.
+from . import ops  # noqa: F401
 from .attributes import convert_attribute, read_attributes
 from .instrument import from_environment as instrument_from_environment
 from .jit import optimize_function

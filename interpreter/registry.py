@@ -18,10 +18,13 @@ planned, so each call does only the numpy work. It returns such a kernel
 (same signature, same results bit for bit) or None where the generic kernel
 must run. With PJRT_REF_OPTIMIZE=0 it is never asked: the generic kernels
 are the reference the fast ones are tested against.
+
+The tables fill when `ops/` is imported: each family registers its kernels
+as its module loads. The registry imports nothing of ops/ (it sits below
+them); whoever looks kernels up imports ops/ first (plan.py does).
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -70,28 +73,8 @@ def register_custom_call(*targets: str, validate: Callable | None = None):
 
 
 def lookup(name: str) -> Kernel | None:
-    _load_op_modules()
     return KERNELS.get(name)
 
 
 def lookup_custom_call(target: str) -> Kernel | None:
-    _load_op_modules()
     return CUSTOM_CALL_TARGETS.get(target)
-
-
-_LOADED = False
-_LOAD_LOCK = threading.RLock()   # reentrant: an op module may call lookup() while importing
-
-
-def _load_op_modules() -> None:
-    # _LOADED is set only after every family is registered: setting it first let a
-    # second thread compiling at the same time see a half-filled KERNELS and
-    # report e.g. "'stablehlo.constant' ... op is not supported" (found by
-    # benchmarks/soak.py's concurrent first compile).
-    global _LOADED
-    if _LOADED:
-        return
-    with _LOAD_LOCK:
-        if not _LOADED:
-            from . import ops  # noqa: F401  (registers every family)
-            _LOADED = True

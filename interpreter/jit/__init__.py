@@ -1,6 +1,11 @@
 """Plan-time optimisation of the interpreter: faster kernels for the same
 semantics.
 
+Its public face is `optimize_function`; the passes below are its modules.
+They build their fused and compiled steps on interpreter/native/ (numba
+code generation, threads, BLAS), which the ops use as well; this package
+imports ops/ and native/, and neither imports it.
+
 `optimize_function(plan)` runs once on each planned function, before it first
 runs, and rewrites its steps:
 
@@ -28,24 +33,17 @@ runs, and rewrites its steps:
 5. the function body's constants move into the frame every call starts
    from (`steps.preset_constants`): no step runs for them.
 
-Kernels with regions ask `regions` (numba) for compiled bodies when their
-numpy fast paths do not apply: scatter update computations, sort
-comparators. `codegen` writes every generated kernel to a cache directory
-so numba's own cache keeps the machine code across processes; `blas` caps
-OpenBLAS at one thread (in both optimiser modes: `openblas` finds it) and
-cuts big products into blocks fixed by their shape, shared with a small C
-thread pool (`gemm_pool.c`) without the GIL, each shape run the way
-`product_strategy` timed best on this machine; `heap`
-keeps freed array memory in the process (no page faults per op result).
+Before the rewrites, in both modes, `optimize_function` has the native
+code set up the process (native/process_setup.py: OpenBLAS's threads, the
+heap). Kernels with regions compile their bodies themselves, through
+native/regions.py, when they first run.
 
 Switches (defaults and help: the README's table, generated from
 pjrt_ref/settings.py): PJRT_REF_OPTIMIZE=0 turns off every rewrite here
 (the plain interpreter), PJRT_REF_JIT=0 numba (no fused steps, no compiled
 loops or regions). The others are explained where they are read: fusion.py
-(PJRT_REF_JIT_MIN_ELEMENTS), threads.py (PJRT_REF_JIT_THREADS), codegen.py
-(PJRT_REF_CACHE_DIR), blas.py (PJRT_REF_BLAS_THREADS,
-PJRT_REF_MATMUL_THREADS, PJRT_REF_POOL_SPIN_US, PJRT_REF_GEMM_POOL),
-product_strategy.py (PJRT_REF_PRODUCT_PROBE), heap.py (PJRT_REF_HEAP).
+(PJRT_REF_JIT_MIN_ELEMENTS) here, the rest in native/ (its __init__ names
+them).
 
 numba is imported lazily, the first time a program has something to compile:
 starting it costs every process time and memory even when every kernel
@@ -53,15 +51,16 @@ comes from the disk cache, so a program whose fused runs all run on numpy,
 like an MLP training step, never starts it (fusion.py, "When numba pays").
 
 Bits: what each rewrite keeps against PJRT_REF_OPTIMIZE=0 (for region
-bodies, which `regions` compiles in both modes, against PJRT_REF_JIT=0).
+bodies, which native/regions.py compiles in both modes, against
+PJRT_REF_JIT=0).
 The README's "Performance" section gives users the same promise.
 
 * `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
-  runs, on threads or not), `loops`, `regions`, `in_place` and preset
-  constants keep the bits: each element meets the same functions in the
-  same precision (scalar_expressions.py, op by op). Two exceptions: where
-  two NaNs meet, the NaN's sign and payload may differ (the spec leaves
-  them open; tests/support/jit_support.py, `assert_same_values`); compiled f32
+  runs, on threads or not), `loops`, native `regions`, `in_place` and
+  preset constants keep the bits: each element meets the same functions in
+  the same precision (native/scalar_expressions.py, op by op). Two
+  exceptions: where two NaNs meet, the NaN's sign and payload may differ
+  (the spec leaves them open; tests/support/jit_support.py, `assert_same_values`); compiled f32
   transcendentals use other float64 functions than numpy's, so a result
   may be one float32 ulp off next to a rounding boundary (over all 2^32
   inputs: never for exp, expm1, tanh; one input for logistic;
@@ -71,27 +70,25 @@ The README's "Performance" section gives users the same promise.
 * Cutting big products into blocks is not a rewrite: `blas.matmul` does it
   in both modes, and a product has its blocks' bits whichever threads
   compute them, except a shape the timing gave to OpenBLAS's own threads
-  (blas.py).
+  (native/blas.py).
 
 tests/interpreter/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
 bit where the bits are kept, else to rounding) and against XLA CPU.
 """
 from __future__ import annotations
 
+from ..native.process_setup import set_up_process
+from ..native.scope import jit_enabled, optimize_enabled
 from ..steps import preset_constants
-from . import blas, dots, fastpath, fusion, heap, in_place
-from .scope import jit_enabled, optimize_enabled
+from . import dots, fastpath, fusion, in_place
 
 
 def optimize_function(plan) -> None:
     """Rewrite `plan`'s steps in place (see the module docstring)."""
     _record_jit_setting(plan.body, jit_enabled())
-    # In both modes: OpenBLAS's threads change how it splits a product, and
-    # so its bits; PJRT_REF_OPTIMIZE=0 must compute what the optimiser does.
-    blas.limit_blas_threads()
+    set_up_process(optimize=optimize_enabled())  # in both modes: see process_setup.py
     if not optimize_enabled():
         return
-    heap.keep_freed_memory()
 
     dots.fold_transposes(plan.body)
     fastpath.specialize_region(plan.body)
@@ -104,7 +101,7 @@ def optimize_function(plan) -> None:
 def _record_jit_setting(region, enabled: bool) -> None:
     """Remember, on every region and op with regions, whether numba was on
     when the program was planned: region bodies compile on first run
-    (`regions.py`), and must follow the setting of the plan, not of the
+    (`native/regions.py`), and must follow the setting of the plan, not of the
     moment they first run."""
     region.jit_enabled = enabled
     for step in region.steps:

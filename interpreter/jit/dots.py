@@ -24,8 +24,8 @@ import numpy as np
 
 from ..ops.dot import BLAS_FLOATS, matrix_product
 from ..steps import OpInfo, Step
+from ..native.scope import CONTROL_FLOW_OPS
 from .fusion import count_uses
-from .scope import CONTROL_FLOW_OPS
 
 
 def fold_transposes(region) -> None:

@@ -21,10 +21,10 @@ others never exist as full arrays. Three kinds of fused step:
   cache-sized pieces need no full-size temporaries.
 
 Large numba loops and numpy runs are split over threads, in contiguous
-pieces of the index range (threads.py): each element is computed exactly as
+pieces of the index range (native/threads.py): each element is computed exactly as
 before.
 
-What fuses: the ops `scalar_expression` translates (scalar_expressions.py
+What fuses: the ops `scalar_expression` translates (native/scalar_expressions.py
 says why each gives the unfused kernels' bits), and broadcast_in_dim of a
 0-d value (a splat), which joins as a scalar operand; constants are left in
 place before the fused step. Integers never fuse: numba widens integer
@@ -46,7 +46,7 @@ plan time from op kinds and shapes:
   only on large tensors, from COMPILE_MIN_ELEMENTS (2^17) elements; below
   it, thousands of calls would not pay back the start-up (W4's log_softmax
   exp on 128x10 stays unfused);
-* compiled while loops (loops.py) and region bodies (regions.py) replace
+* compiled while loops (loops.py) and region bodies (native/regions.py) replace
   the interpreter's per-iteration / per-element Python work and always pay.
 
 Measurements: benchmarks/README.md, "Design notes moved from the code".
@@ -63,12 +63,13 @@ import numpy as np
 
 from ... import settings
 from ..steps import Step
+from ..native import codegen, threads
+from ..native.scalar_expressions import BOOL, FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
+from ..native.scope import CONTROL_FLOW_OPS
 from ..types import TensorType
-from . import codegen, numpy_runs, threads
+from . import numpy_runs
 from .fused_step import fused_step
 from .loops import compile_while
-from .scalar_expressions import BOOL, FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
-from .scope import CONTROL_FLOW_OPS
 
 # Fusing fewer computing steps than this does not pay for the loop's call,
 # except for ops whose unfused float kernels take several passes (maximum
@@ -271,7 +272,7 @@ def _fuse(run: list, uses: dict, shape: tuple):
     return fused_step(run, kernel, inputs, input_types, outputs, source=source)
 
 
-# Elements per thread below which a fused loop is not split (threads.py):
+# Elements per thread below which a fused loop is not split (native/threads.py):
 # a thread hand-off costs as much as many elements of arithmetic (which
 # runs at memory speed), fewer of a transcendental.
 MIN_PIECE_ARITHMETIC = 1 << 17

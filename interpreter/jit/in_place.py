@@ -34,7 +34,7 @@ import numpy as np
 
 from ..ops import control, core, slicing
 from ..steps import FunctionPlan, RegionPlan, Step, slots_read_by
-from .scope import CONTROL_FLOW_OPS
+from ..native.scope import CONTROL_FLOW_OPS
 
 
 def dynamic_update_slice_in_place(op, operand, update, *start_indices):

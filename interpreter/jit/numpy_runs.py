@@ -4,7 +4,7 @@ A run of float add, subtract, multiply, divide, negate, abs, maximum,
 minimum, compare and select (fusion.py, "When numba pays") becomes one step that applies each
 member's unfused function to the elements, results straight into the
 outputs, splats as 0-d operands (numpy broadcasts them); large runs are
-split over threads (threads.py; numpy releases the GIL in its loops). Each
+split over threads (native/threads.py; numpy releases the GIL in its loops). Each
 element meets exactly the functions the unfused kernels apply to it, so the
 bits are the same, without starting numba.
 
@@ -24,8 +24,8 @@ import math
 
 import numpy as np
 
+from ..native import threads
 from ..steps import Step
-from . import threads
 from .fused_step import fused_step
 
 # Elements per thread below which a run is not split, so runs split from

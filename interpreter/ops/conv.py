@@ -14,7 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ...errors import InvalidArgument, Unimplemented
-from ..jit import blas
+from ..native import blas
 from ..registry import register
 from .dot import from_work, to_work, work_dtype
 from .window import pad_and_dilate

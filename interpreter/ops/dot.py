@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ...errors import Unimplemented
-from ..jit import blas
+from ..native import blas
 from ..registry import register
 from ..types import is_bool, is_complex, is_float, is_integer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit.regions import map_applier
+from ..native.regions import map_applier
 from ..registry import register
 from .reduce_regions import analyse_regions, body_analysis, run_body
 
@@ -23,7 +23,7 @@ def map_(op, *inputs, regions):
         result, = run_body(computation, [result_type.dtype], shape, *inputs)
         return np.asarray(result, order="C")
     result = np.empty(shape, dtype=result_type.dtype)
-    applier = map_applier(op)  # the same loop, compiled by numba (interpreter/jit)
+    applier = map_applier(op)  # the same loop, compiled by numba (interpreter/native)
     if applier is not None:
         applier(*(np.ascontiguousarray(x).reshape(-1) for x in inputs), result.reshape(-1))
         return result

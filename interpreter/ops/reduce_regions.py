@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from ..jit.regions import folder
+from ..native.regions import folder
 from ..types import is_bool, is_float
 
 # Region body op -> the numpy ufunc it computes on two arrays of one dtype
@@ -157,7 +157,7 @@ def scalar_reduce(region, dtypes, values: list[np.ndarray], inits) -> list[np.nd
     """Left fold of the last axis, element by element: the slow, general path.
 
     Starts from `inits` (N 0-d arrays) for every output element. The same
-    fold runs compiled when interpreter/jit can translate the body.
+    fold runs compiled when interpreter/native can translate the body.
     """
     compiled = folder(region, dtypes)
     if compiled is not None:

@@ -19,7 +19,7 @@ The update computation is recognised when the program is planned:
   order, so duplicate indices accumulate);
 * anything else (several inputs, type promotion, longer bodies) calls the
   region once per update element, in order (slow but exact), in a numba
-  loop when interpreter/jit can compile the body.
+  loop when interpreter/native can compile the body.
 
 Point scatters (one input, every update window a single element, as in the
 gradient of `take_along_axis`) with a recognised body get a lean kernel at
@@ -32,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-from ..jit.regions import scatter_applier
+from ..native.regions import scatter_applier
 from ..registry import register
 from .gather import PointIndexing, batching_positions, index_vectors, row_major_strides
 from .reduce_regions import BODY_UFUNCS
@@ -172,7 +172,7 @@ def scatter(op, *args, regions):
     if body is not None:
         _apply_recognised(body, flat_results[0], targets, flat_updates[0])
     elif (applier := scatter_applier(op)) is not None:
-        # The same per-element loop, compiled by numba (interpreter/jit).
+        # The same per-element loop, compiled by numba (interpreter/native).
         applier(np.ascontiguousarray(targets), *flat_results,
                 *(np.ascontiguousarray(u) for u in flat_updates))
     else:

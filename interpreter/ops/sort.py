@@ -7,7 +7,7 @@ Three paths, chosen from the comparator's body:
   key that orders like the compare; so is a `compare` of g(lhs) and g(rhs)
   for an element-wise g (JAX's float comparators), keyed on g(row);
 * a comparator of scalar element-wise ops that numba can compile drives a
-  stable merge sort in numba (interpreter/jit/regions.py);
+  stable merge sort in numba (interpreter/native/regions.py);
 * any other comparator made of element-wise ops runs vectorised inside a
   bitonic sorting network: O(log^2 n) runs of the comparator, each on
   whole arrays of pairs;
@@ -23,7 +23,7 @@ import functools
 
 import numpy as np
 
-from ..jit.regions import sort_order, sort_orderer
+from ..native.regions import sort_order, sort_orderer
 from ..registry import register
 from ..types import is_bool, is_complex, is_float
 from .reduce_regions import is_elementwise, run_body
@@ -62,7 +62,7 @@ def stable_order(rows: list, comparator, plan, op=None) -> np.ndarray:
         return np.argsort(key, axis=-1, kind="stable")
     orderer = None if op is None else sort_orderer(op)
     if orderer is not None:
-        return sort_order(orderer, rows)  # numba merge sort (interpreter/jit)
+        return sort_order(orderer, rows)  # numba merge sort (interpreter/native)
     if is_elementwise(plan):
         return _bitonic_order(comparator, rows)
     return _python_order(comparator, rows)

@@ -165,7 +165,7 @@ def _limit_blas_threads() -> None:
     """Apply the interpreter's OpenBLAS thread setting before the first
     program is loaded. Once per process, whether or not the optimiser is on
     (the setting decides a product's bits)."""
-    from ..interpreter.jit import blas
+    from ..interpreter.native import blas
 
     blas.limit_blas_threads()
 

@@ -1,7 +1,7 @@
 """The matrix-product fast path (interpreter/ops/dot.py `matrix_product`),
-products split over threads (interpreter/jit/blas.py; its C pool in
+products split over threads (interpreter/native/blas.py; its C pool in
 detail: test_jit_gemm_pool.py) and the malloc thresholds
-(interpreter/jit/heap.py), each against the unoptimised path and against
+(interpreter/native/heap.py), each against the unoptimised path and against
 XLA."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import blas, heap, helper_threads, product_strategy  # noqa: E402
+from pjrt_ref.interpreter.native import blas, heap, helper_threads, product_strategy  # noqa: E402
 from pjrt_ref.interpreter.ops import dot  # noqa: E402
 
 RNG = np.random.default_rng(4)
@@ -147,7 +147,7 @@ def _count_pool_entries(path: str, monkeypatch) -> list:
         monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (
             calls.append((len(jobs), helpers)), real(jobs, helpers)))
     else:
-        assert blas._POOL is not None, "the C pool (interpreter/jit/gemm_pool.c) was not built"
+        assert blas._POOL is not None, "the C pool (interpreter/native/gemm_pool.c) was not built"
         real = blas._pool_multiply
         monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
             calls.append((blocks.count, helpers)), real(call, out, blocks, helpers))[1])
@@ -279,7 +279,7 @@ def test_plugin_product_through_jax_uses_the_pool():
     idle): the bits of its two row blocks, computed on the pool's threads."""
     code = textwrap.dedent("""
         import numpy as np, jax
-        from pjrt_ref.interpreter.jit import blas
+        from pjrt_ref.interpreter.native import blas
         blas.idle_cpus = lambda: 1
         rng = np.random.default_rng(0)
         a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
@@ -297,7 +297,7 @@ _PRODUCT_BITS = textwrap.dedent("""
     import sys
     import numpy as np
     from pjrt_ref.interpreter import load
-    from pjrt_ref.interpreter.jit import blas
+    from pjrt_ref.interpreter.native import blas
     text = sys.stdin.read()
     rng = np.random.default_rng(1)
     a = rng.standard_normal((128, 784)).astype(np.float32)
@@ -388,7 +388,7 @@ def test_an_interrupted_caller_still_waits_for_its_helpers():
 
 _MAPPED_CHUNKS = textwrap.dedent("""
     import ctypes, numpy as np
-    from pjrt_ref.interpreter.jit import heap
+    from pjrt_ref.interpreter.native import heap
     applied = heap.keep_freed_memory()
 
     class MallInfo(ctypes.Structure):   # glibc's struct mallinfo; hblks: mmapped chunks

@@ -1,5 +1,5 @@
 """float32 exp, expm1, tanh and logistic compiled into fused loops
-(interpreter/jit/vector_math.py) against the interpreter without numba
+(interpreter/native/vector_math.py) against the interpreter without numba
 (PJRT_REF_JIT=0), the plain interpreter (PJRT_REF_OPTIMIZE=0) and XLA CPU.
 
 The bound documented in vector_math.py: at most 1 ulp of float32 from the
@@ -183,7 +183,7 @@ def test_large_math_op_alone_compiles(monkeypatch):
 
 def test_threads_give_the_same_bits(monkeypatch):
     """A large loop split across threads equals one call over everything."""
-    from pjrt_ref.interpreter.jit import blas
+    from pjrt_ref.interpreter.native import blas
 
     monkeypatch.setattr(blas, "idle_cpus", lambda: 2)  # split whatever the machine's load
     x = inputs()[:400_001]
@@ -198,7 +198,7 @@ def test_threads_give_the_same_bits(monkeypatch):
 
 
 def test_pieces_cover_the_range_once():
-    from pjrt_ref.interpreter.jit.threads import pieces
+    from pjrt_ref.interpreter.native.threads import pieces
 
     for size, min_piece, count in [(10, 4, 2), (1 << 20, 1 << 14, 2), (1_000_003, 1000, 7), (5, 100, 8)]:
         ranges = pieces(size, min_piece, count)
@@ -210,7 +210,7 @@ def test_pieces_cover_the_range_once():
 def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
     import time
 
-    from pjrt_ref.interpreter.jit import blas, threads
+    from pjrt_ref.interpreter.native import blas, threads
 
     monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
     monkeypatch.setattr(blas, "idle_cpus", lambda: 1)  # split whatever the machine's load
@@ -230,7 +230,7 @@ def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
 
 
 def test_no_idle_cpu_means_one_call(monkeypatch):
-    from pjrt_ref.interpreter.jit import blas, threads
+    from pjrt_ref.interpreter.native import blas, threads
 
     monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
     monkeypatch.setattr(blas, "idle_cpus", lambda: 0)

@@ -135,7 +135,7 @@ def test_relu_alone_fuses(monkeypatch):
 
 
 def test_blas_threads_setting_is_harmless():
-    from pjrt_ref.interpreter.jit import blas
+    from pjrt_ref.interpreter.native import blas
 
     blas.limit_blas_threads()  # idempotent; matmuls still right afterwards
     a = np.arange(12, dtype=np.float32).reshape(3, 4)

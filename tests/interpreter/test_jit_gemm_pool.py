@@ -1,5 +1,5 @@
-"""The C thread pool for split matrix products (interpreter/jit/gemm_pool.c,
-driven by interpreter/jit/blas.py): each block equal to np.matmul on that
+"""The C thread pool for split matrix products (interpreter/native/gemm_pool.c,
+driven by interpreter/native/blas.py): each block equal to np.matmul on that
 block for every layout it accepts, many host threads at once, fork, the
 fallback to Python threads, and the environment settings."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from jit_support import product_in_blocks
 from pjrt_ref.errors import InvalidArgument
-from pjrt_ref.interpreter.jit import blas, product_strategy
+from pjrt_ref.interpreter.native import blas, product_strategy
 
 RNG = np.random.default_rng(11)
 
@@ -30,7 +30,7 @@ def one_thread_blas_and_split_strategy(monkeypatch):
 
 
 def _pool():
-    assert blas._POOL is not None, "the C pool (interpreter/jit/gemm_pool.c) was not built"
+    assert blas._POOL is not None, "the C pool (interpreter/native/gemm_pool.c) was not built"
     return blas._POOL
 
 
@@ -168,7 +168,7 @@ def test_many_host_threads_at_once(monkeypatch):
 
 _FORK_CHILD = textwrap.dedent("""
     import os, numpy as np
-    from pjrt_ref.interpreter.jit import blas
+    from pjrt_ref.interpreter.native import blas
     blas.limit_blas_threads()
     blas.idle_cpus = lambda: 1
     rng = np.random.default_rng(0)
@@ -225,13 +225,13 @@ def test_module_that_does_not_import_leaves_python_threads():
     without it and still splits products."""
     code = textwrap.dedent("""
         import sys, numpy as np
-        sys.modules["pjrt_ref.interpreter.jit._gemm_pool"] = None   # import fails
-        from pjrt_ref.interpreter.jit import blas
+        sys.modules["pjrt_ref.interpreter.native._gemm_pool"] = None   # import fails
+        from pjrt_ref.interpreter.native import blas
         blas.limit_blas_threads()
         blas.idle_cpus = lambda: 1
         a, b = np.random.default_rng(0).standard_normal((2, 256, 256))
         assert np.array_equal(blas.matmul(a, b, threads=2), np.concatenate([a[:128] @ b, a[128:] @ b]))
-        from pjrt_ref.interpreter.jit import helper_threads
+        from pjrt_ref.interpreter.native import helper_threads
         print(blas._POOL, len(helper_threads._HELPERS))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -343,10 +343,10 @@ def test_a_module_built_from_an_older_header_is_not_used(monkeypatch):
     failing on first use."""
     import types
 
-    import pjrt_ref.interpreter.jit as jit_package
+    import pjrt_ref.interpreter.native as native_package
 
     stale = types.SimpleNamespace(lib=types.SimpleNamespace(gemm_pool_multiply=None,
                                                             gemm_pool_spinning=None))
-    monkeypatch.setitem(sys.modules, "pjrt_ref.interpreter.jit._gemm_pool", stale)
-    monkeypatch.setattr(jit_package, "_gemm_pool", stale, raising=False)
+    monkeypatch.setitem(sys.modules, "pjrt_ref.interpreter.native._gemm_pool", stale)
+    monkeypatch.setattr(native_package, "_gemm_pool", stale, raising=False)
     assert blas._load_pool() is None

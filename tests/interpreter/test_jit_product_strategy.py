@@ -1,6 +1,6 @@
-"""Finding numpy's OpenBLAS (interpreter/jit/openblas.py) and deciding, by
+"""Finding numpy's OpenBLAS (interpreter/native/openblas.py) and deciding, by
 timing, how a shape of product runs on this machine
-(interpreter/jit/product_strategy.py, used by blas.py). Timings are never
+(interpreter/native/product_strategy.py, used by blas.py). Timings are never
 asserted: the rules are checked on given times (a fake clock), and the
 integration on whatever this machine measures, both ways a decision can
 go leading to the same promised bits."""
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from jit_support import product_in_blocks
-from pjrt_ref.interpreter.jit import blas, openblas, product_strategy
-from pjrt_ref.interpreter.jit.product_strategy import Strategy
+from pjrt_ref.interpreter.native import blas, openblas, product_strategy
+from pjrt_ref.interpreter.native.product_strategy import Strategy
 
 SITE = "/venv/lib/python3.12/site-packages"
 NUMPY_DIR = SITE + "/numpy"

@@ -1,4 +1,4 @@
-"""Region bodies compiled by numba (interpreter/jit/regions.py): scatter
+"""Region bodies compiled by numba (interpreter/native/regions.py): scatter
 update computations and sort comparators give what the interpreted region
 gives (PJRT_REF_JIT=0) and what XLA CPU gives."""
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_w1_on_three_backends(tmp_path):
     info = report["machine_info"]
     assert info["cores"] == os.cpu_count() and info["usable_cores"] == len(os.sched_getaffinity(0))
     assert info["cpu"] and info["python"] and info["jax"]
-    from pjrt_ref.interpreter.jit import openblas
+    from pjrt_ref.interpreter.native import openblas
     assert info["corename"] == openblas.describe()["corename"]
     assert f"machine: {report['machine']}" in proc.stdout
     if info["corename"]:

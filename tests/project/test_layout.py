@@ -17,6 +17,10 @@ imports count too: hiding an import in a function does not change the layers.
 There are no exceptions: where a lower room needs something of a higher one
 (the interpreter's PJRT_REF_PROFILE and _DIFF write to the debug package's
 recorder and differ), the higher room hands it down (`instrument.plug_in`).
+
+Inside the interpreter, the same for its three packages: the optimiser
+(`jit/`) rewrites plans of ops (`ops/`), and both run compiled and native
+code (`native/`); ops never import the optimiser, native code neither.
 """
 from __future__ import annotations
 
@@ -112,6 +116,30 @@ def crossings() -> list[tuple[str, str]]:
     return sorted(set(bad))
 
 
+# Inside the interpreter: package -> the packages it may not import.
+INTERPRETER_NEVER = {
+    "pjrt_ref.interpreter.ops": ("pjrt_ref.interpreter.jit",),
+    "pjrt_ref.interpreter.native": ("pjrt_ref.interpreter.jit", "pjrt_ref.interpreter.ops"),
+}
+
+
+def within(dotted: str, package: str) -> bool:
+    return dotted == package or dotted.startswith(package + ".")
+
+
+def interpreter_imports_against_its_packages() -> list[tuple[str, str]]:
+    """(importer, imported) pairs that INTERPRETER_NEVER forbids."""
+    modules = {module_name(p) for p in product_files()}
+    bad = []
+    for path in product_files():
+        importer = module_name(path)
+        for package, never in INTERPRETER_NEVER.items():
+            if within(importer, package):
+                bad += [(importer, target) for target in imported_modules(path, modules)
+                        if any(within(target, other) for other in never)]
+    return sorted(set(bad))
+
+
 def test_every_product_module_is_in_a_room():
     assert product_files()
     for path in product_files():
@@ -121,6 +149,11 @@ def test_every_product_module_is_in_a_room():
 def test_no_module_imports_against_the_layer_diagram():
     against = crossings()
     assert against == [], "\n".join(f"{a} imports {b} ({room_of(a)} -> {room_of(b)})" for a, b in against)
+
+
+def test_ops_and_native_code_do_not_import_the_optimiser():
+    against = interpreter_imports_against_its_packages()
+    assert against == [], "\n".join(f"{a} imports {b}" for a, b in against)
 
 
 @pytest.mark.parametrize("room", sorted(MAY_IMPORT))

@@ -238,12 +238,12 @@ def _collective_timeout():
 
 
 def _jit_threads():
-    from pjrt_ref.interpreter.jit.threads import threads
+    from pjrt_ref.interpreter.native.threads import threads
     return threads()
 
 
 def _matmul_threads():
-    from pjrt_ref.interpreter.jit.blas import matmul_threads
+    from pjrt_ref.interpreter.native.blas import matmul_threads
     return matmul_threads()
 
 

@@ -1,5 +1,5 @@
 """Every float32 input through the compiled exp/expm1/tanh/logistic
-(interpreter/jit/vector_math.py) against numpy's float64 function rounded to
+(interpreter/native/vector_math.py) against numpy's float64 function rounded to
 float32, which is what the unfused interpreter returns.
 
 Not a pytest file (2^32 inputs take a few minutes of one core):
@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
 from jit_support import ordered  # noqa: E402  (tests/support/)
-from pjrt_ref.interpreter.jit import vector_math  # noqa: E402
+from pjrt_ref.interpreter.native import vector_math  # noqa: E402
 
 REFERENCES = {
     "exp_f32": np.exp,

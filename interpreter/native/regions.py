@@ -14,7 +14,7 @@ numpy fast paths do not apply:
   sort gives the same permutation for a comparator that is a strict weak
   order, which the spec requires.
 
-A body qualifies when `loops.Translator` translates it with every value
+A body qualifies when `translator.Translator` translates it with every value
 0-d (element-wise ops of f32/f64/i32/i64/i1, constants, inlined calls) and
 it reads nothing from the enclosing function. Compiled functions are kept in
 `op.cache` and, through numba's cache, on disk. Each returns None when the
@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import codegen
-from .loops import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
 from .scope import jit_enabled
+from .translator import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
 
 _MISSING = object()
 

@@ -187,7 +187,7 @@ def compile_fused(source: str, input_types: list, output_dtypes: list):
 
 
 def compile_loop(source: str, input_types: list):
-    """The compiled `loop` of `source` (see loops.py) for the given inputs:
+    """The compiled `loop` of `source` (see jit/loops.py) for the given inputs:
     (dtype, is_array) each; arrays are 1-d and C-contiguous."""
     from numba import types
     from numba.np.numpy_support import from_dtype

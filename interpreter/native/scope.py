@@ -2,9 +2,9 @@
 whether it may use numba (PJRT_REF_JIT), and which ops' regions it may
 rewrite like a function body.
 
-The passes (dots.py, fusion.py, in_place.py, ...) and the region compiler
-(regions.py) ask these; they live here, not in the package's __init__,
-because __init__ imports the passes.
+The passes (jit/dots.py, jit/fusion.py, jit/in_place.py, ...) and the
+region compiler (regions.py) ask these; they live here, below both,
+because the region compiler, which the ops call, imports nothing of jit/.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 /* A tiny thread pool that computes one matrix product's blocks (of rows or
  * of columns) on several cores, without Python's GIL.
  *
- * Read interpreter/jit/blas.py first: it decides how a product is cut into
+ * Read interpreter/native/blas.py first: it decides how a product is cut into
  * blocks (from its shape alone, so the bits never depend on who computes
  * which block) and whether helpers join (only onto idle CPUs); this file
  * only *runs* the blocks, each one a call of single-threaded OpenBLAS gemm

@@ -1,12 +1,12 @@
 """cffi builder for the product pool's C module (API mode, out of line).
 
-Produces `pjrt_ref/interpreter/jit/_gemm_pool*.so`, an ordinary CPython
+Produces `pjrt_ref/interpreter/native/_gemm_pool*.so`, an ordinary CPython
 extension whose functions (gemm_pool.h) blas.py calls. cffi's API mode
 releases the GIL around every call, which is the point: a split product
 runs entirely without it (gemm_pool.c explains the pool).
 
 Built by setuptools through `cffi_modules` (setup.py), for `pip install .`
-and `pip install -e .` alike; `python interpreter/jit/build_gemm_pool.py`
+and `pip install -e .` alike; `python interpreter/native/build_gemm_pool.py`
 builds it in place. If the module cannot be built or imported, blas.py
 splits products over its Python threads instead.
 """
@@ -18,7 +18,7 @@ import sysconfig
 import cffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODULE_NAME = "pjrt_ref.interpreter.jit._gemm_pool"
+MODULE_NAME = "pjrt_ref.interpreter.native._gemm_pool"
 HEADER = os.path.join(HERE, "gemm_pool.h")
 SOURCE = os.path.join(HERE, "gemm_pool.c")
 

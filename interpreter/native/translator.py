@@ -1,0 +1,178 @@
+"""Steps translated into lines of numba source, element by element.
+
+The shared part of the two numba compilers: jit/loops.py compiles whole
+`while` loops with it (at plan time), regions.py region bodies (when their
+op first runs). `Translator` takes the steps of a block and writes one line
+per op, each value a numba scalar (0-d values) or an element of one common
+shape S (computed in an inner loop over the elements). It translates
+(anything else raises NotCompilable, and the caller keeps interpreting):
+
+* tensors of static shape with element types f32, f64, i32, i64 or i1
+  (`compilable_tensor`);
+* the ops `scalar_expressions.scalar_expression` translates exactly, integer
+  add/subtract/multiply/negate/maximum/minimum/compare/select, and/or/xor/not
+  on integers and i1 (wrapping exactly like the interpreter: each result is
+  cast back to its 32- or 64-bit type), constants, splats (broadcast_in_dim
+  of a 0-d value) and `func.call`s of functions made of the same (inlined).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import TensorType
+from .scalar_expressions import scalar_expression
+
+F32, F64, I32, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_))
+SCALAR_DTYPES = (F32, F64, I32, I64, BOOL)
+TYPE_NAMES = {F32: "float32", F64: "float64", I32: "int32", I64: "int64", BOOL: "bool_"}
+
+INTEGER_OPS = {
+    "stablehlo.add": "{0} + {1}",
+    "stablehlo.subtract": "{0} - {1}",
+    "stablehlo.multiply": "{0} * {1}",
+    "stablehlo.negate": "-{0}",
+    "stablehlo.maximum": "max({0}, {1})",
+    "stablehlo.minimum": "min({0}, {1})",
+}
+# Bitwise on integers, logical on i1 (spec "and", "or", "xor").
+BITWISE_OPS = {"stablehlo.and": "{0} & {1}", "stablehlo.or": "{0} | {1}",
+               "stablehlo.xor": "{0} ^ {1}"}
+COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+MAX_INLINE_DEPTH = 4
+
+
+class NotCompilable(Exception):
+    """The loop uses something this compiler does not translate."""
+
+
+def compilable_tensor(ttype) -> TensorType:
+    """`ttype` if the compilers can translate a value of it (a plain tensor
+    of static shape, element type in SCALAR_DTYPES); else NotCompilable."""
+    if not isinstance(ttype, TensorType) or ttype.quant is not None:
+        raise NotCompilable("not a plain tensor")
+    if ttype.dtype not in SCALAR_DTYPES or any(d is None for d in ttype.shape):
+        raise NotCompilable(f"type {ttype}")
+    return ttype
+
+
+def _integer_expression(op) -> str | None:
+    dtypes = [t.dtype for t in op.operand_types] + [t.dtype for t in op.result_types]
+    if op.name in INTEGER_OPS:
+        return INTEGER_OPS[op.name] if len(set(dtypes)) == 1 and dtypes[0] in (I32, I64) else None
+    if op.name in BITWISE_OPS and len(set(dtypes)) == 1 and dtypes[0] in (I32, I64, BOOL):
+        return BITWISE_OPS[op.name]
+    if op.name == "stablehlo.not" and len(set(dtypes)) == 1:
+        if dtypes[0] == BOOL:
+            return "not {0}"
+        if dtypes[0] in (I32, I64):
+            return "~{0}"
+    if op.name == "stablehlo.compare":
+        operand = op.operand_types[0].dtype
+        if operand in (I32, I64, BOOL) and op.attrs.get("compare_type") in (None, "SIGNED"):
+            return "{0} %s {1}" % COMPARE[op.attrs["comparison_direction"]]
+    if op.name == "stablehlo.convert" and dtypes[0] in (I32, I64) and dtypes[1] in (F32, F64, I32, I64):
+        return "{0}"  # to float: nearest even; to a narrower int: wraps (as numpy's astype)
+    if op.name == "stablehlo.select" and op.result_types[0].dtype in (I32, I64, BOOL):
+        if op.operand_types[0].dtype == BOOL:
+            return "{1} if {0} else {2}"
+    return None
+
+
+class Translator:
+    """Translates the steps of cond and body into lines of numba source."""
+
+    def __init__(self, shape: tuple, module):
+        self.shape = shape
+        self.module = module
+        self.names: dict = {}      # slot (or inlined value key) -> (name, is_array)
+        self.captures: list = []   # (slot, is_array, ttype) read from the frame
+        self.scalar_lines: list = []
+        self.array_lines: list = []
+        self.counter = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def value(self, key, ttype):
+        """The name of a value; a value from outside the loop becomes an input."""
+        if key not in self.names:
+            if not isinstance(key, int):
+                raise NotCompilable("value of an inlined function defined nowhere")
+            ttype = compilable_tensor(ttype)
+            is_array = self._is_array(ttype)
+            name = self.fresh("c")
+            self.names[key] = (name, is_array)
+            self.captures.append((key, is_array, ttype))
+        return self.names[key]
+
+    def _is_array(self, ttype) -> bool:
+        if ttype.shape == ():
+            return False
+        if ttype.shape != self.shape:
+            raise NotCompilable("two different non-scalar shapes")
+        return True
+
+    def steps(self, steps, keys, depth=0):
+        """Translate `steps`; `keys(slot)` maps a slot to its value key."""
+        for step in steps:
+            op = step.op
+            if step.regions:
+                raise NotCompilable(f"{op.name} has regions")
+            if op.name == "func.call":
+                self.call(step, keys, depth)
+                continue
+            for ttype in op.operand_types + op.result_types:
+                compilable_tensor(ttype)
+            if len(step.results) != 1:
+                raise NotCompilable(op.name)
+            result_key, result_type = keys(step.results[0]), op.result_types[0]
+            if op.name == "stablehlo.constant":
+                self.constant(result_key, op)
+                continue
+            operands = [self.value(keys(s), t) for s, t in zip(step.operands, op.operand_types)]
+            if op.name == "stablehlo.broadcast_in_dim" and op.operand_types[0].shape == ():
+                if op.operand_types[0].dtype != result_type.dtype:
+                    raise NotCompilable("broadcast changes type")
+                self._is_array(result_type)
+                self.names[result_key] = operands[0]
+                continue
+            template = _integer_expression(op) or scalar_expression(op)
+            if template is None:
+                raise NotCompilable(op.name)
+            is_array = self._is_array(result_type)
+            if any(a for _, a in operands) and not is_array:
+                raise NotCompilable("array operand, scalar result")
+            # Arrays from outside the loop are read at [i]; values computed in
+            # the array loop are scalars there ("local").
+            expression = template.format(*(f"{n}[i]" if a is True else n for n, a in operands))
+            name = self.fresh("v")
+            line = f"{name} = {TYPE_NAMES[result_type.dtype]}({expression})"
+            (self.array_lines if is_array else self.scalar_lines).append(line)
+            # Inside the array loop a computed value is a scalar named `name`.
+            self.names[result_key] = (name, False) if not is_array else (name, "local")
+
+    def constant(self, key, op):
+        value = np.asarray(op.attrs["value"])
+        if value.shape != ():
+            raise NotCompilable("non-scalar constant")
+        name = self.fresh("k")
+        literal = repr(value.item())
+        if value.dtype.kind == "f" and not np.isfinite(value):
+            literal = "np.nan" if np.isnan(value) else ("np.inf" if value > 0 else "-np.inf")
+        self.scalar_lines.append(f"{name} = {TYPE_NAMES[value.dtype]}({literal})")
+        self.names[key] = (name, False)
+
+    def call(self, step, keys, depth):
+        """Inline a `func.call`: the callee's steps, in a namespace of their own."""
+        if depth >= MAX_INLINE_DEPTH:
+            raise NotCompilable("calls nested too deeply")
+        callee = self.module.function(step.op.attrs["callee"])
+        body = callee.body
+        prefix = (id(step), depth)
+        for arg, operand, ttype in zip(body.arg_slots, step.operands, step.op.operand_types):
+            self.names[(prefix, arg)] = self.value(keys(operand), ttype)
+        inner_keys = lambda slot: (prefix, slot)  # noqa: E731  (callee frames are separate)
+        self.steps(getattr(body, "unfused_steps", body.steps), inner_keys, depth + 1)
+        for result, slot in zip(step.results, body.result_slots):
+            self.names[keys(result)] = self.value((prefix, slot), None)
