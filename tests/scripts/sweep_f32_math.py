@@ -10,7 +10,7 @@ prints, per function, how many inputs differ, the largest difference in
 ulp of float32, and the first few differing inputs. Result on 2026-11-22:
 exp, expm1 and tanh differ on no input; logistic on one (x = 9.894371e-06,
 1 ulp, where the compiled value is the correctly rounded one; see
-tests/interpreter/test_jit_f32_math.py::test_logistic_near_halfway).
+tests/interpreter/test_native_f32_math.py::test_logistic_near_halfway).
 """
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ LAYOUTS = [("rows", "rows"), ("columns", "rows"), ("rows", "columns"), ("columns
 
 def _blocks_of(a, b):
     """The bits blas.matmul promises for `a @ b`: its blocks (pinned in
-    test_jit_blas_heap.test_blocks_depend_on_the_shape_only) by numpy."""
+    test_native_blas_heap.test_blocks_depend_on_the_shape_only) by numpy."""
     blocks = blas.product_blocks(a.shape[0], a.shape[1], b.shape[1])
     return product_in_blocks(a, b, blocks.axis, blocks.count)
 

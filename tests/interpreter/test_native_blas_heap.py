@@ -1,6 +1,6 @@
 """The matrix-product fast path (interpreter/ops/dot.py `matrix_product`),
 products split over threads (interpreter/native/blas.py; its C pool in
-detail: test_jit_gemm_pool.py) and the malloc thresholds
+detail: test_native_gemm_pool.py) and the malloc thresholds
 (interpreter/native/heap.py), each against the unoptimised path and against
 XLA."""
 from __future__ import annotations
