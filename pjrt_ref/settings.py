@@ -252,6 +252,9 @@ _declare("PJRT_REF_PRODUCT_PROBE", FLAG, True,
          "time how each product shape runs best on this machine; 0: split it onto idle CPUs")
 _declare("PJRT_REF_HEAP", FLAG, True,
          "let glibc's malloc keep up to 64 MiB of freed memory for reuse; 0 leaves malloc alone")
+_declare("PJRT_REF_PROGRAM_CACHE", Integer(0), 32,
+         "compiled programs kept for a compile of the same bytes, options and settings "
+         "(least recently used out first; 0: none)")
 _declare("PJRT_REF_CACHE_DIR", PATH, None,
          "disk cache of numba kernels and of the timed product strategies", "~/.cache/pjrt_ref/numba")
 
@@ -287,9 +290,7 @@ def default(name: str):
 def get(name: str):
     """The value of `name` now: its override, else the environment, else its default."""
     setting = declared(name)
-    text = _OVERRIDES.get(name)
-    if text is None:
-        text = os.environ.get(name, "")
+    text = _text(name)
     if not text.strip():
         return setting.default
     cached = _PARSED.get(name)
@@ -298,6 +299,18 @@ def get(name: str):
     value = setting.parse(text)
     _PARSED[name] = (text, value)
     return value
+
+
+def texts() -> tuple[str, ...]:
+    """The text of every declared variable now (override, else environment;
+    "" when unset), in declaration order: what a cache of work that reads
+    settings keys on (pjrt_ref/model/program_cache.py)."""
+    return tuple(_text(name) for name in SETTINGS)
+
+
+def _text(name: str) -> str:
+    text = _OVERRIDES.get(name)
+    return os.environ.get(name, "") if text is None else text
 
 
 @contextlib.contextmanager

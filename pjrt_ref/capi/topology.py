@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ..model import handles
 from ..model.executable import Executable
-from ..model.program_formats import to_stablehlo
 from ..model.topology import Topology, local_topology
 from ._boundary import entry_point
 from .cdata import (Args, bytes_arg, hand_out_blob, owned_array, owned_named_values, owned_text,
@@ -100,4 +99,4 @@ def compile_for_topology(args: Args) -> None:
     _topology(args)
     code, fmt = read_program(args.program)
     options = bytes_arg(args.compile_options, args.compile_options_size)
-    args.executable = handles.add(Executable(to_stablehlo(code, fmt), options))
+    args.executable = handles.add(Executable.compile(code, fmt, options))

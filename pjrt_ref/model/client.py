@@ -119,7 +119,7 @@ class Client:
     # -- compile ---------------------------------------------------------------
     def compile(self, code: bytes, fmt: str, compile_options: bytes) -> LoadedExecutable:
         """Compile a program in any format `program_formats` accepts ("mlir", "hlo")."""
-        return LoadedExecutable(Executable(program_formats.to_stablehlo(code, fmt), compile_options), self)
+        return LoadedExecutable(Executable.compile(code, fmt, compile_options), self)
 
     def load(self, executable: Executable) -> LoadedExecutable:
         return LoadedExecutable(executable, self)

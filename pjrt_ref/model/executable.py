@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import multi_device
+from . import multi_device, program_cache, program_formats
 from ..services import serialization
 from ..interpreter import observer
 from .buffer import Buffer
@@ -33,7 +33,6 @@ class Executable:
     def __init__(self, code: bytes, compile_options: bytes = b"") -> None:
         from ..interpreter import load
 
-        start = time.perf_counter()
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
         self.build_options = parse_compile_options(self.compile_options)
@@ -42,15 +41,29 @@ class Executable:
         _limit_blas_threads()
         self.program = load(self.code)
         self.name = _module_name(self.program.text)
-        watch = observer.current     # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
-        if watch.recording:
-            watch.slice(f"compile {self.name}", "compile", start, time.perf_counter(),
-                        {"program_bytes": len(self.code)})
         self.output_types = tuple(self.program.output_types)
         self.input_signature = _static_signature(self.program.input_types)
         self.uses_host_channel = _uses_host_channel(self.program)
         self.donor_indices = _donor_indices(self.program)
         self.fingerprint = hashlib.sha256(self.code + b"\0" + self.compile_options).hexdigest()
+
+    @classmethod
+    def compile(cls, code: bytes, fmt: str, compile_options: bytes = b"") -> "Executable":
+        """`code` (a PJRT_Program in `fmt`) compiled with `compile_options`;
+        the same Executable again for the same program, options and
+        settings while program_cache.py keeps it."""
+        start = time.perf_counter()
+        built = []
+
+        def build() -> Executable:
+            built.append(cls(program_formats.to_stablehlo(code, fmt), compile_options))
+            return built[0]
+        executable = program_cache.compiled(fmt, code, compile_options, build)
+        watch = observer.current     # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
+        if watch.recording:
+            watch.slice(f"compile {executable.name}", "compile", start, time.perf_counter(),
+                        {"program_bytes": len(executable.code), "kept_plan": not built})
+        return executable
 
     def run(self, arrays: list[np.ndarray], watch: observer.Observer = observer.NOBODY) -> list:
         """The program's results on `arrays`, by the plan `watch` picks (the
@@ -101,13 +114,14 @@ class Executable:
 
     @classmethod
     def deserialize(cls, blob: bytes, compile_options: bytes | None = None) -> "Executable":
-        """Inverse of `serialize`: checks the frame and digest, then compiles the program.
+        """Inverse of `serialize`: checks the frame and digest, then compiles
+        the program (`compile`: a kept Executable when there is one).
 
         `compile_options` (PJRT_Executable_DeserializeAndLoad's override)
         replaces the stored options when given.
         """
         code, options = serialization.decode(blob)
-        return cls(code, options if compile_options is None else compile_options)
+        return cls.compile(code, program_formats.MLIR, options if compile_options is None else compile_options)
 
 
 class LoadedExecutable:

@@ -228,7 +228,9 @@ def test_overlapping_sessions_each_get_their_own_window():
 
 def test_outside_a_trace_the_optimised_plan_runs_and_nothing_is_kept():
     from pjrt_ref.debug import live_profile
+    from pjrt_ref.model import program_cache
 
+    program_cache.clear()     # a fresh plan: a kept one may hold another test's traced plan
     profiler_api = _extension().profiler_api
     profiler = _session(profiler_api)                 # created, never started
     executable = _run_tanh()
