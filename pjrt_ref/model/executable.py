@@ -7,6 +7,7 @@ in jaxlib's MLIR bindings, which plugin registration must not pay for.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 import threading
@@ -59,11 +60,22 @@ class Executable:
             built.append(cls(program_formats.to_stablehlo(code, fmt), compile_options))
             return built[0]
         executable = program_cache.compiled(fmt, code, compile_options, build)
+        if executable.compile_options != bytes(compile_options):
+            executable = executable.with_compile_options(compile_options)
         watch = observer.current     # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
         if watch.recording:
             watch.slice(f"compile {executable.name}", "compile", start, time.perf_counter(),
                         {"program_bytes": len(executable.code), "kept_plan": not built})
         return executable
+
+    def with_compile_options(self, compile_options: bytes) -> "Executable":
+        """This plan under other option bytes that pjrt-ref reads the same
+        (program_cache.py): what Serialize, GetCompileOptions and the
+        fingerprint give back are the caller's bytes."""
+        twin = copy.copy(self)
+        twin.compile_options = bytes(compile_options)
+        twin.fingerprint = hashlib.sha256(self.code + b"\0" + twin.compile_options).hexdigest()
+        return twin
 
     def run(self, arrays: list[np.ndarray], watch: observer.Observer = observer.NOBODY) -> list:
         """The program's results on `arrays`, by the plan `watch` picks (the

@@ -132,3 +132,15 @@ def test_jax_compiling_again_after_clear_caches_gets_the_kept_program():
         print("ok", kept[0])
     """, JAX_PLATFORMS="pjrt_ref,cpu")
     assert proc.stdout.split()[0] == "ok"
+
+
+def test_options_read_the_same_share_the_plan_and_keep_the_callers_bytes():
+    """Field 1 of CompileOptionsProto is one pjrt-ref does not read: the plan
+    is shared, but Serialize and GetCompileOptions give back each caller's bytes."""
+    client = Client()
+    plain = client.compile(SCALE, "mlir", b"")
+    other = client.compile(SCALE, "mlir", b"\x08\x01")
+    assert other.executable.program is plain.executable.program
+    assert other.executable.compile_options == b"\x08\x01"
+    assert plain.executable.compile_options == b""
+    assert other.executable.fingerprint != plain.executable.fingerprint
