@@ -236,6 +236,9 @@ _declare("PJRT_REF_OPTIMIZE", FLAG, True,
          "plan-time rewrites (fusion, in-place updates, product splitting); 0: the plain interpreter")
 _declare("PJRT_REF_JIT", FLAG, True,
          "compile fused runs, loops and regions with numba; 0: numpy only, same results")
+_declare("PJRT_REF_JIT_BACKGROUND", FLAG, True,
+         "a fused run whose numba kernel was never compiled on this machine runs on numpy (same "
+         "results) while a background thread compiles it; 0: compile it before the program loads")
 _declare("PJRT_REF_JIT_MIN_ELEMENTS", Integer(0), 1 << 17,
          "elements from which a fused run that needs numba is compiled")
 _declare("PJRT_REF_JIT_THREADS", Integer(0), None,

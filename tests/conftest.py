@@ -4,5 +4,9 @@ import sys
 # Tests that compare with XLA use JAX's own cpu backend in this process; the
 # plugin itself is exercised in subprocesses that choose their platforms.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Compile numba kernels before a program loads, so the tests that check the
+# compiled loops run them (interpreter/jit/background.py; its own tests turn
+# the background thread on).
+os.environ.setdefault("PJRT_REF_JIT_BACKGROUND", "0")
 # The helpers every folder imports by name (oracle, capi_calls, jax_support, ...).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))

@@ -67,7 +67,7 @@ from ..native import codegen, threads
 from ..native.scalar_expressions import BOOL, FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
 from ..native.scope import CONTROL_FLOW_OPS
 from ..types import TensorType
-from . import numpy_runs
+from . import background, numpy_runs
 from .fused_step import fused_step
 from .loops import compile_while
 
@@ -261,14 +261,24 @@ def _fuse(run: list, uses: dict, shape: tuple):
         body=lines,
         outputs=[(names[s.results[0]], s.op.result_type.dtype) for s in outputs],
     )
-    function = codegen.compile_safely(
-        codegen.compile_fused, source,
-        input_types=[(t.dtype, is_array) for (_, is_array), t in zip(inputs, input_types)],
-        output_dtypes=[s.op.result_type.dtype for s in outputs])
-    if function is None:
+    def build():
+        function = codegen.compile_safely(
+            codegen.compile_fused, source,
+            input_types=[(t.dtype, is_array) for (_, is_array), t in zip(inputs, input_types)],
+            output_dtypes=[s.op.result_type.dtype for s in outputs])
+        if function is None:
+            return None
+        return _fused_kernel(function, [is_array for _, is_array in inputs],
+                             [s.op.result_type.dtype for s in outputs], shape, _min_piece(run))
+
+    if background.enabled() and not codegen.is_built(source):
+        # Never compiled here: numpy now, the compiled loop once built (background.py).
+        switch = background.Switchable(_chunked_step(run, inputs, input_types, outputs, shape).kernel)
+        background.build_later(build, switch)
+        return fused_step(run, switch, inputs, input_types, outputs, source=source, background=True)
+    kernel = build()
+    if kernel is None:
         return None  # the steps stay as they are
-    kernel = _fused_kernel(function, [is_array for _, is_array in inputs],
-                           [s.op.result_type.dtype for s in outputs], shape, _min_piece(run))
     return fused_step(run, kernel, inputs, input_types, outputs, source=source)
 
 

@@ -145,9 +145,37 @@ def _write_source(directory: str, digest: str, source: str) -> str:
     return path
 
 
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:24]
+
+
+def _private_dir() -> str:
+    """Where kernels go when the cache directory is not writable."""
+    return os.path.join(tempfile.gettempdir(), f"pjrt_ref_numba_{os.getuid()}")
+
+
+def is_built(source: str) -> bool:
+    """Whether `source`'s functions are loaded in this process or were
+    compiled into numba's disk cache before (its index file exists): then
+    compiling them now is a load, not a compile. Asks the file system
+    only, so numba need not be started to know."""
+    digest = _digest(source)
+    if digest in _MODULES:
+        return True
+    pattern = f"pjrt_ref_kernel_{digest}."
+    for directory in (cache_dir(), _private_dir()):
+        try:
+            names = os.listdir(os.path.join(directory, "__pycache__"))
+        except OSError:
+            continue
+        if any(name.startswith(pattern) and name.endswith(".nbi") for name in names):
+            return True
+    return False
+
+
 def load_generated(source: str):
     """The module of generated `source`, written to and imported from the cache."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    digest = _digest(source)
     with _LOCK:
         module = _MODULES.get(digest)
         if module is not None:
@@ -155,8 +183,7 @@ def load_generated(source: str):
         try:
             path = _write_source(cache_dir(), digest, source)
         except OSError:  # cache directory not writable: a private one
-            path = _write_source(os.path.join(tempfile.gettempdir(), f"pjrt_ref_numba_{os.getuid()}"),
-                                 digest, source)
+            path = _write_source(_private_dir(), digest, source)
         name = f"pjrt_ref_kernel_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)

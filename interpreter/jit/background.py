@@ -1,0 +1,143 @@
+"""Numba kernels compiled on a background thread while their runs go on numpy.
+
+Why: a program's first compile used to wait for numba. A fused run that
+needs a compiled loop (fusion.py, "When numba pays") cost that compile
+numba's start-up (about 0.9 s per process: the import and its target) and
+0.2 to 1 s per kernel never compiled on the machine before: most of a
+12-layer transformer's 2.5 s cold compile (benchmarks/README.md, W11).
+
+Now such a run starts as its chunked numpy form (fusion._chunked_step: each
+element meets the kernels it met unfused, the bits the compiled loop gives
+too, see native/scalar_expressions.py) behind a `Switchable` kernel, and
+one daemon thread compiles the loop and switches the step to it. Calls
+made meanwhile run the numpy form: slower, the same results. A kernel
+numba compiled before on this machine (`codegen.is_built`) is loaded at
+plan time as before: that is quick once numba runs, and a program then
+runs at full speed from its first call.
+
+PJRT_REF_JIT_BACKGROUND=0 compiles every kernel before the program loads
+(the test suite does, to run the compiled loops it checks). `wait()`
+returns when every queued kernel is built.
+
+Process life: at exit the thread finishes the kernel it is compiling
+(numba must not be stopped inside LLVM) and takes no more; a fork waits
+until no kernel is being compiled, so the child inherits no held lock,
+and the child's steps stay on numpy unless it plans them again.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import warnings
+from collections import deque
+from typing import Callable
+
+from ... import settings
+
+Kernel = Callable[..., object]
+
+
+class Switchable:
+    """A step kernel that calls `current`, which the background thread
+    replaces by the compiled loop once it is built."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, first: Kernel) -> None:
+        self.current = first
+
+    def __call__(self, op, *values):
+        return self.current(op, *values)
+
+
+def enabled() -> bool:
+    """PJRT_REF_JIT_BACKGROUND, read for each run planned."""
+    return settings.get("PJRT_REF_JIT_BACKGROUND")
+
+
+_JOBS: deque = deque()                 # (build, switch) pairs not yet started
+_CONDITION = threading.Condition()
+_BUILDING = threading.Lock()           # held while one kernel compiles
+_STATE = {"thread": None, "busy": False, "closing": False}
+
+
+def build_later(build: Callable[[], Kernel | None], switch: Switchable) -> None:
+    """Queue `build` (the compiled kernel, or None if numba could not make
+    it) to replace `switch.current` when done."""
+    with _CONDITION:
+        if _STATE["closing"]:
+            return                      # exiting: the step stays on numpy
+        _JOBS.append((build, switch))
+        if _STATE["thread"] is None:
+            thread = threading.Thread(target=_work, name="pjrt-ref-kernels", daemon=True)
+            _STATE["thread"] = thread
+            thread.start()
+        _CONDITION.notify_all()
+
+
+def _work() -> None:
+    while True:
+        with _CONDITION:
+            while not _JOBS and not _STATE["closing"]:
+                _CONDITION.wait()
+            if _STATE["closing"]:
+                return
+            build, switch = _JOBS.popleft()
+            _STATE["busy"] = True
+        try:
+            with _BUILDING:
+                kernel = build()
+            if kernel is not None:
+                switch.current = kernel
+        except Exception as error:     # never let a kernel take the thread (or the host) down
+            warnings.warn(f"pjrt-ref: a fused run's kernel was not compiled in the background "
+                          f"({type(error).__name__}: {error}); it keeps running on numpy",
+                          RuntimeWarning)
+        finally:
+            with _CONDITION:
+                _STATE["busy"] = False
+                _CONDITION.notify_all()
+
+
+def pending() -> int:
+    """Kernels queued or being compiled."""
+    with _CONDITION:
+        return len(_JOBS) + int(_STATE["busy"])
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Block until every queued kernel is built (True), or `timeout`
+    seconds pass (False)."""
+    with _CONDITION:
+        return _CONDITION.wait_for(lambda: not _JOBS and not _STATE["busy"], timeout)
+
+
+def _close() -> None:
+    """At exit: take no more jobs, let the one compiling finish."""
+    with _CONDITION:
+        _STATE["closing"] = True
+        _JOBS.clear()
+        _CONDITION.notify_all()
+        _CONDITION.wait_for(lambda: not _STATE["busy"], timeout=60)
+
+
+def _before_fork() -> None:
+    _BUILDING.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _BUILDING.release()
+
+
+def _after_fork_in_child() -> None:
+    global _CONDITION, _BUILDING
+    _CONDITION = threading.Condition()
+    _BUILDING = threading.Lock()
+    _JOBS.clear()
+    _STATE.update(thread=None, busy=False, closing=False)
+
+
+atexit.register(_close)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)

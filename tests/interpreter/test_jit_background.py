@@ -1,0 +1,176 @@
+"""Kernels compiled in the background (interpreter/jit/background.py): a
+fused run whose numba kernel was never built on the machine runs on numpy
+until the background thread switches it to its compiled loop, with the same
+bits before and after; a kernel built before loads at plan time."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from jit_support import assert_same_values
+from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from pjrt_ref.interpreter import load  # noqa: E402
+from pjrt_ref.interpreter.jit import background  # noqa: E402
+from pjrt_ref.interpreter.native import codegen  # noqa: E402
+
+N = 200_001    # several chunks of the numpy form and pieces of the compiled loop
+
+
+def _x(seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(N) * rng.choice([1e-3, 1.0, 30.0], N)).astype(np.float32)
+    x[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 88.0]
+    return x
+
+
+def _gelu_like(x):
+    return jnp.tanh(x * 0.7 + 0.1) * jax.nn.sigmoid(x) + jnp.exp(-jnp.abs(x))
+
+
+# Each test needs a kernel this process has not built: runs of other shapes.
+def _tanh_tanh(x):
+    return jnp.tanh(jnp.tanh(x) + x) * 2
+
+
+def _sigmoid_of_exp(x):
+    return jax.nn.sigmoid(jnp.exp(x * 0.01) - x)
+
+
+def _exp_tanh(x):
+    return jnp.exp(jnp.tanh(x) - 1) + x
+
+
+def _fused_steps(program) -> list:
+    return [s for s in program.function.body.steps if s.op.name == "pjrt_ref.fused"]
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    """Background compiling on, with a kernel cache that has never seen a kernel."""
+    monkeypatch.setenv("PJRT_REF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PJRT_REF_JIT_BACKGROUND", "1")
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    monkeypatch.setenv("PJRT_REF_JIT", "1")
+    yield tmp_path
+    assert background.wait(timeout=120)
+
+
+def _plain(text: str, x: np.ndarray, monkeypatch) -> list:
+    with monkeypatch.context() as patch:
+        patch.setenv("PJRT_REF_OPTIMIZE", "0")
+        return load(text)(x)
+
+
+def test_a_new_kernel_runs_on_numpy_then_switches_to_its_compiled_loop(empty_cache, monkeypatch):
+    x = _x()
+    text = lower_to_text(_gelu_like, x)
+    reference = _plain(text, x, monkeypatch)
+    release = background._BUILDING
+    release.acquire()         # hold the background thread before it compiles
+    try:
+        program = load(text)
+        (step,) = _fused_steps(program)
+        assert isinstance(step.kernel, background.Switchable) and step.op.attrs["background"]
+        numpy_form = step.kernel.current
+        for a, b in zip(program(x), reference):
+            assert_same_values(a, b)
+        assert step.kernel.current is numpy_form and background.pending() == 1
+    finally:
+        release.release()
+    assert background.wait(timeout=120)
+    assert step.kernel.current is not numpy_form           # the compiled loop
+    for a, b in zip(program(x), reference):
+        assert_same_values(a, b)
+    assert codegen.is_built(step.op.attrs["source"])
+
+
+def test_a_kernel_built_before_loads_when_the_program_does(empty_cache, monkeypatch):
+    x = _x(1)
+    text = lower_to_text(_tanh_tanh, x)
+    load(text)
+    assert background.wait(timeout=120)
+    (step,) = _fused_steps(load(text))
+    assert not isinstance(step.kernel, background.Switchable)
+    for a, b in zip(load(text)(x), _plain(text, x, monkeypatch)):
+        assert_same_values(a, b)
+
+
+def test_switched_off_every_kernel_compiles_before_the_program_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("PJRT_REF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PJRT_REF_JIT_BACKGROUND", "0")
+    (step,) = _fused_steps(load(lower_to_text(_exp_tanh, _x())))
+    assert not isinstance(step.kernel, background.Switchable) and background.pending() == 0
+
+
+def test_a_kernel_numba_cannot_compile_leaves_the_run_on_numpy(empty_cache, monkeypatch):
+    from numba.core.errors import NumbaError
+
+    def refuse(*args, **kwargs):
+        raise NumbaError("refused by the test")
+
+    monkeypatch.setattr(codegen, "compile_fused", refuse)
+    x = _x(2)
+    text = lower_to_text(_sigmoid_of_exp, x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = load(text)
+        (step,) = _fused_steps(program)
+        numpy_form = step.kernel.current
+        assert background.wait(timeout=120)
+    assert step.kernel.current is numpy_form
+    assert any("not compiled" in str(w.message) for w in caught)
+    for a, b in zip(program(x), _plain(text, x, monkeypatch)):
+        assert_same_values(a, b)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: (jnp.tanh(x * 2 + 1) * jax.nn.sigmoid(x) - x, jnp.exp(-x) * x),
+    lambda x: jnp.where(x < 0.5, jnp.sqrt(jnp.abs(x)), jnp.expm1(x * 0.01)) * 3,
+    lambda x: (x.astype(jnp.float64) * 3 + 1).astype(jnp.float32) - jnp.tanh(x),
+], ids=["two-outputs", "select-sqrt-expm1", "converts"])
+def test_the_numpy_form_gives_the_compiled_loops_bits(fn, empty_cache, monkeypatch):
+    x = _x(3)
+    text = lower_to_text(fn, x)
+    release = background._BUILDING
+    release.acquire()
+    try:
+        program = load(text)
+        assert any(isinstance(s.kernel, background.Switchable) for s in _fused_steps(program))
+        early = program(x)                # the numpy form
+    finally:
+        release.release()
+    assert background.wait(timeout=120)
+    late = load(text)(x)                  # built now: the compiled loop at plan time
+    for a, b, c in zip(early, late, _plain(text, x, monkeypatch)):
+        assert_same_values(a, c)
+        assert_same_values(b, c)
+
+
+def test_a_process_exits_cleanly_while_a_kernel_compiles(tmp_path):
+    """Exit right after a load that queued a kernel: the thread finishes
+    the kernel (never stopped inside LLVM) and the process exits 0."""
+    code = textwrap.dedent(f"""
+        import numpy as np, jax, jax.numpy as jnp
+        from pjrt_ref.interpreter import load
+        from pjrt_ref.interpreter.jit import background
+        x = np.linspace(-3, 3, {N}, dtype=np.float32)
+        text = jax.jit(lambda x: jnp.tanh(x * 0.7) * jax.nn.sigmoid(x)).lower(x).as_text()
+        load(text)(x)
+        print("queued", background.pending())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PJRT_REF_")}
+    env.update(JAX_PLATFORMS="cpu", PJRT_REF_CACHE_DIR=str(tmp_path), PJRT_REF_JIT_BACKGROUND="1")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["queued", "1"]
