@@ -6,6 +6,7 @@ from ..model.client import Client, make_client
 from ..model.executable import Executable
 from ..errors import InvalidArgument
 from ..distributed.cluster import ProcessState
+from ..interpreter import bytecode_guard
 from . import cdata
 from .kv_store import CallbackKeyValueStore
 from ._boundary import entry_point
@@ -59,6 +60,7 @@ def client_create(args: Args) -> None:
         options = read_named_values(args.create_options, args.num_options)
     store = CallbackKeyValueStore(args) if CallbackKeyValueStore.given(args) else None
     args.client = register_client(make_client(options, store))
+    bytecode_guard.start_checker()     # ready by the first compile (bytecode_guard.py)
 
 
 @entry_point("PJRT_Client_Destroy")

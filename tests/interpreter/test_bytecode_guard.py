@@ -40,7 +40,7 @@ _PRELUDE = textwrap.dedent("""
 def run(code: str, *args: str, **env: str) -> list[str]:
     done = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code), *args],
                           capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu", **env))
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
@@ -137,3 +137,27 @@ def test_bytes_the_checker_survived_are_not_checked_again_and_crashers_stay_reje
     """, str(CORPUS / "crash-04603b67f1b9.mlirbc"))
     assert lines[0] == "[2.0, 2.0, 2.0] [2.0, 2.0, 2.0] [5.0, 5.0, 5.0] 2"
     assert lines[1] == "MLIR bytecode rejected: it MLIR bytecode rejected: it 4"
+
+
+def test_creating_a_client_starts_the_checker_before_the_first_compile():
+    """PJRT_Client_Create starts the checker (it imports while JAX traces);
+    the first compile then uses that process, and it checks programs as before."""
+    lines = run("""
+        import jax, jax.numpy as jnp
+        jax.devices()                              # PJRT_Client_Create
+        started = bytecode_guard._CHECKER
+        print("started", started is not None and started.alive)
+        y = jax.jit(lambda x: x * 3)(jnp.ones(3, jnp.float32))
+        print("same", bytecode_guard._CHECKER is started, np.asarray(y).tolist())
+        print("good", outcome(bytecode(2)))
+    """, JAX_PLATFORMS="pjrt_ref")
+    assert lines == ["started True", "same True [3.0, 3.0, 3.0]", "good [2.0, 2.0, 2.0]"]
+
+
+def test_with_the_check_off_no_checker_is_started():
+    lines = run("""
+        import jax
+        jax.devices()
+        print("checker", bytecode_guard._CHECKER)
+    """, JAX_PLATFORMS="pjrt_ref", PJRT_REF_BYTECODE_CHECK="0")
+    assert lines == ["checker None"]
