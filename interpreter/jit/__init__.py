@@ -23,7 +23,9 @@ runs, and rewrites its steps:
    outputs' memory or cache-sized chunks) for arithmetic, maximum/minimum,
    compare and select (`numpy_runs`), one
    numba loop over the elements for the rest, where numba pays (large
-   tensors; see fusion.py, "When numba pays").
+   tensors; see fusion.py, "When numba pays"). A loop numba never built on
+   this machine is built by `background`'s thread while the run goes on
+   numpy (PJRT_REF_JIT_BACKGROUND).
 3. `loops` (numba): a `while` whose cond and body are small element-wise
    programs becomes one compiled function running every iteration.
 4. `in_place`: a `while` whose body only updates a carried buffer with

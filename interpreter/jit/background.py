@@ -7,10 +7,11 @@ numba's start-up (about 0.9 s per process: the import and its target) and
 12-layer transformer's 2.5 s cold compile (benchmarks/README.md, W11).
 
 Now such a run starts as its chunked numpy form (fusion._chunked_step: each
-element meets the kernels it met unfused, the bits the compiled loop gives
-too, see native/scalar_expressions.py) behind a `Switchable` kernel, and
+element meets the kernels it met unfused) behind a `Switchable` kernel, and
 one daemon thread compiles the loop and switches the step to it. Calls
-made meanwhile run the numpy form: slower, the same results. A kernel
+made meanwhile run the numpy form: slower, with the compiled loop's bits
+but for the two exceptions fusion always has (jit/__init__.py, "Bits": a
+NaN's payload, and one float32 input of a compiled logistic). A kernel
 numba compiled before on this machine (`codegen.is_built`) is loaded at
 plan time as before: that is quick once numba runs, and a program then
 runs at full speed from its first call.
