@@ -141,10 +141,12 @@ def run_compile(workload, repeats: int) -> tuple[dict, list]:
     Warm: after that first compile, `jax.clear_caches()` (JAX's in-memory
     tracing, lowering and executable caches) and compile again; the median
     of `repeats` such compiles (at most 5). What stays warm: for XLA, its
-    initialised LLVM and JAX's imported modules; for pjrt_ref, its imported
-    op modules, numba kernels compiled in this process (and on disk), the
-    running bytecode checker process (bytecode_guard.py) and the product
-    timings. pjrt_ref keeps no compiled programs between compiles."""
+    initialised LLVM and JAX's imported modules (JAX's persistent
+    compilation cache is not set up); for pjrt_ref, its imported op
+    modules, numba kernels compiled in this process (and on disk), the
+    running bytecode checker process (bytecode_guard.py), the product
+    timings and the program's kept plan (pjrt_ref/model/program_cache.py):
+    what is left of a warm compile is JAX's and jaxlib's side of it."""
     import jax
 
     fn, args = workload.build()
