@@ -90,9 +90,11 @@ def limit_blas_threads() -> int | None:
 
 ROW_BLOCKS, COLUMN_BLOCKS = 0, 1
 # Products with fewer multiply-adds than this are one block: handing a
-# block to another thread costs about as much as 2**21 multiply-adds.
+# block to another thread costs about as much as 2**21 multiply-adds. From
+# here on a product has at least two blocks (an LSTM step's 32x256 @
+# 256x1024, 2**23: 270 us on one core, 170 to 200 on two).
 SPLIT_MIN_MULTIPLY_ADDS = 1 << 22
-# About this much work per block (W2's 256x256 product: two blocks).
+# About this much work per block beyond two (W2's 256x256 product: two blocks).
 BLOCK_MULTIPLY_ADDS = 1 << 23
 # Blocks are at least this many rows or columns long (narrower ones make
 # BLAS's kernels slow), and the other side of the result at least
@@ -119,13 +121,14 @@ def product_blocks(rows: int, inner: int, columns: int) -> Blocks:
     """The blocks of a rows x inner @ inner x columns product, from its
     shape alone. The longer side of the result is cut (each block then
     re-reads the smaller operand); the count is a power of two (blocks
-    share evenly between 2, 4, ... threads) giving each block about
-    BLOCK_MULTIPLY_ADDS of work, at most MAX_BLOCKS."""
+    share evenly between 2, 4, ... threads), at least two from
+    SPLIT_MIN_MULTIPLY_ADDS on and beyond that about BLOCK_MULTIPLY_ADDS
+    of work each, at most MAX_BLOCKS."""
     axis = ROW_BLOCKS if rows >= columns else COLUMN_BLOCKS
     work = rows * inner * columns
     if work < SPLIT_MIN_MULTIPLY_ADDS or min(rows, columns) < MIN_OTHER_SIDE:
         return Blocks(axis, 1)
-    most = min(MAX_BLOCKS, max(rows, columns) // MIN_BLOCK, work // BLOCK_MULTIPLY_ADDS)
+    most = min(MAX_BLOCKS, max(rows, columns) // MIN_BLOCK, max(2, work // BLOCK_MULTIPLY_ADDS))
     return Blocks(axis, 1 << (most.bit_length() - 1) if most >= 1 else 1)
 
 

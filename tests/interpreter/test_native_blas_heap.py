@@ -77,15 +77,19 @@ def test_matrix_fast_path_against_generic_path_and_xla(name, dtype, monkeypatch)
 
 def test_blocks_depend_on_the_shape_only():
     """The longer side of the result is cut, into a power of two of blocks
-    of about 2^23 multiply-adds, at least 64 long; small or thin products
-    are one block."""
+    of about 2^23 multiply-adds (at least two from 2^22 on), at least 64
+    long; small or thin products are one block."""
     R, C = blas.ROW_BLOCKS, blas.COLUMN_BLOCKS
     assert blas.product_blocks(256, 256, 256) == (R, 2)              # W2
     assert blas.product_blocks(128, 784, 512) == (C, 4)              # W4's forward product
     assert blas.product_blocks(784, 128, 512) == (R, 4)              # and its weight gradient
     assert blas.product_blocks(300, 300, 300) == (R, 2)              # 3 rounds down to 2
     assert blas.product_blocks(4096, 4096, 4096) == (R, 16)          # at most 16
-    assert blas.product_blocks(100, 256, 256).count == 1             # too little work per block
+    assert blas.product_blocks(32, 256, 1024) == (C, 2)              # W9's LSTM step, 2^23
+    assert blas.product_blocks(100, 256, 256) == (C, 2)              # 2^22.6: two blocks
+    assert blas.product_blocks(100, 128, 256).count == 1             # under 2^22: too little work
+    assert blas.product_blocks(100, 512, 100).count == 1             # 2^22.3, but no two 64-long blocks
+
     assert blas.product_blocks(8, 4096, 4096).count == 1             # thin: matrix-vector like
     assert blas.product_blocks(256, 8, 8).count == 1                 # too little work
     assert blas.Blocks(R, 4).ranges(333, 7) == [(0, 83), (83, 166), (166, 249), (249, 333)]
