@@ -107,7 +107,11 @@ class Checker:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
-        self.stderr.close()
+        for stream in (self.process.stdin, self.process.stdout, self.stderr):
+            try:
+                stream.close()
+            except OSError:     # a pipe the killed checker left unflushed
+                pass
 
 
 _LOCK = threading.Lock()
