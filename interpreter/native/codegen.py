@@ -240,7 +240,7 @@ def compile_safely(compile_function, source: str, *args, **kwargs):
     except (NumbaError, TypeError, ValueError, OSError) as error:
         import warnings
 
-        digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+        digest = _digest(source)
         warnings.warn(f"pjrt-ref: numba kernel pjrt_ref_kernel_{digest} not compiled, "
                       f"running unfused ({type(error).__name__}: {error})", RuntimeWarning)
         return None

@@ -46,7 +46,7 @@ class Executable:
         self.input_signature = _static_signature(self.program.input_types)
         self.uses_host_channel = _uses_host_channel(self.program)
         self.donor_indices = _donor_indices(self.program)
-        self.fingerprint = hashlib.sha256(self.code + b"\0" + self.compile_options).hexdigest()
+        self.fingerprint = _fingerprint(self.code, self.compile_options)
 
     @classmethod
     def compile(cls, code: bytes, fmt: str, compile_options: bytes = b"") -> "Executable":
@@ -74,7 +74,7 @@ class Executable:
         fingerprint give back are the caller's bytes."""
         twin = copy.copy(self)
         twin.compile_options = bytes(compile_options)
-        twin.fingerprint = hashlib.sha256(self.code + b"\0" + twin.compile_options).hexdigest()
+        twin.fingerprint = _fingerprint(self.code, twin.compile_options)
         return twin
 
     def run(self, arrays: list[np.ndarray], watch: observer.Observer = observer.NOBODY) -> list:
@@ -134,6 +134,11 @@ class Executable:
         """
         code, options = serialization.decode(blob)
         return cls.compile(code, program_formats.MLIR, options if compile_options is None else compile_options)
+
+
+def _fingerprint(code: bytes, compile_options: bytes) -> str:
+    """PJRT_Executable_Fingerprint: the program and the options it was compiled with."""
+    return hashlib.sha256(code + b"\0" + compile_options).hexdigest()
 
 
 class LoadedExecutable:
