@@ -140,7 +140,10 @@ def start_checker() -> None:
         return
     with _LOCK:
         if _CHECKER is None or not _CHECKER.alive:
-            _CHECKER = Checker()
+            try:
+                _CHECKER = Checker()
+            except OSError:
+                pass        # no process now: the first check tries again and reports it
 
 
 def check_bytecode(data: bytes, entry: str) -> None:

@@ -161,3 +161,19 @@ def test_with_the_check_off_no_checker_is_started():
         print("checker", bytecode_guard._CHECKER)
     """, JAX_PLATFORMS="pjrt_ref", PJRT_REF_BYTECODE_CHECK="0")
     assert lines == ["checker None"]
+
+
+def test_a_checker_that_cannot_start_early_does_not_stop_the_client(monkeypatch):
+    """start_checker is an early start only: if the process cannot be made
+    (no processes left, say), the client is still created and the first
+    compile's check starts the checker again."""
+    from pjrt_ref.interpreter import bytecode_guard
+
+    def refuse(*args, **kwargs):
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(bytecode_guard, "_CHECKER", None)
+    monkeypatch.setattr(bytecode_guard.subprocess, "Popen", refuse)
+    monkeypatch.setenv("PJRT_REF_BYTECODE_CHECK", "1")
+    bytecode_guard.start_checker()
+    assert bytecode_guard._CHECKER is None
