@@ -20,7 +20,7 @@ from .jit import optimize_function
 from .location import describe_location
 from .quantization import dequantize_op_quantize
 from .registry import lookup
-from .steps import FunctionPlan, OpInfo, RegionPlan, Step
+from .steps import FunctionPlan, OpInfo, RegionPlan, Step, copy_function
 from .types import convert_type
 
 TERMINATORS = ("func.return", "stablehlo.return", "mhlo.return", "sdy.return")
@@ -32,6 +32,10 @@ class ModulePlan:
     def __init__(self, module):
         self._funcs = {}
         self.functions: dict[str, FunctionPlan] = {}
+        # Functions as planned, before the optimiser rewrote them: what
+        # jit/inline.py copies into callers (`inlinable`).
+        self._unoptimized: dict[str, FunctionPlan] = {}
+        self._planning: set[str] = set()
         for op in module.body.operations:
             op = op.operation
             if op.name == "func.func":
@@ -51,17 +55,40 @@ class ModulePlan:
 
     def function(self, name: str) -> FunctionPlan:
         plan = self.functions.get(name)
-        if plan is None:
-            if name not in self._funcs:
-                raise InvalidArgument(f"no function @{name} in the program")
+        return plan if plan is not None else self._plan(name, keep_unoptimized=False)
+
+    def inlinable(self, name: str) -> FunctionPlan | None:
+        """@name as planned, before the optimiser's rewrites: what
+        jit/inline.py copies into a caller. Kept for functions first planned
+        through here (a call reached while optimising its caller); None for
+        others, for a function being planned (recursion) and for one that
+        cannot be planned (the call then reports that when it runs, as before)."""
+        if name in self._planning:
+            return None
+        if name not in self.functions:
+            try:
+                self._plan(name, keep_unoptimized=True)
+            except PjrtRefError:
+                return None
+        return self._unoptimized.get(name)
+
+    def _plan(self, name: str, keep_unoptimized: bool) -> FunctionPlan:
+        if name not in self._funcs:
+            raise InvalidArgument(f"no function @{name} in the program")
+        self._planning.add(name)
+        try:
             plan = FunctionPlanner(self, self._funcs[name]).plan()
             if self.instrument is None:
+                if keep_unoptimized:
+                    self._unoptimized[name] = copy_function(plan, lambda slot: slot)
                 optimize_function(plan)  # plan-time rewrites (interpreter/jit)
             else:
                 self.instrument.apply(plan, self._funcs[name])  # every op visible, none fused
-            # Planning finished (callees were planned through `function`, and
-            # recursive calls resolve lazily at run time).
-            self.functions[name] = plan
+        finally:
+            self._planning.discard(name)
+        # Planning finished (callees were planned through `function`, and
+        # recursive calls resolve lazily at run time).
+        self.functions[name] = plan
         return plan
 
     def plan_all(self) -> None:
@@ -72,6 +99,7 @@ class ModulePlan:
         """Forget the MLIR functions once every one is planned: the plans
         hold none of them, and they keep the whole module alive."""
         self._funcs = dict.fromkeys(self.functions)
+        self._unoptimized.clear()
 
 
 def _module_int_attr(module, name: str, default: int) -> int:

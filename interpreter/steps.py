@@ -13,6 +13,7 @@ steps: neither imports the other's types through the other.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -257,6 +258,31 @@ class FunctionPlan:
             return run_block(self.body, frame, args)
         finally:
             _ERROR_STATE.reset(token)
+
+
+def copy_function(plan: FunctionPlan, slot: Callable[[int], int]) -> FunctionPlan:
+    """`plan` with every slot `s` renamed `slot(s)`, in fresh regions and
+    steps: rewrites of the copy (the optimiser's are in place) do not reach
+    `plan`. Ops with regions get their own `OpInfo`, pointing at the copied
+    regions; their cache (plan-time analyses of the body, compiled bodies)
+    is carried over, as it does not depend on slot numbers."""
+    return dataclasses.replace(plan, body=copy_region(plan.body, slot))
+
+
+def copy_region(region: RegionPlan, slot: Callable[[int], int]) -> RegionPlan:
+    return RegionPlan([slot(s) for s in region.arg_slots], region.arg_types,
+                      [copy_step(step, slot) for step in region.steps],
+                      [slot(s) for s in region.result_slots])
+
+
+def copy_step(step: Step, slot: Callable[[int], int]) -> Step:
+    regions = tuple(copy_region(r, slot) for r in step.regions)
+    op = step.op
+    if regions:
+        op = dataclasses.replace(op, cache=dict(op.cache), region_plans=regions)
+    return dataclasses.replace(step, op=op, regions=regions,
+                               operands=tuple(slot(s) for s in step.operands),
+                               results=tuple(slot(s) for s in step.results))
 
 
 def preset_constants(plan: FunctionPlan) -> None:

@@ -9,6 +9,9 @@ imports ops/ and native/, and neither imports it.
 `optimize_function(plan)` runs once on each planned function, before it first
 runs, and rewrites its steps:
 
+-. `inline`: a `func.call` of a small function without regions becomes the
+   callee's steps in the caller's frame (JAX's `dynamic_index_in_dim`,
+   `_where`, `closed_call`...), so the passes below see through it.
 0. `dots`: a matrix product used only by a transpose of it computes the
    transposed product directly (one pass instead of two).
 1. `fastpath`: elementwise steps on plain dtypes (f32/f64 and the 8- to
@@ -57,7 +60,7 @@ bodies, which native/regions.py compiles in both modes, against
 PJRT_REF_JIT=0).
 The README's "Performance" section gives users the same promise.
 
-* `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
+* `inline`, `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
   runs, on threads or not), `loops`, native `regions`, `in_place` and
   preset constants keep the bits: each element meets the same functions in
   the same precision (native/scalar_expressions.py, op by op). Two
@@ -82,11 +85,13 @@ from __future__ import annotations
 from ..native.process_setup import set_up_process
 from ..native.scope import jit_enabled, optimize_enabled
 from ..steps import preset_constants
-from . import dots, fastpath, fusion, in_place
+from . import dots, fastpath, fusion, in_place, inline
 
 
 def optimize_function(plan) -> None:
     """Rewrite `plan`'s steps in place (see the module docstring)."""
+    if optimize_enabled():
+        inline.inline_calls(plan)
     _record_jit_setting(plan.body, jit_enabled())
     set_up_process(optimize=optimize_enabled())  # in both modes: see process_setup.py
     if not optimize_enabled():
