@@ -31,7 +31,8 @@ sys.path.insert(0, HERE)
 from entry_points import (API_MAJOR, API_MINOR, FAST_PATHS, RETURNS_VOID, SLOTS, args_type,  # noqa: E402
                           callback_name)
 from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
-                                DEPENDS as PROFILER_DEPENDS, EXTENSION_START)
+                                DEPENDS as PROFILER_DEPENDS, EXTENSION_START as PROFILER_START)
+import layouts_shardings  # noqa: E402
 
 MODULE_NAME = "pjrt_ref.capi_shim._pjrt_ref_shim"
 HEADER = os.path.join(HERE, "pjrt_c_api.h")
@@ -83,7 +84,8 @@ def callback_signature(name: str) -> str:
 
 
 def extern_python_declarations() -> str:
-    return "\n".join(f'extern "Python" {callback_signature(n)};' for n in SLOTS)
+    return "\n".join(f'extern "Python" {callback_signature(n)};'
+                     for n in SLOTS + layouts_shardings.FUNCTIONS)
 
 
 # C-side helpers every host needs, declared to cffi so Python can call them.
@@ -203,8 +205,9 @@ def slot_wrapper(name: str) -> str:
 
 def c_source(header: str) -> str:
     """The C half: the slot wrappers, the static PJRT_Api table, then GetPjrtApi (python_boot.c)."""
-    prototypes = "\n".join(f"static {callback_signature(n)};" for n in SLOTS)
-    wrappers = "\n\n".join(slot_wrapper(n) for n in SLOTS)
+    entry_points = SLOTS + layouts_shardings.FUNCTIONS
+    prototypes = "\n".join(f"static {callback_signature(n)};" for n in entry_points)
+    wrappers = "\n\n".join(slot_wrapper(n) for n in entry_points)
     table = "\n".join(f"    .{n} = pjrt_ref_slot_{n}," for n in SLOTS)
     return f"""
 #include <dlfcn.h>
@@ -218,6 +221,7 @@ def c_source(header: str) -> str:
 #include <string.h>
 #include <unistd.h>
 #include "pjrt_c_api.h"
+#include "pjrt_layouts_shardings.h"
 
 {slot_declarations(header)}
 
@@ -229,10 +233,12 @@ def c_source(header: str) -> str:
 {wrappers}
 
 {PROFILER_C_SOURCE}
+{layouts_shardings.tables(next_start=PROFILER_START)}
 
 static const PJRT_Api pjrt_ref_api = {{
     .struct_size = sizeof(PJRT_Api),
-    .extension_start = (PJRT_Extension_Base*){EXTENSION_START},   /* capi_shim/profiler_extension.py */
+    /* Layouts -> Shardings -> profiler (capi_shim/layouts_shardings.py, profiler_extension.py) */
+    .extension_start = (PJRT_Extension_Base*){layouts_shardings.START},
     .pjrt_api_version = {{
         .struct_size = sizeof(PJRT_Api_Version),
         .extension_start = NULL,
@@ -252,10 +258,12 @@ def make_builder() -> cffi.FFI:
     ffibuilder = cffi.FFI()
     ffibuilder.cdef(cdef_text(header))
     ffibuilder.cdef(slot_declarations(header))
+    ffibuilder.cdef(layouts_shardings.header_declarations())
     ffibuilder.cdef(extern_python_declarations())
     ffibuilder.cdef(HELPERS_CDEF)
     ffibuilder.cdef(FAST_PATHS_CDEF)
     ffibuilder.cdef(PROFILER_CDEF)
+    ffibuilder.cdef(layouts_shardings.HELPERS_CDEF)
     libdir = sysconfig.get_config_var("LIBDIR")
     ldversion = sysconfig.get_config_var("LDVERSION") or sysconfig.get_python_version()
     ffibuilder.set_source(
@@ -266,7 +274,7 @@ def make_builder() -> cffi.FFI:
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
         depends=[HEADER, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
-                 *PROFILER_DEPENDS],
+                 *PROFILER_DEPENDS, *layouts_shardings.DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools
     )

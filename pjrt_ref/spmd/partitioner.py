@@ -136,11 +136,25 @@ def optimized_program_text(exe) -> str:
     partitioned = runner_for_executable(exe)
     if partitioned is not None:
         return partitioned.optimized_program_text()
-    if exe.num_partitions > 1 and _converts_to_hlo(exe.program.text):
-        outputs = ["{replicated}"] * len(exe.program.output_types)
-        parameters = ["{replicated}"] * len(exe.program.input_types)
+    shardings = sharding_texts(exe)
+    if shardings is not None:
+        outputs, parameters = shardings
         return _with_module_shardings(exe.program.text, _output_sharding_text(outputs), parameters)
     return exe.program.text
+
+
+def sharding_texts(exe) -> tuple[list[str], list[str]] | None:
+    """(each output's, each parameter's) sharding in HloSharding text, as the
+    module `optimized_program_text` returns carries them; None for a
+    program that carries none (it runs on one device). What the Shardings
+    extension answers (pjrt_ref/capi/shardings_extension.py)."""
+    partitioned = runner_for_executable(exe)
+    if partitioned is not None:
+        return partitioned.output_sharding_texts(), partitioned.argument_sharding_texts()
+    if exe.num_partitions > 1 and _converts_to_hlo(exe.program.text):
+        return (["{replicated}"] * len(exe.program.output_types),
+                ["{replicated}"] * len(exe.program.input_types))
+    return None
 
 
 def _output_sharding_text(outputs: list[str]) -> str:
