@@ -28,7 +28,8 @@ import cffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from entry_points import (API_MAJOR, API_MINOR, FAST_PATHS, RETURNS_VOID, SLOTS, args_type,  # noqa: E402
+from entry_points import (API_MAJOR, API_MINOR, EXTENSION_FUNCTIONS, FAST_PATHS,  # noqa: E402
+                          LAYOUTS_FUNCTIONS, RETURNS_VOID, SHARDINGS_FUNCTIONS, SLOTS, args_type,
                           callback_name)
 from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
                                 DEPENDS as PROFILER_DEPENDS, EXTENSION_START as PROFILER_START)
@@ -85,7 +86,7 @@ def callback_signature(name: str) -> str:
 
 def extern_python_declarations() -> str:
     return "\n".join(f'extern "Python" {callback_signature(n)};'
-                     for n in SLOTS + layouts_shardings.FUNCTIONS)
+                     for n in SLOTS + EXTENSION_FUNCTIONS)
 
 
 # C-side helpers every host needs, declared to cffi so Python can call them.
@@ -205,7 +206,7 @@ def slot_wrapper(name: str) -> str:
 
 def c_source(header: str) -> str:
     """The C half: the slot wrappers, the static PJRT_Api table, then GetPjrtApi (python_boot.c)."""
-    entry_points = SLOTS + layouts_shardings.FUNCTIONS
+    entry_points = SLOTS + EXTENSION_FUNCTIONS
     prototypes = "\n".join(f"static {callback_signature(n)};" for n in entry_points)
     wrappers = "\n\n".join(slot_wrapper(n) for n in entry_points)
     table = "\n".join(f"    .{n} = pjrt_ref_slot_{n}," for n in SLOTS)
@@ -233,7 +234,7 @@ def c_source(header: str) -> str:
 {wrappers}
 
 {PROFILER_C_SOURCE}
-{layouts_shardings.tables(next_start=PROFILER_START)}
+{layouts_shardings.tables(PROFILER_START, LAYOUTS_FUNCTIONS, SHARDINGS_FUNCTIONS)}
 
 static const PJRT_Api pjrt_ref_api = {{
     .struct_size = sizeof(PJRT_Api),

@@ -124,6 +124,25 @@ SLOTS: tuple[str, ...] = (
 )
 
 
+# Entry points outside the table: the functions of the Layouts and Shardings
+# extensions (capi_shim/layouts_shardings.py puts them on the
+# `extension_start` chain), in each extension struct's field order.
+LAYOUTS_FUNCTIONS: tuple[str, ...] = (
+    "PJRT_Layouts_MemoryLayout_Destroy",
+    "PJRT_Layouts_MemoryLayout_Serialize",
+    "PJRT_Layouts_PJRT_Client_GetDefaultLayout",
+    "PJRT_Layouts_PJRT_Buffer_MemoryLayout",
+    "PJRT_Layouts_PJRT_Topology_GetDefaultLayout",
+    "PJRT_Layouts_PJRT_Executable_GetOutputLayouts",
+    "PJRT_Layouts_PJRT_Executable_GetParameterLayouts",
+)
+SHARDINGS_FUNCTIONS: tuple[str, ...] = (
+    "PJRT_Shardings_PJRT_Executable_ParameterShardings",
+    "PJRT_Shardings_PJRT_Executable_OutputShardings",
+)
+EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS
+
+
 def args_type(entry_point: str) -> str:
     """The Args struct an entry point takes: `PJRT_X` -> `PJRT_X_Args`."""
     return entry_point + "_Args"

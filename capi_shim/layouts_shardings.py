@@ -7,9 +7,11 @@ implemented in pjrt_ref/capi/layouts_extension.py and
 shardings_extension.py. Only where the host finds them differs: in two
 structs on the `PJRT_Api.extension_start` chain instead of the table.
 
-`tables(next_start)` is the C for the two structs, the Shardings one
-pointing at `next_start` (the profiler extension); `START` is what
-`PJRT_Api.extension_start` then points at.
+Their names, in struct order, are in entry_points.py (`LAYOUTS_FUNCTIONS`,
+`SHARDINGS_FUNCTIONS`). `tables(next_start, layouts, shardings)` is the C
+for the two structs, the Shardings one pointing at `next_start` (the
+profiler extension); `START` is what `PJRT_Api.extension_start` then
+points at.
 """
 from __future__ import annotations
 
@@ -17,22 +19,6 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(HERE, "pjrt_layouts_shardings.h")
-
-# Function pointers in struct order (ABI: the order of the fields in the header).
-LAYOUTS = (
-    "PJRT_Layouts_MemoryLayout_Destroy",
-    "PJRT_Layouts_MemoryLayout_Serialize",
-    "PJRT_Layouts_PJRT_Client_GetDefaultLayout",
-    "PJRT_Layouts_PJRT_Buffer_MemoryLayout",
-    "PJRT_Layouts_PJRT_Topology_GetDefaultLayout",
-    "PJRT_Layouts_PJRT_Executable_GetOutputLayouts",
-    "PJRT_Layouts_PJRT_Executable_GetParameterLayouts",
-)
-SHARDINGS = (
-    "PJRT_Shardings_PJRT_Executable_ParameterShardings",
-    "PJRT_Shardings_PJRT_Executable_OutputShardings",
-)
-FUNCTIONS = LAYOUTS + SHARDINGS
 
 START = "&pjrt_ref_layouts_extension.base"
 
@@ -62,13 +48,14 @@ static {struct} {variable} = {{
 """
 
 
-def tables(next_start: str) -> str:
-    """The Layouts struct, then the Shardings struct it points to, which points to `next_start`."""
+def tables(next_start: str, layouts: tuple, shardings: tuple) -> str:
+    """The Layouts struct (functions `layouts`), then the Shardings struct it
+    points to (`shardings`), which points to `next_start`."""
     return (KEEP_SERIALIZED_LAYOUT
             + _struct("pjrt_ref_shardings_extension", "PJRT_Shardings_Extension",
-                      "PJRT_Extension_Type_Shardings", SHARDINGS, next_start)
+                      "PJRT_Extension_Type_Shardings", shardings, next_start)
             + _struct("pjrt_ref_layouts_extension", "PJRT_Layouts_Extension",
-                      "PJRT_Extension_Type_Layouts", LAYOUTS, "&pjrt_ref_shardings_extension.base"))
+                      "PJRT_Extension_Type_Layouts", layouts, "&pjrt_ref_shardings_extension.base"))
 
 
 DEPENDS = [HEADER, os.path.abspath(__file__)]

@@ -27,12 +27,6 @@ def _slot_table():
     return entry_points
 
 
-def _extension_functions() -> tuple[str, ...]:
-    """The Layouts and Shardings extensions' functions: entry points outside the table."""
-    from ..capi_shim import layouts_shardings
-    return layouts_shardings.FUNCTIONS
-
-
 def install(ffi, lib) -> None:
     """Bind every `extern "Python"` slot callback of the shim."""
     global _installed
@@ -44,7 +38,7 @@ def install(ffi, lib) -> None:
 
     table = _slot_table()
     from . import layouts_extension, shardings_extension  # noqa: F401  (their entry points)
-    for name in table.SLOTS + _extension_functions():
+    for name in table.SLOTS + table.EXTENSION_FUNCTIONS:   # the table's and the extensions'
         fn = _boundary.REGISTRY.get(name)
         if fn is None:
             callback = _boundary.unimplemented_callback(name)

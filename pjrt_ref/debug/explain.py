@@ -23,7 +23,8 @@ import subprocess
 import sys
 from collections import Counter
 
-# PJRT_* entry points, and PLUGIN_Profiler_* (the profiler extension, capi/profiler_extension.py)
+# PJRT_* entry points (the Layouts and Shardings extensions' included), and
+# PLUGIN_Profiler_* (the profiler extension, capi/profiler_extension.py)
 _CALL = re.compile(r"pjrt-ref: -> ((?:PJRT|PLUGIN)_\w+) ?(.*)$")
 _RETURN = re.compile(r"pjrt-ref: <- ((?:PJRT|PLUGIN)_\w+) (ok|error)\s*(.*)$")
 
@@ -33,20 +34,22 @@ PHASES = (
                "PJRT_Client_Addressable", "PJRT_Client_LookupDevice", "PJRT_Client_TopologyDescription",
                "PJRT_TopologyDescription_", "PJRT_Device", "PJRT_Memory_")),
     ("compile", ("PJRT_Client_Compile", "PJRT_Executable_", "PJRT_LoadedExecutable_GetExecutable",
-                 "PJRT_LoadedExecutable_Addressable", "PJRT_LoadedExecutable_GetDeviceAssignment")),
+                 "PJRT_LoadedExecutable_Addressable", "PJRT_LoadedExecutable_GetDeviceAssignment",
+                 "PJRT_Layouts_PJRT_Executable_", "PJRT_Shardings_PJRT_Executable_")),
     ("transfer", ("PJRT_Client_BufferFromHostBuffer", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_CopyTo",
                   "PJRT_Client_CreateBuffersForAsyncHostToDevice", "PJRT_AsyncHostToDevice")),
     ("execute", ("PJRT_LoadedExecutable_Execute",)),
     ("events", ("PJRT_Event_",)),
-    ("buffers", ("PJRT_Buffer_",)),
+    ("buffers", ("PJRT_Buffer_", "PJRT_Layouts_PJRT_Buffer_")),
+    ("layouts", ("PJRT_Layouts_",)),   # default layouts and the layout objects (Layouts extension)
     ("errors", ("PJRT_Error_",)),
     ("profiler", ("PLUGIN_Profiler_",)),
     ("executables", ("PJRT_LoadedExecutable_",)),
 )
 
 
-DISPLAY_ORDER = ("setup", "compile", "transfer", "execute", "events", "buffers", "executables",
-                 "errors", "teardown", "other")
+DISPLAY_ORDER = ("setup", "compile", "transfer", "execute", "events", "buffers", "layouts",
+                 "executables", "errors", "teardown", "other")
 
 
 def phase_of(name: str) -> str:
@@ -99,7 +102,7 @@ def pick_jit(compiles: list[tuple[int, str]], script_text: str, wanted: str | No
     return compiles[0]
 
 
-def jit_sequence(calls: list[dict], start: int, limit: int = 60) -> list[dict]:
+def jit_sequence(calls: list[dict], start: int, limit: int = 80) -> list[dict]:
     """Calls from the Compile at `start` through its first Execute and what follows
     (until the next Compile or Execute, or `limit` calls)."""
     handle = re.search(r"executable=(0x[0-9a-f]+)", calls[start]["outputs"])
