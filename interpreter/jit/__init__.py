@@ -35,8 +35,9 @@ runs, and rewrites its steps:
    `dynamic_update_slice` (lax.scan's stacked outputs) owns that buffer
    (one copy on entry) and writes each update into it, instead of copying
    the whole buffer per iteration.
-5. the function body's constants move into the frame every call starts
-   from (`steps.preset_constants`): no step runs for them.
+5. constants move into the frame every call starts from, those of loop
+   bodies and if/case branches too, with small broadcasts of them
+   (`steps.preset_constants`): no step runs for them.
 
 Before the rewrites, in both modes, `optimize_function` has the native
 code set up the process (native/process_setup.py: OpenBLAS's threads, the
