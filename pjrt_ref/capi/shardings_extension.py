@@ -56,8 +56,14 @@ def executable_parameter_shardings(args: Args) -> None:
 
 @entry_point("PJRT_Shardings_PJRT_Executable_OutputShardings")
 def executable_output_shardings(args: Args) -> None:
-    """One OpSharding per output, or NULL arrays for a one-device program."""
+    """One OpSharding per output, or NULL arrays for a one-device program.
+
+    A program with no results still has one: jaxlib checks the shardings
+    against the HLO module's output, an empty tuple, whose sharding XLA
+    keeps as one element (`spmd.output_sharding_elements`); with none it
+    fails the compile ("the output sharding has 0 elements")."""
     exe = _executable(args)
     shardings = spmd.sharding_texts(exe)
-    args.num_outputs = len(exe.output_types)
-    _hand_out(args, exe, "outputs", None if shardings is None else shardings[0])
+    outputs = None if shardings is None else spmd.output_sharding_elements(shardings[0])
+    args.num_outputs = len(exe.output_types) if outputs is None else len(outputs)
+    _hand_out(args, exe, "outputs", outputs)

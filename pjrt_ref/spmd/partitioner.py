@@ -157,6 +157,12 @@ def sharding_texts(exe) -> tuple[list[str], list[str]] | None:
     return None
 
 
+def output_sharding_elements(outputs: list[str]) -> list[str]:
+    """The elements of `_output_sharding_text(outputs)`: the outputs'
+    shardings, or the one element of the empty tuple's."""
+    return outputs or ["{replicated}"]
+
+
 def _output_sharding_text(outputs: list[str]) -> str:
     """`mhlo.spmd_output_sharding`: one result's sharding, or a tuple sharding
     of all. A program with no results has an empty tuple, whose sharding XLA

@@ -131,6 +131,34 @@ def test_a_program_for_one_device_has_no_shardings(loaded):
     assert parameters.shardings == ffi.NULL and parameters.sharding_sizes == ffi.NULL
 
 
+NO_RESULTS_ON_2 = """
+module attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func @main(%x: tensor<4xf32>) -> () {
+    return
+  }
+}
+"""
+
+
+def test_a_program_over_partitions_without_results_has_one_output_sharding(monkeypatch):
+    """As XLA keeps an empty tuple's sharding (one element); jaxlib fails the
+    compile on zero ("the output sharding has 0 elements")."""
+    from jax._src.lib import xla_client
+
+    monkeypatch.setenv("PJRT_REF_NUM_DEVICES", "2")
+    api = Api()
+    executable = api.call("PJRT_LoadedExecutable_GetExecutable",
+                          loaded_executable=api.compile(api.client(), NO_RESULTS_ON_2)).executable
+    outputs = call(api, shardings(), "PJRT_Shardings_PJRT_Executable_OutputShardings", executable=executable)
+    parameters = call(api, shardings(), "PJRT_Shardings_PJRT_Executable_ParameterShardings",
+                      executable=executable)
+    assert (outputs.num_outputs, parameters.num_parameters) == (1, 1)
+    for args in (outputs, parameters):
+        proto = xla_client.OpSharding()
+        proto.ParseFromString(bytes(ffi.buffer(args.shardings[0], args.sharding_sizes[0])))
+        assert xla_client.HloSharding.from_proto(proto).is_replicated()
+
+
 def test_bad_handles_and_arguments_are_errors_not_crashes(loaded):
     api, client, _ = loaded
     bogus = ffi.cast("PJRT_Layouts_MemoryLayout*", 0x40)
@@ -161,17 +189,19 @@ one = jax.jit(lambda a: (a.T * 2, a.sum())).lower(x).compile()
 mesh = jax.make_mesh((2,), ("x",))
 sharded = jax.jit(lambda a: (a * 2, a.sum(0)), in_shardings=NamedSharding(mesh, P("x")),
                   out_shardings=(NamedSharding(mesh, P("x")), NamedSharding(mesh, P()))).lower(x).compile()
+nothing = jax.jit(lambda a: None, in_shardings=NamedSharding(mesh, P("x"))).lower(x).compile()
 sys.stderr.write("COMPILE-END\\n"); sys.stderr.flush()
 y = one(x)
 print(repr((str(one.input_formats), str(one.output_formats), str(one.output_shardings),
-            str(sharded.input_shardings), str(sharded.output_shardings),
+            str(sharded.input_shardings), str(sharded.output_shardings), str(nothing.output_shardings),
             np.asarray(y[0]).tolist(), float(y[1]), np.asarray(sharded(x)[0]).tolist())))
 """
 
 
 def test_jax_compiles_without_converting_the_program_and_sees_xlas_answers():
     """jaxlib asks the extensions instead of fetching the optimized program;
-    the layouts, formats and shardings it then reports are XLA CPU's."""
+    the layouts, formats and shardings it then reports are XLA CPU's (one
+    device, two, and a program with no results)."""
     ours = run_jax(COMPILE_SCRIPT, PJRT_REF_LOG_API="1", PJRT_REF_NUM_DEVICES="2")
     assert ours.returncode == 0, ours.stderr[-3000:]
     compiling = ours.stderr.split("COMPILE-START")[1].split("COMPILE-END")[0]
