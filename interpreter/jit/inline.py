@@ -1,4 +1,4 @@
-"""Calls of small flat functions become the callee's steps in the caller's frame.
+"""Calls of small functions become the callee's steps in the caller's frame.
 
 JAX lowers many library functions to private functions called with
 `func.call`: `lax.scan`'s `dynamic_index_in_dim` and
@@ -30,16 +30,12 @@ from __future__ import annotations
 import dataclasses
 
 from ..ops import core
-from ..steps import FunctionPlan, RegionPlan, Step, copy_region
+from ..steps import FRAME_REGION_OPS, FunctionPlan, RegionPlan, Step, copy_region
 
 # A bigger callee stays a call: copying it to every call site would make
 # planning (and fusion's analysis) grow with callers x callee size.
 MAX_INLINED_STEPS = 256
 
-# Ops whose regions run as steps in the caller's frame (control.py); the
-# bodies of reduce, sort, scatter and the like are compiled on their own
-# (native/regions.py) and keep their calls.
-_FRAME_REGIONS = frozenset(("stablehlo.while", "stablehlo.case", "stablehlo.if"))
 
 
 def inline_calls(plan: FunctionPlan) -> None:
@@ -54,7 +50,9 @@ def _inline_region(plan: FunctionPlan, region: RegionPlan, chain: tuple,
     changed = False
     steps: list[Step] = []
     for step in region.steps:
-        if step.op.name in _FRAME_REGIONS:
+        # Only regions that run in the caller's frame: the bodies of reduce,
+        # sort, scatter... are compiled on their own (native/regions.py).
+        if step.op.name in FRAME_REGION_OPS:
             for nested in step.regions:
                 changed |= _inline_region(plan, nested, chain, replaced)
         expanded = _expanded(plan, step, chain, replaced)
