@@ -300,7 +300,7 @@ def preset_constants(plan: FunctionPlan) -> None:
     (a few microseconds each, cold, in W4's ~15); in a loop body (and the
     branches of if/case, which run in the same frame) it costs that every
     iteration. So does the broadcast of such a constant that JAX writes for
-    each `1 - x` (24 of them in a step of W9's LSTM): a small static one is
+    each `1 - x` (11 in a forward step of W9's LSTM): a small static one is
     computed here once, by its own kernel (kernels never write into their
     operands, so every iteration and call may share the array)."""
     frame = list(plan.initial_frame or [None] * plan.num_slots)
