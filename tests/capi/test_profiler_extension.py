@@ -17,6 +17,7 @@ import pytest
 
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
+from capi_calls import assert_layout_matches
 from jax_support import run_jax
 
 abi = pytest.importorskip("pypjrt._abi.pjrt_0_114")
@@ -114,11 +115,7 @@ def test_profiler_api_is_the_prefix_jaxlib_0_10_2_accepts():
 
 @pytest.mark.parametrize("name", ARGS_STRUCTS)
 def test_args_layout_matches_pypjrt(name):
-    theirs = getattr(abi, name)
-    our_fields = dict(ffi.typeof(name).fields)
-    for field, *_ in theirs._fields_:
-        assert our_fields[field].offset == getattr(theirs, field).offset, f"{name}.{field}"
-    assert ffi.sizeof(name) == ctypes.sizeof(theirs)
+    assert_layout_matches(name, getattr(abi, name))
 
 
 # ------------------------------------------------------------ the functions, from C

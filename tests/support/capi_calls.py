@@ -117,3 +117,14 @@ class Api:
             fields.update(overridden_serialized_compile_options=c_opts,
                           overridden_serialized_compile_options_size=len(options))
         return self.call("PJRT_Executable_DeserializeAndLoad", **fields).loaded_executable
+
+
+def assert_layout_matches(name: str, theirs) -> None:
+    """Our cffi struct `name` has the size and field offsets of `theirs`
+    (a ctypes struct from pypjrt's layout-checked ABI description)."""
+    import ctypes
+
+    ours = dict(ffi.typeof(name).fields)
+    for field, *_ in theirs._fields_:
+        assert ours[field].offset == getattr(theirs, field).offset, f"{name}.{field}"
+    assert ffi.sizeof(name) == ctypes.sizeof(theirs)
