@@ -9,6 +9,7 @@ from ..errors import InvalidArgument
 from .bytecode_guard import check_bytecode
 from .loader import is_bytecode, make_context, parse_module
 from .attributes import string_value
+from .jit import background
 from .plan import ModulePlan
 from .types import TensorType, TokenType, TOKEN
 
@@ -26,7 +27,8 @@ class Program:
                 and is_bytecode(bytes(source[:4]))):
             check_bytecode(bytes(source))     # raises if it crashes another process
         try:
-            self._init(source, entry)
+            with background.while_planning():
+                self._init(source, entry)
         except UnicodeDecodeError as error:
             # A string attribute or op name in bytecode that is not UTF-8.
             raise InvalidArgument(f"program contains a string that is not UTF-8: {error}") from None
