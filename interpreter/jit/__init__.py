@@ -31,6 +31,9 @@ runs, and rewrites its steps:
    numpy (PJRT_REF_JIT_BACKGROUND).
 3. `loops` (numba): a `while` whose cond and body are small element-wise
    programs becomes one compiled function running every iteration.
+   `reuse`: an elementwise step (fastpath's direct kernels) that is the
+   only reader of a matrix product writes its result into the product's
+   new array (`out=`) instead of allocating another (a scan's `dW + x^T.dy`).
 4. `in_place`: a `while` whose body only updates a carried buffer with
    `dynamic_update_slice` (lax.scan's stacked outputs) owns that buffer
    (one copy on entry) and writes each update into it, instead of copying
@@ -62,7 +65,7 @@ PJRT_REF_JIT=0).
 The README's "Performance" section gives users the same promise.
 
 * `inline`, `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
-  runs, on threads or not), `loops`, native `regions`, `in_place` and
+  runs, on threads or not), `loops`, native `regions`, `reuse`, `in_place` and
   preset constants keep the bits: each element meets the same functions in
   the same precision (native/scalar_expressions.py, op by op). Two
   exceptions: where two NaNs meet, the NaN's sign and payload may differ
@@ -86,7 +89,7 @@ from __future__ import annotations
 from ..native.process_setup import set_up_process
 from ..native.scope import jit_enabled, optimize_enabled
 from ..steps import preset_constants
-from . import dots, fastpath, fusion, in_place, inline
+from . import dots, fastpath, fusion, in_place, inline, reuse
 
 
 def optimize_function(plan) -> None:
@@ -102,6 +105,7 @@ def optimize_function(plan) -> None:
     fastpath.specialize_region(plan.body)
     if jit_enabled():
         fusion.fuse_region(plan.body)
+    reuse.write_into_dead_products(plan.body)
     in_place.update_carries_in_place(plan.body)
     preset_constants(plan)  # last: the passes above read constants from the steps
 

@@ -33,7 +33,7 @@ def fold_transposes(region) -> None:
     the control-flow ops inside it."""
     uses = count_uses(region)
     producers = {step.results[0]: index for index, step in enumerate(region.steps)
-                 if _is_matrix_product(step)}
+                 if is_matrix_product(step)}
     steps: list = list(region.steps)
     folded = False
     for index, step in enumerate(region.steps):
@@ -53,7 +53,7 @@ def fold_transposes(region) -> None:
         region.runners = None
 
 
-def _is_matrix_product(step: Step) -> bool:
+def is_matrix_product(step: Step) -> bool:
     op = step.op
     if op.name != "stablehlo.dot_general" or step.regions or len(step.results) != 1:
         return False
@@ -85,7 +85,7 @@ def _transposed_product_step(product: Step, transpose: Step) -> Step:
     )
     info = OpInfo(product.op.name, product.op.location, {"swapped": swapped},
                   (rhs_type, lhs_type), transpose.op.result_types, product.op.module)
-    return Step(kernel=_transposed_product, op=info,
+    return Step(kernel=transposed_product, op=info,
                 operands=(product.operands[1], product.operands[0]), results=transpose.results)
 
 
@@ -93,7 +93,7 @@ def _free_dims(ttype, contracting) -> tuple:
     return tuple(d for d in range(len(ttype.shape)) if d not in contracting)
 
 
-def _transposed_product(op: OpInfo, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def transposed_product(op: OpInfo, lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """`transpose(dot_general(rhs, lhs))`, computed as dot_general(lhs, rhs)
     with `op`'s swapped dimension numbers (see the module docstring)."""
     dims = op.attrs["swapped"]

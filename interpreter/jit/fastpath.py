@@ -78,6 +78,7 @@ def _exact_kernel(function, arity: int):
     else:
         def kernel(op, x, y):
             return _as_array(function(x, y))
+    kernel.exact_function = function     # reuse.py gives it an `out=`
     return kernel
 
 

@@ -1,0 +1,84 @@
+"""Plan-time rewrite: an elementwise step writes its result into a matrix
+product's array when nothing else reads that product.
+
+A product's kernel always returns an array it has just allocated (BLAS
+writes into new memory, dots.py's transposed product too), and a value read
+by one step only is dead after it. So when the one reader is a plain
+elementwise step (fastpath.EXACT_OPS: add, subtract, multiply...) of the
+product's type and shape, it can give numpy that array as `out=` instead of
+allocating another: one pass over fresh memory less. The typical case is a
+scan's gradient accumulator, `dW + x^T . dy` per step (W9 spends two such
+adds of 256x1024 per step; numbers in benchmarks/README.md, W9).
+
+Which step reads a value, and how often, is counted over the region and the
+regions nested in it (`fusion.count_uses`, which counts the region's
+results as reads too), so a product that is returned, read by a loop body
+or read twice keeps its own array. Same ufunc, same operands: the bits are
+those of the unrewritten step.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..ops import dot
+from ..steps import RegionPlan, Step
+from . import dots, fastpath
+from .fusion import count_uses
+
+
+def write_into_dead_products(region: RegionPlan) -> None:
+    """Rewrite the steps described above in `region` and, separately, in
+    every region nested in it."""
+    uses = count_uses(region)
+    products = {step.results[0] for step in region.steps if _returns_new_matrix(step)}
+    for index, step in enumerate(region.steps):
+        for nested in step.regions:
+            write_into_dead_products(nested)
+        function = _exact_function(step)
+        if function is None:
+            continue
+        for position, slot in enumerate(step.operands):
+            if slot in products and uses.get(slot) == 1 and _same_type(step, position):
+                # A new Step: the old one may be kept elsewhere (fusion's unfused_steps).
+                region.steps[index] = dataclasses.replace(step, kernel=_into_operand(function, position))
+                region.runners = None
+                break
+
+
+def _returns_new_matrix(step: Step) -> bool:
+    """A 2-d f32/f64 product (ops/dot.py `matrix_product`, alone or as
+    dots.py's transposed product): its kernel returns newly allocated memory."""
+    if len(step.results) != 1 or step.regions:
+        return False
+    if step.kernel is dots.transposed_product:
+        return True
+    return step.kernel is dot.dot_general and dots.is_matrix_product(step)
+
+
+def _exact_function(step: Step):
+    """The numpy function of an elementwise step running fastpath's direct
+    kernel (so on plain dtypes, with no widening or rounding), else None."""
+    entry = fastpath.EXACT_OPS.get(step.op.name)
+    if entry is None or step.regions or len(step.results) != 1:
+        return None
+    if getattr(step.kernel, "exact_function", None) is not entry[0]:
+        return None
+    return entry[0]
+
+
+def _same_type(step: Step, position: int) -> bool:
+    return step.op.operand_types[position] == step.op.result_type
+
+
+def _into_operand(function, position: int):
+    """A kernel applying `function` with the operand at `position` as `out`.
+    An operand numpy cannot write (not expected of a product) gets a new array."""
+    def kernel(op, *operands):
+        target = operands[position]
+        if not target.flags.writeable:
+            return np.asarray(function(*operands))
+        return function(*operands, out=target)
+    kernel.writes_into_operand = position
+    return kernel
