@@ -174,3 +174,39 @@ def test_a_process_exits_cleanly_while_a_kernel_compiles(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["queued", "1"]
+
+
+def test_kernels_queued_while_a_program_is_planned_start_after_the_plan(empty_cache):
+    import threading
+
+    started = threading.Event()
+    switch = background.Switchable(lambda op, x: x)
+
+    def build():
+        started.set()
+        return None                      # "numba could not": the step keeps its first kernel
+
+    with background.while_planning():
+        background.build_later(build, switch)
+        assert not started.wait(0.3)     # held while the plan goes on
+    assert started.wait(60)
+    assert background.wait(timeout=60)
+
+
+def test_loading_a_program_plans_inside_while_planning(empty_cache, monkeypatch):
+    import contextlib
+
+    held = []
+    real = background.while_planning
+
+    @contextlib.contextmanager
+    def recording():
+        with real():
+            held.append(True)
+            yield
+            held.append(False)
+    monkeypatch.setattr(background, "while_planning", recording)
+    x = _x(2)
+    text = lower_to_text(_exp_tanh, x)
+    program = load(text)
+    assert held == [True, False] and _fused_steps(program)
