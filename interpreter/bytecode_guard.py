@@ -5,7 +5,8 @@ found bytecode that makes it abort (an uncaught C++ exception), corrupt the
 heap or loop forever. None of that can be caught in-process, so bytecode
 (and portable artifacts) is first parsed, verified and printed by a checker
 process; only if the checker survives does the caller parse it again
-in-process (and plan it: bytecode_checker.py says why the checker does not). A checker that dies by a signal, exits, or takes longer than
+in-process, and plan it (bytecode_checker.py says why the checker does not
+plan). A checker that dies by a signal, exits, or takes longer than
 PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets the input rejected
 with INVALID_ARGUMENT. Python exceptions in the checker are not verdicts:
 the in-process parse raises them again, with their own message.

@@ -18,7 +18,7 @@ runs at full speed from its first call.
 
 Kernels queued while a program is planned wait until no plan is being
 made (`while_planning`): numba's import and its compiles hold the GIL for
-long stretches, and started at once they took 0.05 to 0.07 s from a cold
+long stretches, and started at once they took 0.05 to 0.08 s from a cold
 compile of W11's program, which the plan then finished that much later.
 
 PJRT_REF_JIT_BACKGROUND=0 compiles every kernel before the program loads
