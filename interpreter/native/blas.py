@@ -184,10 +184,11 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
     operands that are not both native f32 or both native f64, for `a @ a.T`
     on one buffer (numpy then uses syrk), and where the measured strategy
     is OpenBLAS's own threads."""
-    if _BLAS_THREADS != 1 or not _blockable(a, b):
+    if _BLAS_THREADS != 1:
         return np.matmul(a, b)
     blocks = product_blocks(a.shape[0], a.shape[1], b.shape[1])
-    if blocks.count == 1:
+    # One block first: small products skip _blockable's address reads (~3 µs).
+    if blocks.count == 1 or not _blockable(a, b):
         return np.matmul(a, b)
     call = _gemm_call(a, b)
     strategy = _strategy(a, b, blocks, call)
