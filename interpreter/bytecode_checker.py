@@ -1,36 +1,28 @@
 """The bytecode checker process: `python -m pjrt_ref.interpreter.bytecode_checker`.
 
 bytecode_guard.py, the parent side, starts this module in a fresh
-interpreter and sends it untrusted bytecode; here each program is read as
-the caller will read it with MLIR (`read_like_the_caller`), so that a crash
-or hang of MLIR's bytecode reader kills this process and not the caller.
+interpreter and sends it untrusted bytecode; here each program is parsed,
+verified and planned (`Program`), so that a crash or hang of MLIR's bytecode
+reader kills this process and not the caller. The parent side is imported
+by program.py and this side imports program.py, so they are two modules:
+the guard stays below `Program`, the checker above it.
 
-Why reading is enough, and planning is not repeated here: every crash and
-hang the loader fuzzer found (tests/data/fuzz_loader/) happens while MLIR
-parses the bytes, and none of its inputs that parse crashes later: the
-replay (tests/interpreter/test_fuzz_loader_corpus.py) loads each one in
-a process guarded only by this check.
-After the parse, the caller's plan reads a verified module through the
-Python bindings, whose failures are Python exceptions it reports itself.
-Planning here as well cost a cold compile of W11's program 0.2 s of
-waiting (benchmarks/README.md, W11).
+Why the checker plans and does not stop at the parse: a fuzzed input
+(tests/data/fuzz_loader/crash-a45551153130.mlirbc) parses, verifies and
+prints cleanly, then aborts the process (nanobind's uncaught conversion
+error on a string that is not UTF-8) while the planner walks its ops. A
+checker that only parsed (tried on 2026-11-27 to save a cold compile
+~0.2 s of waiting) let it through to the caller.
 
-Requests and answers follow the guard's protocol: REQUEST_HEADER (data
-length), the bytes; one SURVIVED_ANSWER byte each.
+Requests and answers follow the guard's protocol: REQUEST_HEADER (entry and
+data lengths), the entry name, the bytes; one SURVIVED_ANSWER byte each.
 """
 from __future__ import annotations
 
-import io
 import sys
 
 from .bytecode_guard import REQUEST_HEADER, SURVIVED_ANSWER
-from .loader import make_context, parse_module
-
-
-# A program using the dialects programs use (func, stablehlo, chlo), read once at start.
-WARM_UP_PROGRAM = (b"func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {"
-                   b" %y = chlo.erf %x : tensor<2xf32> -> tensor<2xf32>"
-                   b" %z = stablehlo.add %x, %y : tensor<2xf32> return %z : tensor<2xf32> }")
+from .program import Program
 
 
 def _read_exactly(stream, size: int) -> bytes | None:
@@ -44,30 +36,21 @@ def _read_exactly(stream, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def read_like_the_caller(data: bytes) -> None:
-    """What `Program` does with MLIR before planning: parse (a portable
-    artifact is deserialized and upgraded), verify, print the module and
-    write it back as bytecode. Python exceptions are not verdicts: the
-    caller's own parse raises them again, with their own message."""
-    try:
-        module = parse_module(data, make_context())
-        str(module)
-        module.operation.write_bytecode(io.BytesIO())
-    except Exception:
-        pass
-
-
 def serve(requests, answers) -> None:
-    """The checker's loop: read each request; answer OK unless we die first."""
-    read_like_the_caller(WARM_UP_PROGRAM)   # loads MLIR's dialects before the first request
+    """The checker's loop: parse and plan each request; answer OK unless we die first."""
     while True:
         header = _read_exactly(requests, REQUEST_HEADER.size)
         if header is None:
             return                      # our parent closed the pipe (or died)
-        data = _read_exactly(requests, REQUEST_HEADER.unpack(header)[0])
-        if data is None:
+        entry_size, data_size = REQUEST_HEADER.unpack(header)
+        entry = _read_exactly(requests, entry_size)
+        data = _read_exactly(requests, data_size)
+        if entry is None or data is None:
             return
-        read_like_the_caller(data)
+        try:
+            Program(data, entry.decode(), _checked=True)
+        except Exception:
+            pass                        # the in-process parse reports Python errors itself
         answers.write(SURVIVED_ANSWER)
         answers.flush()
 

@@ -3,10 +3,9 @@
 MLIR's bytecode reader trusts its input: fuzzing (tests/scripts/fuzz_loader.py)
 found bytecode that makes it abort (an uncaught C++ exception), corrupt the
 heap or loop forever. None of that can be caught in-process, so bytecode
-(and portable artifacts) is first parsed, verified and printed by a checker
+(and portable artifacts) is first parsed, verified and planned by a checker
 process; only if the checker survives does the caller parse it again
-in-process, and plan it (bytecode_checker.py says why the checker does not
-plan). A checker that dies by a signal, exits, or takes longer than
+in-process. A checker that dies by a signal, exits, or takes longer than
 PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets the input rejected
 with INVALID_ARGUMENT. Python exceptions in the checker are not verdicts:
 the in-process parse raises them again, with their own message.
@@ -17,11 +16,11 @@ started once and reused, never a `fork()` of this process: JAX runs many
 threads, and a forked child inherits the locks they hold at that instant,
 so it could crash or hang on good programs, which were then turned away.
 A fresh interpreter inherits nothing. It reads requests from its stdin
-(bytes, length-prefixed) and answers each with one byte.
+(entry name and bytes, length-prefixed) and answers each with one byte.
 
 This module is the parent side only; the checker's loop is
-bytecode_checker.py. `Program` calls `check_bytecode`, so this side
-imports nothing of the interpreter.
+bytecode_checker.py. `Program` calls `check_bytecode`, and the checker
+builds `Program`s, so this side imports nothing of the interpreter.
 """
 from __future__ import annotations
 
@@ -41,10 +40,10 @@ from .. import settings
 from ..errors import InvalidArgument
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
-# then the bytes; the checker answers SURVIVED_ANSWER.
-REQUEST_HEADER = struct.Struct("<I")      # data length
+# then the entry name and the bytes; the checker answers SURVIVED_ANSWER.
+REQUEST_HEADER = struct.Struct("<II")     # entry length, data length
 SURVIVED_ANSWER = b"\x01"
-# The checker's module, named (not imported: it imports this one).
+# The checker's module, named (not imported: it imports program.py, which imports this).
 CHECKER_MODULE = f"{__package__}.bytecode_checker"
 
 
@@ -59,19 +58,21 @@ def timeout_seconds() -> float:
 
 
 class Checker:
-    """One checker process: `verdict(data)` is None (survived) or why not."""
+    """One checker process: `verdict(entry, data)` is None (survived) or why not."""
 
     def __init__(self):
         self.stderr = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+                   PJRT_REF_OPTIMIZE="0", PJRT_REF_BYTECODE_CHECK="0")
         self.process = subprocess.Popen(
             [sys.executable, "-m", CHECKER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.stderr, env=env, close_fds=True)
         self.owner = os.getpid()
 
-    def verdict(self, data: bytes, timeout: float) -> str | None:
+    def verdict(self, entry: str, data: bytes, timeout: float) -> str | None:
+        name = entry.encode()
         try:
-            self.process.stdin.write(REQUEST_HEADER.pack(len(data)) + data)
+            self.process.stdin.write(REQUEST_HEADER.pack(len(name), len(data)) + name + data)
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
             return self._death()
@@ -117,7 +118,7 @@ _LOCK = threading.Lock()
 _CHECKER: Checker | None = None
 
 
-# Digests of bytecode the checker survived, most recent last: a
+# Digests of (entry, bytecode) the checker survived, most recent last: a
 # program compiled again (a warm recompile, a framework that compiles the
 # same module per device) is not parsed a third time. The verdict depends
 # on the bytes alone, so a survivor stays one.
@@ -125,15 +126,15 @@ _SURVIVED: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
 _SURVIVED_KEEP = 256
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
+def _digest(entry: str, data: bytes) -> bytes:
+    return hashlib.sha256(entry.encode() + b"\0" + data).digest()
 
 
 def start_checker() -> None:
     """Start the checker process now, without waiting for it (PJRT_Client_Create
-    calls this): its interpreter starts, imports jaxlib's MLIR and loads the
-    dialects while the framework traces and lowers, instead of during the
-    first compile (benchmarks/README.md W11)."""
+    calls this): its interpreter starts and imports the interpreter's modules
+    while the framework traces and lowers, instead of during the first compile
+    (about 0.3 s of a cold compile here, benchmarks/README.md W11)."""
     global _CHECKER
     if not check_enabled():
         return
@@ -145,21 +146,21 @@ def start_checker() -> None:
                 pass        # no process now: the first check tries again and reports it
 
 
-def check_bytecode(data: bytes) -> None:
+def check_bytecode(data: bytes, entry: str) -> None:
     """Raise InvalidArgument if parsing `data` crashes or hangs the checker
     process (bytes it survived before are not sent again)."""
     global _CHECKER
     if not check_enabled():
         return
     timeout = timeout_seconds()
-    digest = _digest(data)
+    digest = _digest(entry, data)
     with _LOCK:
         if digest in _SURVIVED:
             _SURVIVED.move_to_end(digest)
             return
         if _CHECKER is None or not _CHECKER.alive:
             _CHECKER = Checker()
-        why = _CHECKER.verdict(data, timeout)
+        why = _CHECKER.verdict(entry, data, timeout)
         if why is not None:
             _CHECKER.close()
             _CHECKER = None

@@ -25,7 +25,7 @@ class Program:
     def __init__(self, source: bytes | str, entry: str = "main", _checked: bool = False):
         if (not _checked and isinstance(source, (bytes, bytearray, memoryview))
                 and is_bytecode(bytes(source[:4]))):
-            check_bytecode(bytes(source))     # raises if it crashes another process
+            check_bytecode(bytes(source), entry)     # raises if it crashes another process
         try:
             with background.while_planning():
                 self._init(source, entry)
