@@ -4,6 +4,7 @@ good programs are never turned away, crashers and hangs are rejected, and
 the checker comes back after."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -188,3 +189,16 @@ def test_bytecode_that_parses_but_aborts_the_planner_is_rejected():
     """, str(CORPUS / "crash-a45551153130.mlirbc"))
     assert lines[0].startswith("crash MLIR bytecode rejected: it crashes MLIR's bytecode reader (SIGABRT)")
     assert lines[1] == "good [2.0, 2.0, 2.0]"
+
+
+def test_the_checkers_warm_up_program_plans_and_runs():
+    """The checker plans WARM_UP_PROGRAM when it starts; a program that
+    stopped parsing (a new jaxlib's syntax) would only cost that head start."""
+    import numpy as np
+
+    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.bytecode_checker import WARM_UP_PROGRAM
+
+    x, w = np.full((4, 8), 0.1, np.float32), np.eye(8, dtype=np.float32)
+    expected = np.sum(np.vectorize(math.erf)(np.exp(x.astype(np.float64)) + 1), axis=1)
+    np.testing.assert_allclose(load(WARM_UP_PROGRAM)(x, w)[0], expected, rtol=1e-5)
