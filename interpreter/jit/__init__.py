@@ -105,8 +105,8 @@ def optimize_function(plan) -> None:
     fastpath.specialize_region(plan.body)
     if jit_enabled():
         fusion.fuse_region(plan.body)
+    in_place.update_carries_in_place(plan.body)   # before reuse: it takes the adds it folds
     reuse.write_into_dead_products(plan.body)
-    in_place.update_carries_in_place(plan.body)
     preset_constants(plan)  # last: the passes above read constants from the steps
 
 

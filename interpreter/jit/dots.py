@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.dot import BLAS_FLOATS, matrix_product
+from ..ops.dot import BLAS_FLOATS, dot_general, matrix_product
 from ..steps import OpInfo, Step
 from ..native.scope import CONTROL_FLOW_OPS
 from .fusion import count_uses
@@ -64,6 +64,23 @@ def is_matrix_product(step: Step) -> bool:
     return (all(getattr(t, "quant", None) is None and getattr(t, "dtype", None) == op.result_type.dtype
                 for t in types)
             and op.result_type.dtype in BLAS_FLOATS and len(op.result_type.shape) == 2)
+
+
+def product_dimensions(step: Step) -> tuple | None:
+    """(lhs_free, rhs_free, lhs_contract, rhs_contract), as `matrix_product`
+    takes them, of a step computing a 2-d f32/f64 product with BLAS (a
+    `dot_general` that `is_matrix_product`, or a transposed product); None
+    for any other step. Such a step's result is newly allocated memory."""
+    if step.kernel is transposed_product:
+        dims = step.op.attrs["swapped"]
+        return dims["lhs_free"], dims["rhs_free"], dims["lhs_contract"], dims["rhs_contract"]
+    if step.kernel is not dot_general or not is_matrix_product(step):
+        return None
+    numbers = step.op.attrs["dot_dimension_numbers"]
+    lhs_type, rhs_type = step.op.operand_types
+    return (_free_dims(lhs_type, numbers.lhs_contracting_dimensions),
+            _free_dims(rhs_type, numbers.rhs_contracting_dimensions),
+            tuple(numbers.lhs_contracting_dimensions), tuple(numbers.rhs_contracting_dimensions))
 
 
 def _swaps_two_dims(step: Step) -> bool:

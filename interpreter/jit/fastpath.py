@@ -71,6 +71,17 @@ def _as_array(value, ndarray=np.ndarray, asarray=np.asarray):
     return value if type(value) is ndarray else asarray(value)
 
 
+def exact_function(step):
+    """The numpy function of an elementwise step running this module's
+    direct kernel (so on plain dtypes, with no widening or rounding), else None."""
+    entry = EXACT_OPS.get(step.op.name)
+    if entry is None or step.regions or len(step.results) != 1:
+        return None
+    if getattr(step.kernel, "exact_function", None) is not entry[0]:
+        return None
+    return entry[0]
+
+
 def _exact_kernel(function, arity: int):
     if arity == 1:
         def kernel(op, x):

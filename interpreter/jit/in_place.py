@@ -32,9 +32,13 @@ import dataclasses
 
 import numpy as np
 
-from ..ops import control, core, slicing
-from ..steps import FunctionPlan, RegionPlan, Step, slots_read_by
+from ..native import blas
 from ..native.scope import CONTROL_FLOW_OPS
+from ..ops import control, core, slicing
+from ..ops.dot import matrix_operands
+from ..steps import FunctionPlan, OpInfo, RegionPlan, Step, slots_read_by
+from . import dots, fastpath
+from .fusion import count_uses
 
 
 def dynamic_update_slice_in_place(op, operand, update, *start_indices):
@@ -103,6 +107,8 @@ def _rewrite_single_update(region: RegionPlan, arg_slot: int, result_slot: int) 
     step = region.steps[index]
     if step.regions or list(step.operands).count(arg_slot) != 1 or result_slot not in step.results:
         return False
+    if _fold_accumulation(region, index, arg_slot):
+        return True
     replacement = _in_place_form(step, step.operands.index(arg_slot), step.results.index(result_slot))
     if replacement is None:
         return False
@@ -123,6 +129,46 @@ def _in_place_form(step: Step, operand: int, result: int) -> Step | None:
                                   clone.body.result_slots[result]):
             return dataclasses.replace(step, kernel=_calling(clone))
     return None
+
+
+def _fold_accumulation(region: RegionPlan, index: int, accumulator: int) -> bool:
+    """If step `index` is `add(accumulator, p)` (either order) where `p` is
+    the matrix product computed by the step just before it and read by
+    nothing else, replace the two by one step adding the product into the
+    accumulator's buffer, and return True."""
+    add = region.steps[index]
+    if index == 0 or fastpath.exact_function(add) is not np.add:
+        return False
+    position = add.operands.index(accumulator)
+    if add.op.operand_types[position] != add.op.result_type:
+        return False
+    product = region.steps[index - 1]
+    dims = dots.product_dimensions(product)
+    term = add.operands[1 - position]
+    if dims is None or product.results != (term,) or count_uses(region).get(term) != 1:
+        return False
+    if product.op.result_type != add.op.result_type:
+        return False
+    info = OpInfo(product.op.name, product.op.location, {"product_dimensions": dims},
+                  (add.op.result_type, *product.op.operand_types), add.op.result_types,
+                  product.op.module)
+    region.steps[index - 1:index + 1] = [
+        Step(kernel=add_product_in_place, op=info, operands=(accumulator, *product.operands),
+             results=add.results)]
+    region.runners = None
+    return True
+
+
+def add_product_in_place(op, accumulator, lhs, rhs):
+    """Spec "add" of `accumulator` and the "dot_general" of `lhs` and `rhs`,
+    written into `accumulator`, which the plan proved nobody else reads
+    (module docstring): `blas.matmul_add`, the bits of the add after the
+    product."""
+    a, b, shape = matrix_operands(lhs, rhs, *op.attrs["product_dimensions"])
+    with np.errstate(all="ignore"):
+        if accumulator.shape == (a.shape[0], b.shape[1]):
+            return blas.matmul_add(a, b, accumulator)
+        return np.add(accumulator, blas.matmul(a, b).reshape(shape), out=accumulator)
 
 
 def _clone(function: FunctionPlan) -> FunctionPlan:

@@ -22,7 +22,6 @@ import dataclasses
 
 import numpy as np
 
-from ..ops import dot
 from ..steps import RegionPlan, Step
 from . import dots, fastpath
 from .fusion import count_uses
@@ -36,7 +35,7 @@ def write_into_dead_products(region: RegionPlan) -> None:
     for index, step in enumerate(region.steps):
         for nested in step.regions:
             write_into_dead_products(nested)
-        function = _exact_function(step)
+        function = fastpath.exact_function(step)
         if function is None:
             continue
         for position, slot in enumerate(step.operands):
@@ -50,22 +49,7 @@ def write_into_dead_products(region: RegionPlan) -> None:
 def _returns_new_matrix(step: Step) -> bool:
     """A 2-d f32/f64 product (ops/dot.py `matrix_product`, alone or as
     dots.py's transposed product): its kernel returns newly allocated memory."""
-    if len(step.results) != 1 or step.regions:
-        return False
-    if step.kernel is dots.transposed_product:
-        return True
-    return step.kernel is dot.dot_general and dots.is_matrix_product(step)
-
-
-def _exact_function(step: Step):
-    """The numpy function of an elementwise step running fastpath's direct
-    kernel (so on plain dtypes, with no widening or rounding), else None."""
-    entry = fastpath.EXACT_OPS.get(step.op.name)
-    if entry is None or step.regions or len(step.results) != 1:
-        return None
-    if getattr(step.kernel, "exact_function", None) is not entry[0]:
-        return None
-    return entry[0]
+    return dots.product_dimensions(step) is not None
 
 
 def _same_type(step: Step, position: int) -> bool:

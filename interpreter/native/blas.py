@@ -104,6 +104,13 @@ MIN_OTHER_SIDE = 16
 MAX_BLOCKS = 16
 
 
+# Fine blocks (`fine_blocks`) have at most this much work each: OpenBLAS's
+# kernels for small products, which read the operands in place instead of
+# packing them, take products up to about 10^6 multiply-adds (some CPUs'
+# kernels only; product_strategy.py times whether they pay).
+FINE_BLOCK_MULTIPLY_ADDS = 1 << 19
+
+
 class Blocks(NamedTuple):
     """How a product is cut: `count` blocks along `axis` (ROW_BLOCKS or
     COLUMN_BLOCKS) of the result, block k covering [n*k//count,
@@ -130,6 +137,19 @@ def product_blocks(rows: int, inner: int, columns: int) -> Blocks:
         return Blocks(axis, 1)
     most = min(MAX_BLOCKS, max(rows, columns) // MIN_BLOCK, max(2, work // BLOCK_MULTIPLY_ADDS))
     return Blocks(axis, 1 << (most.bit_length() - 1) if most >= 1 else 1)
+
+
+def fine_blocks(rows: int, inner: int, columns: int) -> Blocks:
+    """`product_blocks`'s cut made finer: the same axis, the count doubled
+    until each block has at most FINE_BLOCK_MULTIPLY_ADDS, at most
+    MAX_BLOCKS, none shorter than MIN_OTHER_SIDE."""
+    blocks = product_blocks(rows, inner, columns)
+    length = rows if blocks.axis == ROW_BLOCKS else columns
+    count = blocks.count
+    while (count < MAX_BLOCKS and rows * inner * columns // count > FINE_BLOCK_MULTIPLY_ADDS
+           and length // (2 * count) >= MIN_OTHER_SIDE):
+        count *= 2
+    return Blocks(blocks.axis, count)
 
 
 _LOADAVG_FD: int | None = None
@@ -194,13 +214,63 @@ def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarr
     strategy = _strategy(a, b, blocks, call)
     if strategy.openblas_threads > 1:
         return _on_openblas_threads(a, b, strategy.openblas_threads)
-    helpers = 0
-    if strategy.split:
-        limit = matmul_threads() if threads is None else threads
-        helpers = max(0, min(blocks.count - 1, limit - 1, idle_cpus()))
+    if strategy.fine:   # the blocks' bits (product_strategy.py), quicker
+        blocks = fine_blocks(a.shape[0], a.shape[1], b.shape[1])
+        return compute_blocks(a, b, blocks, call, _helpers(blocks, strategy, threads))
+    helpers = _helpers(blocks, strategy, threads)
     if helpers == 0 and _blocks_exact(a, b, blocks, call):
         return np.matmul(a, b)
     return compute_blocks(a, b, blocks, call, helpers)
+
+
+def _helpers(blocks: Blocks, strategy: product_strategy.Strategy, threads: int | None) -> int:
+    """Helper threads for one product: none unless its strategy splits,
+    and no more than its blocks, the thread limit and the idle CPUs allow."""
+    if not strategy.split:
+        return 0
+    limit = matmul_threads() if threads is None else threads
+    return max(0, min(blocks.count - 1, limit - 1, idle_cpus()))
+
+
+def matmul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int | None = None) -> np.ndarray:
+    """`c + a @ b` written into `c` and returned, with the bits of
+    `np.add(c, matmul(a, b))`: a gradient accumulated over a loop's steps
+    (jit/in_place.py). Where the C pool computes the product's blocks and
+    `accumulate_is_exact` found that adding each block's product inside
+    gemm (beta = 1) gives those bits, one pass over `c` per block, with no
+    new array; otherwise the product, then the add into `c`.
+    `c` is 2-d, a @ b's shape and dtype, writeable; it may be any array
+    (the fallback handles layouts and overlap the gemm cannot)."""
+    call = _accumulate_call(a, b, c)
+    if call is not None:
+        blocks = product_blocks(a.shape[0], a.shape[1], b.shape[1])
+        strategy = _strategy(a, b, blocks, call)
+        if strategy.fine:
+            blocks = fine_blocks(a.shape[0], a.shape[1], b.shape[1])
+        if strategy.openblas_threads <= 1 and _accumulate_exact(a, b, blocks, call):
+            if not _pool_multiply(call, c, blocks, _helpers(blocks, strategy, threads), accumulate=True):
+                _pool_multiply(call, c, blocks, helpers=0, accumulate=True)
+            return c
+    return np.add(c, matmul(a, b, threads), out=c)
+
+
+def _accumulate_call(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple | None:
+    """`_gemm_call(a, b)` when the pool can also add into `c` in place: C
+    pool products (one OpenBLAS thread) of more than one block (a one-block
+    product is one np.matmul call, which may use gemv, far quicker than
+    gemm for a matrix-vector product), `c` C-contiguous, aligned,
+    writeable, of the product's dtype and not overlapping an operand."""
+    if _BLAS_THREADS != 1 or c.dtype != a.dtype:
+        return None
+    blocks = product_blocks(a.shape[0], a.shape[1], b.shape[1])
+    if not 1 < blocks.count <= MAX_POOL_BLOCKS or not _blockable(a, b):
+        return None
+    flags = c.flags
+    if not (flags.c_contiguous and flags.aligned and flags.writeable):
+        return None
+    if np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return None
+    return _gemm_call(a, b)
 
 
 def _address(x: np.ndarray) -> int:
@@ -326,6 +396,10 @@ def measure_strategy(a: np.ndarray, b: np.ndarray, blocks: Blocks,
     helpers = min(blocks.count - 1, cpus - 1)
     if helpers > 0:
         ours["split"] = lambda: compute_blocks(probe_a, probe_b, blocks, call, helpers)
+    fine = fine_blocks(a.shape[0], a.shape[1], b.shape[1])
+    if fine.count > blocks.count and _same_bits(probe_a, probe_b, blocks, fine, call):
+        fine_helpers = min(fine.count - 1, cpus - 1)
+        ours["fine"] = lambda: compute_blocks(probe_a, probe_b, fine, call, fine_helpers)
     threaded = None
     if cpus > 1 and _thread_local_setter() is not None:
         threaded = lambda: _on_openblas_threads(probe_a, probe_b, cpus)  # noqa: E731
@@ -335,6 +409,16 @@ def measure_strategy(a: np.ndarray, b: np.ndarray, blocks: Blocks,
 
 
 # --- Are the blocks one call's bits? ------------------------------------------
+
+def _same_bits(a: np.ndarray, b: np.ndarray, blocks: Blocks, other: Blocks,
+               call: tuple | None) -> bool:
+    """Whether `a @ b` computed as `blocks` and as `other` gives the same
+    bits, on these (random) operands: as for `blocks_are_exact`, BLAS's
+    order of operations depends on shapes and layouts only."""
+    with np.errstate(all="ignore"):
+        return bool(np.array_equal(compute_blocks(a, b, blocks, call, helpers=0),
+                                   compute_blocks(a, b, other, call, helpers=0)))
+
 
 _EXACT: dict = {}
 
@@ -375,6 +459,39 @@ def _blocks_exact(a: np.ndarray, b: np.ndarray, blocks: Blocks, call: tuple | No
     return exact
 
 
+_ACCUMULATE_EXACT: dict = {}
+
+
+def accumulate_is_exact(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `matmul_add`'s gemm with beta = 1 gives the bits of adding
+    `a @ b`'s blocks to `c` afterwards, for operands of this shape and
+    layout. It does when gemm sums each element's products in registers and
+    adds `c` once at the end; a kernel that adds partial sums to `c` (a
+    long inner dimension cut into panels) or rounds `c * beta` apart does
+    not. Decided as `blocks_are_exact` is: on random operands, once per
+    shape and layout, by the C pool's own code."""
+    call = _gemm_call(a, b)
+    if call is None:
+        return False
+    return _accumulate_exact(a, b, product_blocks(a.shape[0], a.shape[1], b.shape[1]), call)
+
+
+def _accumulate_exact(a: np.ndarray, b: np.ndarray, blocks: Blocks, call: tuple) -> bool:
+    key = (_shape_key(a, b, call), blocks)
+    exact = _ACCUMULATE_EXACT.get(key)
+    if exact is None:
+        rng = np.random.default_rng(0)
+        probe_a, probe_b = _random_like(a, rng), _random_like(b, rng)
+        start = rng.standard_normal((a.shape[0], b.shape[1])).astype(a.dtype)
+        probe_call = _gemm_call(probe_a, probe_b)
+        accumulated = start.copy()
+        with np.errstate(all="ignore"):
+            added = np.add(start, compute_blocks(probe_a, probe_b, blocks, probe_call, helpers=0))
+            done = _pool_multiply(probe_call, accumulated, blocks, helpers=0, accumulate=True)
+        exact = _ACCUMULATE_EXACT[key] = done and bool(np.array_equal(added, accumulated))
+    return exact
+
+
 def _random_like(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Random values in `x`'s shape, dtype and layout (`_layout`)."""
     layout = _layout(x)
@@ -405,21 +522,25 @@ class _Pool:
         self.gemms = gemms
 
 
-# What blas.py uses of the C module (gemm_pool.h).
+# What blas.py uses of the C module (gemm_pool.h), and the version of its
+# declarations it was written for.
 _POOL_NAMES = ("gemm_pool_multiply", "gemm_pool_spinning", "gemm_pool_workers",
-               "GEMM_POOL_MAX_BLOCKS", "GEMM_POOL_COLUMN_BLOCKS")
+               "GEMM_POOL_MAX_BLOCKS", "GEMM_POOL_COLUMN_BLOCKS", "GEMM_POOL_ABI")
+_POOL_ABI = 2
 
 
 def _load_pool() -> "_Pool | None":
     """The C pool, or None: module not built, built from an older
     gemm_pool.h (an editable install after a pull: `pip install -e .`
-    rebuilds it), or no ILP64 cblas gemm in numpy's OpenBLAS (gemm_pool.h
+    rebuilds it; gemm_pool.h's GEMM_POOL_ABI), or no ILP64 cblas gemm in numpy's OpenBLAS (gemm_pool.h
     declares 64-bit integer arguments)."""
     try:
         from . import _gemm_pool
     except ImportError:
         return None
     if not all(hasattr(_gemm_pool.lib, name) for name in _POOL_NAMES):
+        return None
+    if _gemm_pool.lib.GEMM_POOL_ABI != _POOL_ABI:
         return None
     library = openblas.find()
     if library is None or not library.gemms:
@@ -478,9 +599,11 @@ def _gemm_call(a: np.ndarray, b: np.ndarray) -> tuple | None:
             inner, lhs[0], lhs[2], rhs[0], rhs[2])
 
 
-def _pool_multiply(call: tuple, out: np.ndarray, blocks: Blocks, helpers: int) -> bool:
+def _pool_multiply(call: tuple, out: np.ndarray, blocks: Blocks, helpers: int,
+                   accumulate: bool = False) -> bool:
     """Run `call` (`_gemm_call`) into the C-contiguous `out` as `blocks`
-    with up to `helpers` pool threads (0: all on this thread). False if
+    with up to `helpers` pool threads (0: all on this thread); with
+    `accumulate`, add the product to `out` (gemm's beta = 1). False if
     another thread's product has the pool, or the pool refuses the block
     count (nothing done)."""
     lib = _POOL.lib
@@ -488,4 +611,4 @@ def _pool_multiply(call: tuple, out: np.ndarray, blocks: Blocks, helpers: int) -
     gemm, is_double, trans_a, trans_b, rows, columns, inner, a, lda, b, ldb = call
     return bool(lib.gemm_pool_multiply(
         gemm, is_double, trans_a, trans_b, rows, columns, inner, a, lda, b, ldb,
-        _address(out), columns, axis, blocks.count, helpers, _spin_ns()))
+        _address(out), columns, int(accumulate), axis, blocks.count, helpers, _spin_ns()))

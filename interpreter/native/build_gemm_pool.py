@@ -28,7 +28,7 @@ def cdef_text() -> str:
     and with its constants declared so Python can read them."""
     with open(HEADER) as f:
         lines = [line for line in f.read().splitlines() if not line.lstrip().startswith("#")]
-    names = ("GEMM_POOL_MAX_WORKERS", "GEMM_POOL_MAX_BLOCKS", "GEMM_POOL_ROW_BLOCKS",
+    names = ("GEMM_POOL_ABI", "GEMM_POOL_MAX_WORKERS", "GEMM_POOL_MAX_BLOCKS", "GEMM_POOL_ROW_BLOCKS",
              "GEMM_POOL_COLUMN_BLOCKS")
     constants = "".join(f"#define {name} ...\n" for name in names)
     return constants + "\n".join(lines)

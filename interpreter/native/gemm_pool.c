@@ -79,12 +79,14 @@ typedef void (*dgemm_fn)(int, int, int, int64_t, int64_t, int64_t, double, const
 #define PAUSES_PER_CLOCK_READ 32
 #define CLOCK_READS_PER_YIELD 16
 
-/* One product: C = A @ B, row-major, computed in blocks of rows or columns. */
+/* One product: C = A @ B (or C += A @ B), row-major, computed in blocks of
+ * rows or columns. */
 struct job {
     intptr_t gemm;            /* sgemm_fn or dgemm_fn */
     int is_double;
     int trans_a, trans_b;     /* CblasNoTrans (111) or CblasTrans (112) */
     int axis;                 /* GEMM_POOL_ROW_BLOCKS or GEMM_POOL_COLUMN_BLOCKS */
+    int accumulate;           /* 1: gemm's beta is 1 (C += A @ B), else 0 */
     int64_t rows, columns, inner, blocks;
     intptr_t a, b, c;
     int64_t lda, ldb, ldc;
@@ -164,11 +166,11 @@ static void gemm_call(const struct job *job, int64_t row, int64_t rows, int64_t 
     if (job->is_double)
         ((dgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, rows, columns,
                               job->inner, 1.0, (const double *)a, job->lda, (const double *)b,
-                              job->ldb, 0.0, (double *)c, job->ldc);
+                              job->ldb, job->accumulate ? 1.0 : 0.0, (double *)c, job->ldc);
     else
         ((sgemm_fn)job->gemm)(CBLAS_ROW_MAJOR, job->trans_a, job->trans_b, rows, columns,
                               job->inner, 1.0f, (const float *)a, job->lda, (const float *)b,
-                              job->ldb, 0.0f, (float *)c, job->ldc);
+                              job->ldb, job->accumulate ? 1.0f : 0.0f, (float *)c, job->ldc);
 }
 
 /* Block `block` of the product, cut as blas.product_blocks cuts it. */
@@ -270,10 +272,10 @@ static int all_blocks_done(const void *blocks) {
 
 int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, int64_t rows,
                        int64_t columns, int64_t inner, intptr_t a, int64_t lda, intptr_t b,
-                       int64_t ldb, intptr_t c, int64_t ldc, int axis, int blocks,
+                       int64_t ldb, intptr_t c, int64_t ldc, int accumulate, int axis, int blocks,
                        int helpers, int64_t spin_ns) {
-    struct job job = {gemm, is_double, trans_a, trans_b, axis, rows, columns, inner, blocks,
-                      a, b, c, lda, ldb, ldc};
+    struct job job = {gemm, is_double, trans_a, trans_b, axis, accumulate != 0, rows, columns,
+                      inner, blocks, a, b, c, lda, ldb, ldc};
     if (blocks < 1 || blocks > GEMM_POOL_MAX_BLOCKS)
         return 0;         /* `claim` has 16 bits for them (blas.py checks) */
     if (axis != GEMM_POOL_ROW_BLOCKS && axis != GEMM_POOL_COLUMN_BLOCKS)

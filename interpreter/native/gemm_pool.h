@@ -3,6 +3,10 @@
  * them with the GIL released. */
 #include <stdint.h>
 
+/* The version of these declarations: blas.py uses no module built from
+ * another (a stale build after a pull would take the wrong arguments). */
+#define GEMM_POOL_ABI 2
+
 /* Most worker threads the pool starts (one per helper CPU). */
 #define GEMM_POOL_MAX_WORKERS 63
 /* Most blocks in one product (a 16-bit field of the pool's claim word). */
@@ -11,7 +15,10 @@
 #define GEMM_POOL_ROW_BLOCKS 0
 #define GEMM_POOL_COLUMN_BLOCKS 1
 
-/* C = A @ B (row-major, C rows x columns with leading dimension ldc) by
+/* C = A @ B, or C += A @ B when `accumulate` is 1 (gemm's beta = 1: each
+ * block adds its product to C's block; whether that gives the bits of
+ * adding the whole product afterwards is blas.py's run-time probe), with
+ * C row-major, rows x columns, leading dimension ldc, computed by
  * `blocks` blocks of rows (axis GEMM_POOL_ROW_BLOCKS), block k being rows
  * [rows*k/blocks, rows*(k+1)/blocks), or likewise blocks of columns
  * (GEMM_POOL_COLUMN_BLOCKS); each block is one gemm call.
@@ -28,7 +35,7 @@
  * (blas.py); nothing here can fail. */
 int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, int64_t rows,
                        int64_t columns, int64_t inner, intptr_t a, int64_t lda, intptr_t b,
-                       int64_t ldb, intptr_t c, int64_t ldc, int axis, int blocks,
+                       int64_t ldb, intptr_t c, int64_t ldc, int accumulate, int axis, int blocks,
                        int helpers, int64_t spin_ns);
 
 /* Workers spinning right now, waiting for a job (they are "runnable" in

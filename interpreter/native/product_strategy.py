@@ -11,6 +11,12 @@ the numbers). So the first time a process meets a shape worth splitting
     serial    this thread computes every block (one call where that
               gives the blocks' bits)
     split     the blocks shared with helper threads
+    fine      smaller blocks of the same axis (`blas.fine_blocks`), shared
+              likewise: OpenBLAS has kernels for small products that skip
+              copying the operands into packed panels, several times
+              quicker for a thin product's slices on some CPUs (an LSTM
+              step's 32x256 @ 256x1024: benchmarks/README.md, "W9");
+              a candidate only where they give the blocks' bits
     openblas  one call on OpenBLAS's own threads (where numpy's
               OpenBLAS exports openblas_set_num_threads_local, which
               sets them for one calling thread: numpy 2.4's does, 2.5's
@@ -19,7 +25,9 @@ the numbers). So the first time a process meets a shape worth splitting
 and keeps a `Strategy`. `serial` and `split` compute the same blocks, so
 they give the same bits; choosing between them only moves time, and
 splitting is kept unless it measured clearly slower (SPLIT_MARGIN).
-`openblas` gives other bits
+`fine` is a candidate only where a check on random operands found its
+blocks' bits equal to the shape's blocks' bits, and is chosen where it is
+FINE_MARGIN faster than both. `openblas` gives other bits
 (OpenBLAS cuts a product by its own thread count) and busy-waits its
 threads, which makes products far slower on a loaded machine; it is chosen
 only where it beat both by OPENBLAS_MARGIN.
@@ -61,6 +69,8 @@ OPENBLAS_MARGIN = 2.0
 # the quiet check saw), and a verdict is kept for good (an example:
 # benchmarks/README.md, "Design notes moved from the code").
 SPLIT_MARGIN = 1.1
+# Fine blocks must be this many times faster than the better of serial and split.
+FINE_MARGIN = 1.1
 # Timed rounds of each candidate (after one untimed call); the best counts.
 # A round starts only when the machine is quiet: up to MAX_ROUNDS tries,
 # QUIET_WAIT_SECONDS apart.
@@ -71,15 +81,17 @@ QUIET_WAIT_SECONDS = 0.001
 # splitting pays on any machine, and the probe would cost too much.
 MAX_PROBED_SECONDS = 0.02
 # Bumped when the candidates or the rule change: older files are ignored.
-FORMAT = 2
+FORMAT = 3
 
 
 @dataclass(frozen=True)
 class Strategy:
     """How a product of one shape runs: the blocks split over helpers or
-    not, or one call on OpenBLAS's threads (`openblas_threads` > 1)."""
+    not, in `blas.fine_blocks` (`fine`), or one call on OpenBLAS's threads
+    (`openblas_threads` > 1)."""
     split: bool = True
     openblas_threads: int = 0
+    fine: bool = False
     # Best time of each candidate in microseconds (empty: not measured).
     measured_us: dict = field(default_factory=dict)
 
@@ -95,11 +107,12 @@ def decide(times: dict[str, float], openblas_threads: int) -> Strategy:
     """The strategy the best times (seconds, by candidate name) call for."""
     measured = {name: round(seconds * 1e6, 1) for name, seconds in times.items()}
     ours = min(times["serial"], times.get("split", times["serial"]))
+    fine = "fine" in times and times["fine"] * FINE_MARGIN < ours
     threaded = times.get("openblas")
-    if threaded is not None and threaded * OPENBLAS_MARGIN < ours:
+    if threaded is not None and threaded * OPENBLAS_MARGIN < min(ours, times.get("fine", ours)):
         return Strategy(split=False, openblas_threads=openblas_threads, measured_us=measured)
     split = "split" not in times or times["split"] <= times["serial"] * SPLIT_MARGIN
-    return Strategy(split=split, measured_us=measured)
+    return Strategy(split=split or fine, fine=fine, measured_us=measured)
 
 
 def measure(ours: dict[str, Callable[[], None]], openblas: Callable[[], None] | None,

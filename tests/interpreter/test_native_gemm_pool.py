@@ -326,7 +326,7 @@ def test_block_counts_beyond_the_claim_word_are_refused(monkeypatch):
     out = np.zeros((256, 256), np.float32)
     no_such_axis = 7
     assert not pool.lib.gemm_pool_multiply(gemm, is_double, trans_a, trans_b, rows, columns,
-                                           inner, lhs, lda, rhs, ldb, blas._address(out), 256,
+                                           inner, lhs, lda, rhs, ldb, blas._address(out), 256, 0,
                                            no_such_axis, 2, 0, 0)
     assert not out.any()
     monkeypatch.setattr(blas, "MAX_POOL_BLOCKS", 1)
