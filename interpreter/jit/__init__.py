@@ -89,7 +89,7 @@ from __future__ import annotations
 from ..native.process_setup import set_up_process
 from ..native.scope import jit_enabled, optimize_enabled
 from ..steps import preset_constants
-from . import dots, fastpath, fusion, in_place, inline, reuse
+from . import dots, fastpath, fusion, in_place, inline, invariant_layouts, reuse
 
 
 def optimize_function(plan) -> None:
@@ -105,6 +105,7 @@ def optimize_function(plan) -> None:
     fastpath.specialize_region(plan.body)
     if jit_enabled():
         fusion.fuse_region(plan.body)
+    invariant_layouts.copy_transposed_invariants(plan)
     in_place.update_carries_in_place(plan.body)   # before reuse: it takes the adds it folds
     reuse.write_into_dead_products(plan.body)
     preset_constants(plan)  # last: the passes above read constants from the steps

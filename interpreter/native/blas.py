@@ -142,8 +142,11 @@ def product_blocks(rows: int, inner: int, columns: int) -> Blocks:
 def fine_blocks(rows: int, inner: int, columns: int) -> Blocks:
     """`product_blocks`'s cut made finer: the same axis, the count doubled
     until each block has at most FINE_BLOCK_MULTIPLY_ADDS, at most
-    MAX_BLOCKS, none shorter than MIN_OTHER_SIDE."""
+    MAX_BLOCKS, none shorter than MIN_OTHER_SIDE. A product of one block
+    stays one (it is never split)."""
     blocks = product_blocks(rows, inner, columns)
+    if blocks.count == 1:
+        return blocks
     length = rows if blocks.axis == ROW_BLOCKS else columns
     count = blocks.count
     while (count < MAX_BLOCKS and rows * inner * columns // count > FINE_BLOCK_MULTIPLY_ADDS
@@ -457,6 +460,27 @@ def _blocks_exact(a: np.ndarray, b: np.ndarray, blocks: Blocks, call: tuple | No
             split = compute_blocks(probe_a, probe_b, blocks, probe_call, helpers=0)
         exact = _EXACT[key] = bool(np.array_equal(whole, split))
     return exact
+
+
+_LAYOUTS_AGREE: dict = {}
+
+
+def layouts_agree(a: np.ndarray, b: np.ndarray, copy: np.ndarray, position: int) -> bool:
+    """Whether `matmul` gives the same bits with operand `position` (0: `a`,
+    1: `b`) replaced by `copy`, the same matrix row-major, for operands of
+    these shapes and layouts (jit/invariant_layouts.py). Checked once per
+    shape and layout on random operands, as `blocks_are_exact` is; both
+    products take their own strategy, as the real ones do."""
+    key = (a.dtype.str, a.shape, b.shape, _layout(a), _layout(b), position)
+    agree = _LAYOUTS_AGREE.get(key)
+    if agree is None:
+        rng = np.random.default_rng(0)
+        probe = [_random_like(a, rng), _random_like(b, rng)]
+        with np.errstate(all="ignore"):
+            original = matmul(*probe)
+            probe[position] = np.ascontiguousarray(probe[position])
+            agree = _LAYOUTS_AGREE[key] = bool(np.array_equal(original, matmul(*probe)))
+    return agree
 
 
 _ACCUMULATE_EXACT: dict = {}

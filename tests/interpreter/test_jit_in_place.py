@@ -4,14 +4,18 @@ rewrite only where nothing else reads the buffer."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from jit_support import assert_same_values, load_with  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
+import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
+from pjrt_ref.interpreter import load  # noqa: E402
 from pjrt_ref.interpreter.jit import in_place  # noqa: E402
+from pjrt_ref.interpreter.native import blas  # noqa: E402
 
 
 def scan_with_stacked_outputs(init, xs):
@@ -77,3 +81,110 @@ def test_the_in_place_kernel_clamps_start_indices_like_the_spec():
     result = in_place.dynamic_update_slice_in_place(None, operand, update, np.int32(3), np.int32(-1))
     assert result is operand
     np.testing.assert_array_equal(operand, [[0, 0], [0, 0], [1, 1], [1, 1]])
+
+
+# --- Gradient accumulators: `acc + a . b` inside gemm --------------------------
+
+def scan_gradient(w, xs):
+    """The weight gradient of a scan's loss: the backward loop carries
+    `dw + x_t^T . g_t` (a product dots.py folds with its transpose, read
+    once, added to the carried accumulator)."""
+    def loss(w):
+        def step(h, x):
+            h = jnp.tanh(x @ w + h)
+            return h, h.sum()
+        _, ys = lax.scan(step, jnp.zeros((xs.shape[1], w.shape[1]), w.dtype), xs)
+        return ys.sum()
+    return jax.grad(loss)(w)
+
+
+def _folded(program) -> int:
+    found = 0
+
+    def visit(region):
+        nonlocal found
+        for step in region.steps:
+            found += step.kernel is in_place.add_product_in_place
+            for nested in step.regions:
+                visit(nested)
+    visit(program.function.body)
+    return found
+
+
+def _without_folding(text, monkeypatch):
+    """Every rewrite but this one: what its bits are promised against (the
+    unoptimised plan may differ by dots.py's rounding)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(in_place, "_fold_accumulation", lambda *args: False)
+        return load_with(text, patch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("exact", [True, False], ids=["gemm_adds", "product_then_add"])
+def test_scan_gradient_accumulates_inside_the_product(dtype, exact, monkeypatch):
+    """Big enough for the C pool (256x32 @ 32x512: two blocks): with the
+    probe's answer forced both ways, the folded step takes the gemm with
+    beta = 1 or the product and then the add, and both have the bits of
+    the plan without the fold. Values against XLA."""
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((256, 512)) / 16).astype(dtype)
+    xs = rng.standard_normal((6, 32, 256)).astype(dtype)
+    text = lower_to_text(scan_gradient, w, xs)
+    unfolded = _without_folding(text, monkeypatch)(w, xs)[0]
+    w_before = w.copy()
+    monkeypatch.setattr(blas, "_accumulate_exact", lambda *args: exact)
+    accumulated = []
+    real = blas._pool_multiply
+    monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
+        accumulated.append(kw.get("accumulate", False)), real(*args, **kw))[1])
+    program = load_with(text, monkeypatch)
+    assert _folded(program) == 1
+    ours = program(w, xs)[0]
+    np.testing.assert_array_equal(w, w_before)
+    if blas._POOL is not None and blas._BLAS_THREADS == 1:
+        assert any(accumulated) == exact
+    np.testing.assert_array_equal(ours, unfolded)
+    tolerance = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(ours, np.asarray(jax.jit(scan_gradient)(w, xs)), rtol=tolerance,
+                               atol=tolerance)
+
+
+ACCUMULATOR_LOOP = """
+func.func @main(%x: tensor<8x4xf32>, %g: tensor<8x6xf32>, %acc0: tensor<4x6xf32>)
+    -> (tensor<4x6xf32>, tensor<4x6xf32>) {
+  %zero = stablehlo.constant dense<0> : tensor<i32>
+  %three = stablehlo.constant dense<3> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %r:3 = stablehlo.while(%i = %zero, %acc = %acc0, %last = %acc0)
+      : tensor<i32>, tensor<4x6xf32>, tensor<4x6xf32>
+    cond {
+      %c = stablehlo.compare LT, %i, %three : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %next = stablehlo.add %i, %one : tensor<i32>
+      %p = stablehlo.dot_general %x, %g, contracting_dims = [0] x [0]
+          : (tensor<8x4xf32>, tensor<8x6xf32>) -> tensor<4x6xf32>
+      %sum = stablehlo.add %acc, %p : tensor<4x6xf32>
+      stablehlo.return %next, %sum, SECOND : tensor<i32>, tensor<4x6xf32>, tensor<4x6xf32>
+    }
+  return %r#1, %r#2 : tensor<4x6xf32>, tensor<4x6xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("second,folds", [("%last", 1), ("%p", 0), ("%acc", 0)],
+                         ids=["accumulator_alone", "product_also_carried", "accumulator_also_carried"])
+def test_an_accumulation_folds_only_where_nothing_else_reads_it(second, folds):
+    """The product read again (carried out as well), or the accumulator's
+    old value read again: both keep their arrays. Values against numpy."""
+    rng = np.random.default_rng(9)
+    x, g, acc0 = (rng.standard_normal(s).astype(np.float32) for s in ((8, 4), (8, 6), (4, 6)))
+    program = load(ACCUMULATOR_LOOP.replace("SECOND", second))
+    assert _folded(program) == folds
+    acc0_before = acc0.copy()
+    total, last = program(x, g, acc0)
+    np.testing.assert_array_equal(acc0, acc0_before)
+    product = x.T.astype(np.float64) @ g.astype(np.float64)
+    np.testing.assert_allclose(total, acc0 + 3 * product, rtol=1e-5, atol=1e-5)
+    expected_last = {"%last": acc0, "%p": product, "%acc": acc0 + 2 * product}[second]
+    np.testing.assert_allclose(last, expected_last, rtol=1e-5, atol=1e-5)

@@ -96,6 +96,23 @@ def test_blocks_depend_on_the_shape_only():
     assert blas.Blocks(C, 2).ranges(7, 129) == [(0, 64), (64, 129)]
 
 
+def test_fine_blocks_cut_the_same_axis_down_to_small_products():
+    """blas.fine_blocks: the shape's axis, blocks of at most 2^19
+    multiply-adds (OpenBLAS's small-product kernels), at most 16, none
+    shorter than 16; one block stays one."""
+    R, C = blas.ROW_BLOCKS, blas.COLUMN_BLOCKS
+    assert blas.fine_blocks(32, 256, 1024) == (C, 16)                # W9's step: 2^19 each
+    assert blas.fine_blocks(32, 1024, 256) == (C, 16)                # 16 columns each
+    assert blas.fine_blocks(256, 256, 256) == (R, 16)                # 16 rows each, 2^20: capped
+    assert blas.fine_blocks(128, 784, 512) == (C, 16)                # at most 16
+    assert blas.fine_blocks(32, 128, 1024) == (C, 8)                 # 2^22 / 8 = 2^19: enough
+    assert blas.fine_blocks(40, 1024, 1024) == (C, 16)
+    assert blas.fine_blocks(64, 4096, 24).count == 1                 # one block stays one
+    assert blas.fine_blocks(100, 128, 256).count == 1
+    assert blas.fine_blocks(1024, 128, 64) == (R, 16)                # 64 rows each, 2^19
+    assert blas.fine_blocks(2048, 512, 20) == (R, 16)                # at most 16, 2^20 each
+
+
 def test_loaded_programs_limit_openblas_to_one_thread():
     """After a program is planned, OpenBLAS runs on one thread (by our
     setting, unless the user chose) and products may use every CPU."""

@@ -337,16 +337,128 @@ def test_block_counts_beyond_the_claim_word_are_refused(monkeypatch):
     assert entered == []
 
 
-def test_a_module_built_from_an_older_header_is_not_used(monkeypatch):
+@pytest.mark.parametrize("stale", ["missing_names", "older_abi"])
+def test_a_module_built_from_an_older_header_is_not_used(stale, monkeypatch):
     """An editable install keeps its old .so after a pull: if it lacks a
-    function blas.py needs, blas runs without the C pool instead of
-    failing on first use."""
+    function blas.py needs, or was built from other declarations
+    (GEMM_POOL_ABI: gemm_pool_multiply gained `accumulate`), blas runs
+    without the C pool instead of calling it with the wrong arguments."""
     import types
 
     import pjrt_ref.interpreter.native as native_package
 
-    stale = types.SimpleNamespace(lib=types.SimpleNamespace(gemm_pool_multiply=None,
-                                                            gemm_pool_spinning=None))
-    monkeypatch.setitem(sys.modules, "pjrt_ref.interpreter.native._gemm_pool", stale)
-    monkeypatch.setattr(native_package, "_gemm_pool", stale, raising=False)
+    if stale == "missing_names":
+        lib = types.SimpleNamespace(gemm_pool_multiply=None, gemm_pool_spinning=None)
+    else:
+        lib = types.SimpleNamespace(**{name: getattr(_pool().lib, name) for name in blas._POOL_NAMES})
+        lib.GEMM_POOL_ABI = blas._POOL_ABI - 1
+    module = types.SimpleNamespace(lib=lib)
+    monkeypatch.setitem(sys.modules, "pjrt_ref.interpreter.native._gemm_pool", module)
+    monkeypatch.setattr(native_package, "_gemm_pool", module, raising=False)
     assert blas._load_pool() is None
+
+
+# --- c += a @ b (blas.matmul_add) ----------------------------------------------
+
+def _added(a, b, c):
+    """What matmul_add promises: the bits of adding matmul's product to c."""
+    return np.add(c, _blocks_of(a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
+@pytest.mark.parametrize("rows,inner,columns", SHAPES + [(256, 32, 1024), (32, 1024, 256)])
+def test_matmul_add_has_the_bits_of_the_add_after_the_product(rows, inner, columns, layouts,
+                                                              dtype, monkeypatch):
+    """Whatever the accumulate probe says for the shape, with or without
+    a helper: `c` gets the bits of c + matmul(a, b), in place."""
+    a = _matrix((rows, inner), dtype, layouts[0])
+    b = _matrix((inner, columns), dtype, layouts[1])
+    start = RNG.standard_normal((rows, columns)).astype(dtype)
+    for idle in (0, 1):
+        monkeypatch.setattr(blas, "idle_cpus", lambda: idle)
+        c = start.copy()
+        assert blas.matmul_add(a, b, c, threads=2) is c
+        np.testing.assert_array_equal(c, _added(a, b, start))
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_matmul_add_adds_inside_gemm_only_where_the_probe_says_so(exact, monkeypatch):
+    """The probe's answer forced both ways: gemm with beta = 1 into `c`, or
+    the product then the add. (Forced True, the bits are only promised
+    where the real probe agrees.)"""
+    _pool()
+    calls = []
+    real = blas._pool_multiply
+    monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
+        calls.append(kw.get("accumulate", False)), real(*args, **kw))[1])
+    a, b = _matrix((256, 32), np.float32, "columns"), _matrix((32, 1024), np.float32)
+    truly = blas.accumulate_is_exact(a, b)
+    monkeypatch.setattr(blas, "_accumulate_exact", lambda *args: exact)
+    calls.clear()
+    start = RNG.standard_normal((256, 1024)).astype(np.float32)
+    c = start.copy()
+    blas.matmul_add(a, b, c)
+    assert calls and all(flag == exact for flag in calls)
+    if truly or not exact:
+        np.testing.assert_array_equal(c, _added(a, b, start))
+    np.testing.assert_allclose(c, start + a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,inner,columns", [(256, 32, 1024), (64, 3000, 64), (333, 129, 257)])
+def test_the_accumulate_probe_answers_for_the_operands_it_describes(rows, inner, columns):
+    """On these operands, gemm with beta = 1 gives the add's bits exactly
+    where the probe (on random operands of the shape) said it would."""
+    _pool()
+    a, b = _matrix((rows, inner), np.float32), _matrix((inner, columns), np.float32)
+    start = RNG.standard_normal((rows, columns)).astype(np.float32)
+    blocks = blas.product_blocks(rows, inner, columns)
+    accumulated = start.copy()
+    assert blas._pool_multiply(blas._gemm_call(a, b), accumulated, blocks, 0, accumulate=True)
+    assert blas.accumulate_is_exact(a, b) == np.array_equal(accumulated, _added(a, b, start))
+
+
+def test_the_accumulate_probe_says_no_where_the_sums_differ(monkeypatch):
+    """A gemm whose accumulate rounds differently (simulated: one ulp off)
+    is not used."""
+    _pool()
+    real = blas._pool_multiply
+
+    def one_ulp_off(call, out, blocks, helpers, accumulate=False):
+        done = real(call, out, blocks, helpers, accumulate)
+        if accumulate:
+            out[0, 0] = np.nextafter(out[0, 0], np.inf)
+        return done
+    monkeypatch.setattr(blas, "_pool_multiply", one_ulp_off)
+    monkeypatch.setattr(blas, "_ACCUMULATE_EXACT", {})
+    a, b = _matrix((256, 32), np.float32), _matrix((32, 1024), np.float32)
+    assert not blas.accumulate_is_exact(a, b)
+    start = RNG.standard_normal((256, 1024)).astype(np.float32)
+    c = start.copy()
+    blas.matmul_add(a, b, c)
+    np.testing.assert_array_equal(c, _added(a, b, start))
+
+
+@pytest.mark.parametrize("case", ["one_block", "strided_c", "c_overlaps_a", "other_dtype"])
+def test_matmul_add_falls_back_to_the_product_then_the_add(case, monkeypatch):
+    """Where the pool cannot add into `c` (a one-block product, a `c` that
+    is not C-contiguous, overlaps an operand or has another dtype), the
+    product then the add, same values."""
+    calls = []
+    real = blas._pool_multiply
+    monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
+        calls.append(kw.get("accumulate", False)), real(*args, **kw))[1])
+    a, b = _matrix((256, 32), np.float32), _matrix((32, 1024), np.float32)
+    wide = RNG.standard_normal((256, 2048)).astype(np.float32)
+    c = {"one_block": None, "strided_c": wide[:, ::2], "c_overlaps_a": None,
+         "other_dtype": RNG.standard_normal((256, 1024))}[case]
+    if case == "one_block":
+        a, b = _matrix((8, 4), np.float32), _matrix((4, 6), np.float32)
+        c = RNG.standard_normal((8, 6)).astype(np.float32)
+    if case == "c_overlaps_a":
+        c = RNG.standard_normal((256, 1024)).astype(np.float32)
+        a = c[:, :32]
+    expected = np.add(c, _blocks_of(a, b))
+    assert blas.matmul_add(a, b, c) is c
+    assert not any(calls)
+    np.testing.assert_array_equal(c, expected)

@@ -70,10 +70,17 @@ def test_without_openblas_threads_are_left_alone_and_products_are_one_call(monke
     ({"serial": 1.0}, Strategy(split=True)),                          # one CPU: nothing to decide
     ({"serial": 1.0, "split": 0.6, "openblas": 0.35}, Strategy(split=True)),   # not 2x better
     ({"serial": 3.5, "split": 1.75, "openblas": 0.56}, Strategy(split=False, openblas_threads=2)),
+    ({"serial": 1.0, "split": 0.6, "fine": 0.4}, Strategy(split=True, fine=True)),
+    ({"serial": 1.0, "split": 0.6, "fine": 0.58}, Strategy(split=True)),   # not 1.1x better
+    ({"serial": 1.0, "split": 1.2, "fine": 0.5}, Strategy(split=True, fine=True)),
+    ({"serial": 1.0, "split": 0.6, "fine": 0.4, "openblas": 0.25}, Strategy(split=True, fine=True)),
+    ({"serial": 1.0, "split": 0.6, "fine": 0.4, "openblas": 0.15},
+     Strategy(split=False, openblas_threads=2)),
 ])
 def test_decide(times, expected):
     decided = product_strategy.decide(times, openblas_threads=2)
-    assert (decided.split, decided.openblas_threads) == (expected.split, expected.openblas_threads)
+    assert ((decided.split, decided.openblas_threads, decided.fine)
+            == (expected.split, expected.openblas_threads, expected.fine))
     assert decided.measured_us == pytest.approx({n: s * 1e6 for n, s in times.items()})
 
 
@@ -211,3 +218,46 @@ def test_openblas_threads_strategy_makes_one_threaded_call(monkeypatch):
     np.testing.assert_allclose(blas.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
     assert calls == [2]
     assert setter(before) == before
+
+
+@pytest.mark.parametrize("same_bits", [True, False])
+def test_fine_blocks_are_timed_only_where_they_give_the_blocks_bits(same_bits, monkeypatch):
+    """The `fine` candidate is offered to the timing only where the check
+    on random operands found its bits equal to the shape's blocks' bits."""
+    blas.limit_blas_threads()
+    monkeypatch.setattr(blas, "_same_bits", lambda *args: same_bits)
+    offered = []
+    monkeypatch.setattr(product_strategy, "measure", lambda ours, threaded, quiet: (
+        offered.append(sorted(ours)), None)[1])
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
+    blocks = blas.product_blocks(32, 256, 1024)
+    blas.measure_strategy(a, b, blocks, in_c=blas._gemm_call(a, b) is not None)
+    assert ("fine" in offered[0]) == same_bits
+
+
+def test_the_fine_check_compares_the_two_cuts():
+    """blas._same_bits on this machine's BLAS: each cut against numpy's own
+    block products."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
+    coarse, fine = blas.product_blocks(32, 256, 1024), blas.fine_blocks(32, 256, 1024)
+    call = blas._gemm_call(a, b)
+    same = np.array_equal(product_in_blocks(a, b, coarse.axis, coarse.count),
+                          product_in_blocks(a, b, fine.axis, fine.count))
+    assert blas._same_bits(a, b, coarse, fine, call) == same
+    assert blas._same_bits(a, b, coarse, coarse, call)
+
+
+def test_fine_strategy_computes_the_fine_blocks(monkeypatch):
+    """Where the timing chose `fine`: the product is fine_blocks' blocks,
+    with a helper or without (whose bits the check found equal to the
+    shape's blocks')."""
+    blas.limit_blas_threads()
+    monkeypatch.setattr(blas, "_strategy", lambda *args: Strategy(fine=True))
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
+    fine = blas.fine_blocks(32, 256, 1024)
+    for idle in (0, 1):
+        monkeypatch.setattr(blas, "idle_cpus", lambda: idle)
+        np.testing.assert_array_equal(blas.matmul(a, b), product_in_blocks(a, b, fine.axis, fine.count))
