@@ -31,14 +31,19 @@ runs, and rewrites its steps:
    numpy (PJRT_REF_JIT_BACKGROUND).
 3. `loops` (numba): a `while` whose cond and body are small element-wise
    programs becomes one compiled function running every iteration.
-   `reuse`: an elementwise step (fastpath's direct kernels) that is the
-   only reader of a matrix product writes its result into the product's
-   new array (`out=`) instead of allocating another (a scan's `dW + x^T.dy`).
-4. `in_place`: a `while` whose body only updates a carried buffer with
+4. `invariant_layouts`: a matrix a `while` never changes, read by a
+   product in its body as a transposed operand (a scan's `dy . W^T`), is
+   copied row-major once per run of the loop (BLAS is quicker on it).
+5. `in_place`: a `while` whose body only updates a carried buffer with
    `dynamic_update_slice` (lax.scan's stacked outputs) owns that buffer
    (one copy on entry) and writes each update into it, instead of copying
-   the whole buffer per iteration.
-5. constants move into the frame every call starts from, those of loop
+   the whole buffer per iteration; a carried accumulator updated only by
+   `acc + a.b` (a scan's weight gradient) takes the product inside gemm
+   (beta = 1) where that gives the same bits.
+   `reuse`: an elementwise step (fastpath's direct kernels) that is the
+   only reader of a matrix product writes its result into the product's
+   new array (`out=`) instead of allocating another.
+6. constants move into the frame every call starts from, those of loop
    bodies and if/case branches too, with small broadcasts of them
    (`steps.preset_constants`): no step runs for them.
 
@@ -65,8 +70,11 @@ PJRT_REF_JIT=0).
 The README's "Performance" section gives users the same promise.
 
 * `inline`, `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
-  runs, on threads or not), `loops`, native `regions`, `reuse`, `in_place` and
-  preset constants keep the bits: each element meets the same functions in
+  runs, on threads or not), `loops`, native `regions`, `reuse`, `in_place`,
+  `invariant_layouts` and preset constants keep the bits (the last two where
+  BLAS's kernels do: each checks that once per shape on random operands,
+  native/blas.py `accumulate_is_exact` and `layouts_agree`, and keeps the
+  unrewritten computation where they do not): each element meets the same functions in
   the same precision (native/scalar_expressions.py, op by op). Two
   exceptions: where two NaNs meet, the NaN's sign and payload may differ
   (the spec leaves them open; tests/support/jit_support.py, `assert_same_values`); compiled f32

@@ -1,4 +1,5 @@
-"""Loop-carried buffers updated in place: `lax.scan`'s stacked outputs.
+"""Loop-carried buffers updated in place: `lax.scan`'s stacked outputs and
+gradient accumulators.
 
 JAX lowers `lax.scan` to a `stablehlo.while` whose body writes each step's
 output into a carried (steps, ...) buffer with `dynamic_update_slice`
@@ -25,6 +26,19 @@ with other values), and the update writes into the buffer it is given. The
 callee is cloned for that call site, so other calls of it still copy.
 The written values are those the copying kernel would produce, so results
 equal PJRT_REF_OPTIMIZE=0's (tests/interpreter/test_jit_in_place.py).
+
+Gradient accumulators. A scan's backward loop carries each weight's
+gradient as `dW + x^T . dy`: an `add` of the block argument and a matrix
+product read by nothing else. Under the same conditions (the argument read
+once, by that add, whose result is returned as the same carried value and
+read by nothing else), the product and the add become one step,
+`add_product_in_place`: `blas.matmul_add` adds the product into the owned
+buffer inside gemm (beta = 1), one pass over it instead of a new product
+array, a pass to add it and a new sum; where a probe on random operands of
+the shape finds that gemm's sums differ from the add's
+(`blas.accumulate_is_exact`: a long inner dimension is summed in panels),
+it computes the product and adds it into the buffer. Same bits as the add
+after the product either way.
 """
 from __future__ import annotations
 
