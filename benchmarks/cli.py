@@ -306,6 +306,8 @@ def product_lines(report: dict) -> list[str]:
     for key, strategy in sorted(seen.items()):
         if strategy["openblas_threads"]:
             how = f"one call on {strategy['openblas_threads']} OpenBLAS threads"
+        elif strategy.get("fine"):
+            how = "fine blocks (blas.fine_blocks) shared with idle CPUs"
         else:
             how = "blocks shared with idle CPUs" if strategy["split"] else "blocks on one thread"
         measured = ", ".join(f"{name} {us:g}" for name, us in sorted(strategy["measured_us"].items()))

@@ -55,8 +55,11 @@ def test_product_strategies_are_listed_per_shape():
     threaded = {"split": False, "openblas_threads": 2, "measured_us": {"serial": 3500.0,
                                                                        "openblas": 560.0}}
     default = {"split": True, "openblas_threads": 0, "measured_us": {}}
+    fine = {"split": True, "openblas_threads": 0, "fine": True,
+            "measured_us": {"fine": 100.5, "serial": 223.4, "split": 135.8}}
     report = {"workloads": [
-        {"backends": {"pjrt_ref": {"products": {"float32 256x256x256 rows,rows c": split}}}},
+        {"backends": {"pjrt_ref": {"products": {"float32 256x256x256 rows,rows c": split,
+                                                "float32 32x256x1024 rows,rows c": fine}}}},
         {"backends": {"pjrt_ref": {"products": {"float32 128x784x512 rows,rows c": threaded,
                                                 "float64 300x300x300 rows,rows c": default}}}},
         {"backends": {"pjrt_ref": {"error": "exit 1"}}}]}
@@ -64,4 +67,6 @@ def test_product_strategies_are_listed_per_shape():
         "- `float32 128x784x512 rows,rows c`: one call on 2 OpenBLAS threads "
         "(openblas 560, serial 3500)",
         "- `float32 256x256x256 rows,rows c`: blocks shared with idle CPUs (serial 325, split 176.5)",
+        "- `float32 32x256x1024 rows,rows c`: fine blocks (blas.fine_blocks) shared with idle CPUs "
+        "(fine 100.5, serial 223.4, split 135.8)",
         "- `float64 300x300x300 rows,rows c`: blocks shared with idle CPUs (not timed: default)"]
