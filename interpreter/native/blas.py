@@ -33,7 +33,11 @@ the caller waiting for its block. The caller takes every block no helper
 has claimed, so a helper slow to start costs nothing.
 
 product_strategy.py times, once per shape and machine, whether sharing
-pays and whether OpenBLAS's own threads beat the blocks. Measurements:
+pays, whether smaller blocks of the same bits (`fine_blocks`, for
+OpenBLAS's small-product kernels) are quicker, and whether OpenBLAS's own
+threads beat the blocks. `matmul_add` adds a product into an array the
+caller owns (a loop's gradient accumulator), inside gemm where a probe
+finds the same bits. Measurements:
 benchmarks/README.md ("Products"; "Design notes moved from the code").
 The C pool's design: docs/performance-design.md.
 
@@ -555,9 +559,10 @@ _POOL_ABI = 2
 
 def _load_pool() -> "_Pool | None":
     """The C pool, or None: module not built, built from an older
-    gemm_pool.h (an editable install after a pull: `pip install -e .`
-    rebuilds it; gemm_pool.h's GEMM_POOL_ABI), or no ILP64 cblas gemm in numpy's OpenBLAS (gemm_pool.h
-    declares 64-bit integer arguments)."""
+    gemm_pool.h (missing names or another GEMM_POOL_ABI: an editable
+    install after a pull; `pip install -e .` rebuilds it), or no ILP64
+    cblas gemm in numpy's OpenBLAS (gemm_pool.h declares 64-bit integer
+    arguments)."""
     try:
         from . import _gemm_pool
     except ImportError:

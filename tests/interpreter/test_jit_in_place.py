@@ -15,7 +15,7 @@ from jax import lax  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
 from pjrt_ref.interpreter.jit import in_place  # noqa: E402
-from pjrt_ref.interpreter.native import blas  # noqa: E402
+from pjrt_ref.interpreter.native import blas, product_strategy  # noqa: E402
 
 
 def scan_with_stacked_outputs(init, xs):
@@ -133,6 +133,8 @@ def test_scan_gradient_accumulates_inside_the_product(dtype, exact, monkeypatch)
     unfolded = _without_folding(text, monkeypatch)(w, xs)[0]
     w_before = w.copy()
     monkeypatch.setattr(blas, "_accumulate_exact", lambda *args: exact)
+    # Whatever this machine's timing chose (OpenBLAS's threads would skip the pool).
+    monkeypatch.setattr(blas, "_strategy", lambda *args: product_strategy.DEFAULT)
     accumulated = []
     real = blas._pool_multiply
     monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
