@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values, load_with  # noqa: E402
+from jit_support import assert_same_values, entry_steps, load_with  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
@@ -99,16 +99,7 @@ def scan_gradient(w, xs):
 
 
 def _folded(program) -> int:
-    found = 0
-
-    def visit(region):
-        nonlocal found
-        for step in region.steps:
-            found += step.kernel is in_place.add_product_in_place
-            for nested in step.regions:
-                visit(nested)
-    visit(program.function.body)
-    return found
+    return sum(step.kernel is in_place.add_product_in_place for step in entry_steps(program))
 
 
 def _without_folding(text, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jit_support import entry_steps  # noqa: E402
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
@@ -41,15 +42,7 @@ def recurrence_with_changing_weight(w, h0):
 
 
 def _kernels(program) -> list[str]:
-    names = []
-
-    def visit(region):
-        for step in region.steps:
-            names.append(step.kernel.__name__)
-            for nested in step.regions:
-                visit(nested)
-    visit(program.function.body)
-    return names
+    return [step.kernel.__name__ for step in entry_steps(program)]
 
 
 def _operands(dtype):

@@ -33,6 +33,16 @@ def load_with(text: str, monkeypatch, optimize: bool = True, jit: bool = True):
     return load(text)
 
 
+def entry_steps(program):
+    """Every step of `program`'s entry function, those of nested regions too."""
+    def walk(region):
+        for step in region.steps:
+            yield step
+            for nested in step.regions:
+                yield from walk(nested)
+    return list(walk(program.function.body))
+
+
 def ordered(values: np.ndarray) -> np.ndarray:
     """float32 bits as integers ordered like the floats (-0 and +0 equal)."""
     bits = values.view(np.int32).astype(np.int64)
