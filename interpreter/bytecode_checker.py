@@ -15,13 +15,16 @@ checker that only parsed (tried on 2026-11-27 to save a cold compile
 ~0.2 s of waiting) let it through to the caller.
 
 Requests and answers follow the guard's protocol: REQUEST_HEADER (entry and
-data lengths), the entry name, the bytes; one SURVIVED_ANSWER byte each.
+data lengths), the entry name, the bytes; a READ_ANSWER byte once they are
+read, a SURVIVED_ANSWER byte once they are planned. The parent rejects a
+program only if this process dies between the two.
 """
 from __future__ import annotations
 
+import os
 import sys
 
-from .bytecode_guard import REQUEST_HEADER, SURVIVED_ANSWER
+from .bytecode_guard import READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
 from .program import Program
 
 
@@ -76,10 +79,19 @@ def serve(requests, answers) -> None:
         data = _read_exactly(requests, data_size)
         if entry is None or data is None:
             return
+        answers.write(READ_ANSWER)      # from here on, dying is this program's doing
+        answers.flush()
         _plan(data, entry.decode())
         answers.write(SURVIVED_ANSWER)
         answers.flush()
 
 
+def main() -> None:
+    """Answers go to the original stdout; anything else printed goes to stderr."""
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin.buffer, answers)
+
+
 if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    main()

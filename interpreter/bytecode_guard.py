@@ -5,13 +5,17 @@ found bytecode that makes it abort (an uncaught C++ exception), corrupt the
 heap or loop forever. None of that can be caught in-process, so bytecode
 (and portable artifacts) is first parsed, verified and planned by a checker
 process; only if the checker survives does the caller parse it again
-in-process. A checker that dies by a signal, exits, or takes longer than
-PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets the input rejected
-with INVALID_ARGUMENT. Python exceptions in the checker are not verdicts:
-the in-process parse raises them again, with their own message.
-PJRT_REF_BYTECODE_CHECK=0 turns the check off.
+in-process. A checker that has read the program and then dies by a signal or
+takes longer than PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets
+the input rejected with INVALID_ARGUMENT. Anything else is not a verdict:
+a checker that cannot start or ends before it has read the program (a
+missing module, no processes or file descriptors left) fails the compile
+with FAILED_PRECONDITION and the checker's own stderr, and Python exceptions
+in the checker are raised again by the in-process parse, with their own
+message. PJRT_REF_BYTECODE_CHECK=0 turns the check off.
 
-The checker is a fresh interpreter (`python -m pjrt_ref.interpreter.bytecode_checker`)
+The checker is a fresh interpreter (`python -m pjrt_ref.interpreter.bytecode_checker`,
+importing this very pjrt_ref wherever the caller runs: package_home.py)
 started once and reused, never a `fork()` of this process: JAX runs many
 threads, and a forked child inherits the locks they hold at that instant,
 so it could crash or hang on good programs, which were then turned away.
@@ -32,16 +36,17 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 
-from .. import settings
-from ..errors import InvalidArgument
+from .. import package_home, settings
+from ..errors import FailedPrecondition, InvalidArgument
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
-# then the entry name and the bytes; the checker answers SURVIVED_ANSWER.
+# then the entry name and the bytes; the checker answers READ_ANSWER once it
+# has read them all, then SURVIVED_ANSWER once it has planned the program.
 REQUEST_HEADER = struct.Struct("<II")     # entry length, data length
+READ_ANSWER = b"\x02"
 SURVIVED_ANSWER = b"\x01"
 # The checker's module, named (not imported: it imports program.py, which imports this).
 CHECKER_MODULE = f"{__package__}.bytecode_checker"
@@ -57,16 +62,30 @@ def timeout_seconds() -> float:
     return settings.get("PJRT_REF_BYTECODE_CHECK_TIMEOUT")
 
 
+class CheckerFailure(Exception):
+    """The checker failed for a reason that is not the program: no verdict."""
+
+
 class Checker:
-    """One checker process: `verdict(entry, data)` is None (survived) or why not."""
+    """One checker process: `verdict(entry, data)` is None (survived) or why not.
+
+    Raises CheckerFailure when the process cannot start, or ends before it
+    has read the whole request, or exits without a signal: those say nothing
+    about the program (a missing module, no file descriptors left, killed
+    while starting). Only a checker that acknowledged reading the program
+    (READ_ANSWER) and then died by a signal or hung gives a verdict.
+    """
 
     def __init__(self):
         self.stderr = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-                   PJRT_REF_OPTIMIZE="0", PJRT_REF_BYTECODE_CHECK="0")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", CHECKER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.stderr, env=env, close_fds=True)
+        try:
+            self.process = subprocess.Popen(
+                package_home.python_command(CHECKER_MODULE), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.stderr, close_fds=True,
+                env=package_home.python_environment(PJRT_REF_OPTIMIZE="0", PJRT_REF_BYTECODE_CHECK="0"))
+        except OSError as error:
+            self.stderr.close()
+            raise CheckerFailure(f"it could not be started ({error})") from error
         self.owner = os.getpid()
 
     def verdict(self, entry: str, data: bytes, timeout: float) -> str | None:
@@ -75,27 +94,45 @@ class Checker:
             self.process.stdin.write(REQUEST_HEADER.pack(len(name), len(data)) + name + data)
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
-            return self._death()
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        if not ready:
-            self.close()
+            raise CheckerFailure(f"it ended before reading the program{self._ending()}") from None
+        answer = self._answer(timeout)
+        if answer is None:
+            raise CheckerFailure(f"it did not start and read the program within {timeout:g} s "
+                                 "(PJRT_REF_BYTECODE_CHECK_TIMEOUT)")
+        if answer != READ_ANSWER:
+            raise CheckerFailure(f"it ended before reading the program{self._ending()}")
+        answer = self._answer(timeout)
+        if answer is None:
             return f"parsing it did not finish within {timeout:g} s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)"
-        if self.process.stdout.read(1) == SURVIVED_ANSWER:
+        if answer == SURVIVED_ANSWER:
             return None
-        return self._death()
-
-    def _death(self) -> str:
         code = self.process.wait()
+        if code >= 0:       # a clean exit is Python's own, not a crash of the reader
+            raise CheckerFailure(f"it exited while reading the program{self._ending()}")
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"it crashes MLIR's bytecode reader ({name}){self._said(1)}"
+
+    def _answer(self, timeout: float) -> bytes | None:
+        """The checker's next answer byte, b"" if it ended, None if none came in time."""
+        # Read the pipe itself: a buffered read could take the next answer along
+        # into its buffer, where select() would not see it.
+        answers = self.process.stdout.fileno()
+        ready, _, _ = select.select([answers], [], [], timeout)
+        return os.read(answers, 1) if ready else None
+
+    def _said(self, lines: int) -> str:
         self.stderr.seek(0)
-        last = [line for line in self.stderr.read().decode(errors="replace").splitlines() if line.strip()]
-        said = f": {last[-1][:300]}" if last else ""
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"it crashes MLIR's bytecode reader ({name}){said}"
-        return f"it crashes MLIR's bytecode reader (exit {code}){said}"
+        said = [line for line in self.stderr.read().decode(errors="replace").splitlines() if line.strip()]
+        return (": " + "\n".join(said[-lines:])[-2000:]) if said else ""
+
+    def _ending(self) -> str:
+        """How the process ended, with the end of its stderr."""
+        code = self.process.wait()
+        how = f"exit status {code}" if code >= 0 else f"signal {-code}"
+        return f" ({how}){self._said(20)}"
 
     @property
     def alive(self) -> bool:
@@ -142,13 +179,14 @@ def start_checker() -> None:
         if _CHECKER is None or not _CHECKER.alive:
             try:
                 _CHECKER = Checker()
-            except OSError:
+            except CheckerFailure:
                 pass        # no process now: the first check tries again and reports it
 
 
 def check_bytecode(data: bytes, entry: str) -> None:
     """Raise InvalidArgument if parsing `data` crashes or hangs the checker
-    process (bytes it survived before are not sent again)."""
+    process (bytes it survived before are not sent again), and
+    FailedPrecondition if the checker itself could not do its work."""
     global _CHECKER
     if not check_enabled():
         return
@@ -158,9 +196,18 @@ def check_bytecode(data: bytes, entry: str) -> None:
         if digest in _SURVIVED:
             _SURVIVED.move_to_end(digest)
             return
-        if _CHECKER is None or not _CHECKER.alive:
-            _CHECKER = Checker()
-        why = _CHECKER.verdict(entry, data, timeout)
+        try:
+            if _CHECKER is None or not _CHECKER.alive:
+                _CHECKER = Checker()
+            why = _CHECKER.verdict(entry, data, timeout)
+        except CheckerFailure as failure:
+            if _CHECKER is not None:
+                _CHECKER.close()
+            _CHECKER = None
+            raise FailedPrecondition(
+                f"pjrt-ref's bytecode checker process failed, so the program was not checked "
+                f"(this says nothing about the program; PJRT_REF_BYTECODE_CHECK=0 skips the check): "
+                f"{failure}") from None
         if why is not None:
             _CHECKER.close()
             _CHECKER = None

@@ -5,6 +5,8 @@ through the `jax_plugins` entry point, see `pjrt_ref.frameworks.jax`).
 """
 from __future__ import annotations
 
+from . import package_home as _package_home
+
 __version__ = "0.1.0"
 
 SHIM_MODULE = "pjrt_ref.capi_shim._pjrt_ref_shim"
@@ -28,6 +30,11 @@ def library_path() -> str:
         spec = None
     if spec is None or not spec.origin:
         raise FileNotFoundError(
-            "pjrt-ref's shim library is not built: reinstall with `pip install .` "
-            "(or `python capi_shim/build_shim.py` in a source tree)")
+            "pjrt-ref's shim library is not built: install pjrt-ref (`pip install .`, "
+            "or `pip install -e .` to work on a checkout)")
     return os.path.realpath(spec.origin)
+
+
+# In a checkout, pjrt_ref/ lacks the folders the install puts inside it; this
+# maps them, or hands the import to a non-editable install (package_home.py).
+_package_home.settle_checkout(__path__[0])

@@ -202,3 +202,71 @@ def test_the_checkers_warm_up_program_plans_and_runs():
     x, w = np.full((4, 8), 0.1, np.float32), np.eye(8, dtype=np.float32)
     expected = np.sum(np.vectorize(math.erf)(np.exp(x.astype(np.float64)) + 1), axis=1)
     np.testing.assert_allclose(load(WARM_UP_PROGRAM)(x, w)[0], expected, rtol=1e-5)
+
+
+def test_a_checker_that_cannot_start_is_reported_as_such_never_as_a_verdict():
+    """A checker that ends before reading the program (here: its module cannot
+    be imported, as when a decoy pjrt_ref shadowed the real one) fails the
+    compile with FAILED_PRECONDITION and the checker's own stderr; the program
+    is not called a crasher, and once the checker can start it runs."""
+    lines = run("""
+        import jax, jax.numpy as jnp
+        from pjrt_ref.errors import FailedPrecondition
+        real = bytecode_guard.CHECKER_MODULE
+        bytecode_guard._stop_checker()
+        bytecode_guard.CHECKER_MODULE = "pjrt_ref.interpreter.no_such_checker"
+        try:
+            load(bytecode(2))
+        except FailedPrecondition as error:
+            print("direct", str(error).replace(chr(10), " | "))
+        try:
+            jax.jit(lambda x: x * 7)(jnp.ones(3, jnp.float32))
+        except Exception as error:
+            print("jax", str(error).splitlines()[0])
+        bytecode_guard.CHECKER_MODULE = real
+        print("good", outcome(bytecode(2)))
+    """, JAX_PLATFORMS="pjrt_ref")
+    assert lines[0].startswith("direct pjrt-ref's bytecode checker process failed, so the program was not "
+                               "checked (this says nothing about the program")
+    assert "it ended before reading the program (exit status 1)" in lines[0]
+    assert "No module named pjrt_ref.interpreter.no_such_checker" in lines[0]
+    assert lines[1].startswith("jax FAILED_PRECONDITION: pjrt-ref's bytecode checker process failed")
+    assert "rejected" not in lines[0] + lines[1]
+    assert lines[2] == "good [2.0, 2.0, 2.0]"
+
+
+def test_a_checker_that_cannot_be_created_fails_the_check_with_the_cause(monkeypatch):
+    import pytest
+
+    from pjrt_ref.errors import FailedPrecondition
+    from pjrt_ref.interpreter import bytecode_guard
+
+    def refuse(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(bytecode_guard, "_CHECKER", None)
+    monkeypatch.setattr(bytecode_guard.subprocess, "Popen", refuse)
+    monkeypatch.setenv("PJRT_REF_BYTECODE_CHECK", "1")
+    with pytest.raises(FailedPrecondition, match=r"it could not be started \(\[Errno 24\] Too many open files\)"):
+        bytecode_guard.check_bytecode(b"\x00 any bytes", "main")
+
+
+def test_answers_that_arrive_together_are_read_one_by_one():
+    """The checker's READ and SURVIVED answers can reach the pipe in one piece;
+    each is read from the pipe itself, so the second is not left in a buffer
+    that select() cannot see (which made checks wait for the timeout)."""
+    from types import SimpleNamespace
+
+    from pjrt_ref.interpreter import bytecode_guard
+
+    read_end, write_end = os.pipe()
+    checker = object.__new__(bytecode_guard.Checker)
+    checker.process = SimpleNamespace(stdout=os.fdopen(read_end, "rb"))
+    os.write(write_end, bytecode_guard.READ_ANSWER + bytecode_guard.SURVIVED_ANSWER)
+    try:
+        assert checker._answer(5) == bytecode_guard.READ_ANSWER
+        assert checker._answer(5) == bytecode_guard.SURVIVED_ANSWER
+        assert checker._answer(0.01) is None
+    finally:
+        checker.process.stdout.close()
+        os.close(write_end)

@@ -14,11 +14,10 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 
-from ... import settings
+from ... import package_home, settings
 from ...errors import Unavailable
 from .protocol import Reader, write_message
 
@@ -71,9 +70,9 @@ class OtherBackend:
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "pjrt_ref.debug.diff.worker", self.spec],
+            package_home.python_command("pjrt_ref.debug.diff.worker", self.spec),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=worker_environment())
+            env=package_home.python_environment(worker_environment()))
         self._reader = Reader(self._process.stdout.fileno())
         self._compiled = set()
         hello = self._receive(f"loading {self.spec}", max(self.timeout, DEFAULT_TIMEOUT))[0]
