@@ -216,6 +216,8 @@ class PartitionedRunner:
         self.argument_layouts = [self._layout(attrs, t)
                                  for attrs, t in zip(arg_attrs, program.input_types)]
         returned = _returned_values(func)
+        self._inherited: dict = {}      # _inherited_layout's answers, by (value, calls)
+        self.layout_visits = 0          # values _inherited_layout looked at (its tests count them)
         self.result_layouts = [
             self._layout(attrs, t) if _annotated(attrs)
             else self._inherited_layout(value) or replicated(len(_shape(t)), self.devices)
@@ -407,7 +409,7 @@ class PartitionedRunner:
             return replicated(rank, self.devices)
         return sharding.layout(self.meshes)
 
-    def _inherited_layout(self, value, depth: int = 0, calls: tuple = ()) -> Layout | None:
+    def _inherited_layout(self, value) -> Layout | None:
         """The layout of a result JAX left to the compiler (no sharding attribute).
 
         XLA would choose one by sharding propagation; the reference follows
@@ -418,41 +420,81 @@ class PartitionedRunner:
         (so `jit(lambda x: 2 * x)` keeps x's sharding and shard_map's outputs
         get their out_specs, also when JAX outlines the shard_map into a
         private function, as it does under `jax.grad`). Any other result is
-        replicated. Values never depend on this choice. `calls` holds the
-        `func.call` ops the walk went through, innermost last.
+        replicated. Values never depend on this choice.
+
+        The walk is depth-first, operands in order, and the first source found
+        wins. Each (value, calls) is visited once per partitioner and its
+        answer kept (`_inherited`), so the walk is linear in the program's size
+        even where many ops share operands (a chain of n element-wise ops that
+        each read the previous value twice has 2^n paths); it runs on its own
+        stack, so chains deeper than Python's recursion limit are fine.
         """
+        done = self._inherited
+        root = (value.maybe_downcast(), ())
+        stack: list[list] = []          # frames [key, successors, index of the next one]
+        active: set = set()             # keys on the stack (a cycle leads nowhere)
+
+        def enter(key) -> None:
+            self.layout_visits += 1
+            found, successors = self._layout_source(*key)
+            if found is not None or not successors:
+                done[key] = found
+            else:
+                stack.append([key, successors, 0])
+                active.add(key)
+
+        def finish(key, layout) -> None:
+            done[key] = layout
+            stack.pop()
+            active.discard(key)
+
+        if root not in done:
+            enter(root)
+        while stack:
+            frame = stack[-1]
+            key, successors, index = frame
+            while index < len(successors) and (
+                    successors[index] in active
+                    or (successors[index] in done and done[successors[index]] is None)):
+                index += 1
+            frame[2] = index
+            if index == len(successors):
+                finish(key, None)
+            elif successors[index] in done:
+                finish(key, done[successors[index]])
+            else:
+                enter(successors[index])
+        return done[root]
+
+    def _layout_source(self, value, calls: tuple) -> tuple[Layout | None, list]:
+        """One step of `_inherited_layout`: the layout `value` itself carries, or
+        the (value, calls) pairs to look at next, in order. `calls` holds the
+        `func.call` ops the walk went through, innermost last."""
         from jaxlib.mlir import ir
 
-        if depth > 100:
-            return None
-        value = value.maybe_downcast()
         if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
             if not calls:
-                return self.argument_layouts[value.arg_number]
-            return self._inherited_layout(calls[-1].operands[value.arg_number], depth + 1, calls[:-1])
-        result = value
-        op = result.owner
+                return self.argument_layouts[value.arg_number], []
+            return None, [(calls[-1].operands[value.arg_number].maybe_downcast(), calls[:-1])]
+        op = value.owner
         op = getattr(op, "operation", op)
+        if op.name in _ELEMENTWISE:
+            shape = _shape_of(value)
+            return None, [(operand.maybe_downcast(), calls) for operand in op.operands
+                          if _shape_of(operand) == shape]
         attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
         if op.name == "sdy.manual_computation":
-            return parse_sharding_per_value(attrs["out_shardings"])[result.result_number] \
-                .layout(self.meshes)
+            return parse_sharding_per_value(attrs["out_shardings"])[value.result_number] \
+                .layout(self.meshes), []
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
-            return self._sdy_layout(attrs["sharding"], len(_shape_of(value)))
+            return self._sdy_layout(attrs["sharding"], len(_shape_of(value))), []
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
-            return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices)
+            return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices), []
         if op.name == "func.call":
-            returned = _returned_values(self._callee(attrs["callee"]))[result.result_number]
-            return self._inherited_layout(returned, depth + 1, calls + (op,))
-        if op.name not in _ELEMENTWISE:
-            return None
-        for operand in op.operands:
-            if _shape_of(operand) == _shape_of(value):
-                layout = self._inherited_layout(operand, depth + 1, calls)
-                if layout is not None:
-                    return layout
-        return None
+            returned = _returned_values(self._callee(attrs["callee"]))[value.result_number]
+            return None, [(returned.maybe_downcast(), calls + (op,))]
+        return None, []
 
     def _kept_per_device(self, value, depth: int = 0, calls: tuple = ()) -> bool:
         """Whether a returned value is a manual computation's result that is

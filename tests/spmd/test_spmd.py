@@ -309,3 +309,35 @@ def test_a_program_without_results_reports_xlas_empty_tuple_sharding():
     assert spmd._output_sharding_text(["{replicated}"]) == "{replicated}"
     assert spmd._output_sharding_text(["{replicated}", "{maximal device=0}"]) == \
         "{{replicated}, {maximal device=0}}"
+
+
+def _shared_chain(length: int) -> str:
+    """A sharded argument through `length` element-wise ops that each read the
+    previous value twice (2^length paths back to the argument), result unannotated."""
+    lines = [f"      %v{i + 1} = stablehlo.add %v{i}, %v{i} : tensor<8xf32>" for i in range(length)]
+    return f"""
+    module attributes {{mhlo.num_partitions = 4 : i32}} {{
+      sdy.mesh @mesh = <["x"=4]>
+      func.func public @main(%v0: tensor<8xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{"x"}}]>}})
+          -> tensor<8xf32> {{
+    {chr(10).join(lines)}
+        return %v{length} : tensor<8xf32>
+      }}
+    }}"""
+
+
+def test_inherited_layouts_visit_each_value_once_on_a_shared_chain():
+    """The layout walk (`_inherited_layout`) follows a result back through
+    element-wise ops; on values read by several ops it visits each once, so its
+    work grows with the op count (it once walked every path: 2^n for this chain),
+    and a chain deeper than Python's recursion limit still finds the argument."""
+    visits = {}
+    for length in (10, 100, 2000):
+        runner = make_partitioned_runner(load(_shared_chain(length)), num_partitions=4, num_replicas=1)
+        visits[length] = runner.layout_visits
+        assert runner.result_layouts[0] == runner.argument_layouts[0]     # x's sharding, inherited
+    assert all(visits[n] <= n + 1 for n in visits), visits
+    shards = [np.full(2, d, np.float32) for d in range(4)]
+    runner = make_partitioned_runner(load(_shared_chain(10)), num_partitions=4, num_replicas=1)
+    for shard, outputs in zip(shards, runner([[shard] for shard in shards])):
+        np.testing.assert_array_equal(outputs[0], shard * 2 ** 10)     # each device keeps its shard
