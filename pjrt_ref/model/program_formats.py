@@ -8,7 +8,7 @@ pjrt-ref runs StableHLO. A framework may send another format:
   `PjRtComputationClient::Compile` hands the C API client an XlaComputation,
   which `PjRtCApiClient` serializes as format "hlo"). It is converted with
   XLA's own HLO -> StableHLO importer, which jaxlib ships
-  (`jax._src.lib._jax.mlir.hlo_to_stablehlo`), rather than parsed here.
+  (`jax._src.lib._jax.mlir.xla_computation_to_mlir_module`), rather than parsed here.
   The importer keeps no trace of the module's buffer donors, so which
   parameters are donated is read from the proto and written back on the
   converted entry function (`donated_parameters`, `_mark_donors`).
@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .compile_options import packed_varints, wire_fields
+from .legacy_hlo import rewrite_legacy_forms
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented
 
 MLIR = "mlir"                          # pjrt_c_api.h: PJRT_Program format "mlir"
@@ -54,13 +55,17 @@ def check(fmt: str) -> None:
 
 
 def _hlo_to_stablehlo(code: bytes) -> bytes:
-    from jax._src.lib import _jax
+    """XLA's importer, asked for MLIR's generic form (printed before any
+    verification), so that the legacy HLO forms it carries over unchanged
+    can be rewritten before the program is parsed (legacy_hlo.py)."""
+    from jax._src.lib import _jax, xla_client
 
     try:
-        converted = _jax.mlir.hlo_to_stablehlo(code)
+        generic = _jax.mlir.xla_computation_to_mlir_module(xla_client.XlaComputation(code))
     except Exception as error:   # jaxlib's XlaRuntimeError: "<STATUS CODE>: message"
         raise _conversion_error("PJRT_Program format 'hlo': XLA's HLO importer (jaxlib) could not "
                                 "convert this HloModuleProto to StableHLO", error) from None
+    converted = rewrite_legacy_forms(generic).encode()
     donors = donated_parameters(code)
     return _mark_donors(converted, donors) if donors else converted
 

@@ -157,6 +157,23 @@ def test_in_place_updates_match_torch_cpu():
     """)
 
 
+def test_programs_with_legacy_hlo_start_index_tensors_run():
+    """torch_xla emits HLO dynamic-slice with one rank-1 start-index tensor
+    (randperm's shuffle loop, scatter_reduce's mean), a form the StableHLO
+    verifier refuses and pjrt_ref/model/legacy_hlo.py rewrites."""
+    run_torch("""
+        torch.manual_seed(0)
+        permutation = torch.randperm(7, device=DEVICE).cpu()
+        assert sorted(permutation.tolist()) == list(range(7)), permutation
+        source = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        index = torch.tensor([0, 1, 0, 1, 2, 1])
+        def mean_into(base):
+            return base.scatter_reduce(0, index.to(base.device), source.to(base.device), "mean")
+        same(mean_into(torch.zeros(4, device=DEVICE)), mean_into(torch.zeros(4)))
+        same((torch.arange(3.0, device=DEVICE) * 2), torch.arange(3.0) * 2)   # and on after
+    """)
+
+
 def test_donated_tensors_buffers_are_given_up_and_results_match_torch_cpu():
     # torch_xla marks a tensor donated by the user, and one updated in place,
     # as HLO buffer donors; as on torch_xla's CPU device, the execution takes

@@ -17,12 +17,15 @@ of `PJRT_ExecuteOptions`: see `_lower_callbacks_with_send_recv` and
 
 And it makes JAX's linear algebra (eigh, svd, qr, eig, ...) lower for
 "pjrt_ref" the way it does for "cpu", to LAPACK custom calls the interpreter
-serves with scipy: see `linalg.py`.
+serves with scipy: see `linalg.py`; and every other primitive JAX lowers
+only for the platforms it knows (checkify's `check`, ...) lower as on cpu:
+see `cpu_only_rules.py`.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from .cpu_only_rules import borrow_cpu_only_rules
 from .linalg import register_linalg_lowerings
 
 PLATFORM = "pjrt_ref"
@@ -103,6 +106,7 @@ def _install_lowerings() -> None:
     except (ImportError, AttributeError, NotImplementedError):  # pragma: no cover - a future JAX
         pass
     _borrow_linalg_lowerings()
+    borrow_cpu_only_rules(PLATFORM)     # after ours: a rule of our own is never replaced
 
 
 def _borrow_linalg_lowerings() -> None:
@@ -131,7 +135,8 @@ def _lower_callbacks_with_send_recv() -> None:
     (send/recv host transfers, served through `PJRT_ExecuteOptions`: the
     route a PJRT C-API plugin can take). Any other platform is refused.
 
-    So we wrap that one function, once: for "pjrt_ref" it emits the TPU
+    So we wrap that one function, once, under every name JAX gives it
+    (`_replace_in_jax`): for "pjrt_ref" it emits the TPU
     form with JAX's own `_emit_tpu_python_callback`; for every other
     platform it calls JAX's function unchanged. Everything above it (tokens
     for ordered effects, batching, the callables' lifetime, which jaxlib
@@ -143,10 +148,24 @@ def _lower_callbacks_with_send_recv() -> None:
     from jax._src.interpreters import mlir
 
     if not hasattr(callback.emit_python_callback, "pjrt_ref_wraps"):
-        callback.emit_python_callback = _emit_for_pjrt_ref_else(callback.emit_python_callback)
+        _replace_in_jax(callback.emit_python_callback,
+                        _emit_for_pjrt_ref_else(callback.emit_python_callback))
     for primitive, rule in ((debugging.debug_callback_p, debugging.debug_callback_lowering),
                             (debugging.debug_print_p, debugging.debug_print_lowering_rule)):
         mlir.register_lowering(primitive, rule, platform=PLATFORM, cacheable=False)
+
+
+def _replace_in_jax(original: Callable, replacement: Callable) -> None:
+    """Bind `replacement` wherever a loaded JAX module holds `original` under its
+    name: JAX re-exports emit_python_callback (`jax.interpreters.mlir`, used by
+    jax.experimental.sparse), and modules imported later take the name from
+    one of these."""
+    import sys
+
+    name = original.__name__
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("jax") and getattr(module, "__dict__", {}).get(name) is original:
+            setattr(module, name, replacement)
 
 
 def _emit_for_pjrt_ref_else(jax_emit: Callable) -> Callable:

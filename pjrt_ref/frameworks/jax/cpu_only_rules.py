@@ -1,0 +1,72 @@
+"""Primitives JAX lowers only for the platforms it knows: lowered for "pjrt_ref" as for "cpu".
+
+Most JAX primitives have a default lowering rule, used on any platform. Some
+have none, only rules registered for named platforms
+(`mlir.register_lowering(p, rule, platform="cpu")`): checkify's `check` (a
+host callback on cpu and gpu, an error on tpu), jax.experimental.sparse's
+`spsolve` (scipy through a host callback on cpu, cuSPARSE on cuda), sparse's
+`csr_spmv`/`csr_spmm` (an FFI call on cpu). JAX cannot know what a plugin's
+platform can serve, so it gives the plugin no rule, and the primitive fails
+on it with "MLIR translation rule for primitive 'check' not found for
+platform pjrt_ref".
+
+pjrt-ref runs what JAX's cpu programs contain (host callbacks through
+send/recv, plugin.py; LAPACK custom calls, linalg.py and the interpreter), so
+every primitive with a cpu rule and no default rule lowers for "pjrt_ref"
+with cpu's rule, as it is. The modules that register such rules do it when
+first imported, in any order, some through `jax.interpreters.mlir`'s copy of
+`register_lowering`; so the borrowing happens where JAX looks rules up, not
+where it registers them: `borrow_cpu_only_rules` makes pjrt_ref's table of
+platform rules (`mlir._platform_specific_lowerings["pjrt_ref"]`) a
+`RulesBorrowingCpu`, which answers for a primitive it lacks with cpu's rule
+when the primitive has no default rule. A rule registered for "pjrt_ref"
+itself (linalg.py, the host-callback rules) always wins.
+tests/frameworks/test_jax_cpu_only_rules.py imports all of JAX, walks its
+registries, and runs such primitives on pjrt_ref and cpu side by side.
+"""
+from __future__ import annotations
+
+
+class RulesBorrowingCpu(dict):
+    """A platform's lowering rules (primitive -> LoweringRuleEntry) that lends cpu's
+    rule for a primitive JAX gave a cpu rule and no default rule."""
+
+    def __init__(self, own: dict, mlir):
+        super().__init__(own)
+        self._mlir = mlir
+
+    def borrowed(self, primitive):
+        """cpu's rule entry for `primitive` if it is cpu-only, else None."""
+        if primitive in self._mlir._lowerings:
+            return None
+        return self._mlir._platform_specific_lowerings.get("cpu", {}).get(primitive)
+
+    def __contains__(self, primitive) -> bool:
+        return dict.__contains__(self, primitive) or self.borrowed(primitive) is not None
+
+    def __missing__(self, primitive):
+        entry = self.borrowed(primitive)
+        if entry is None:
+            raise KeyError(primitive)
+        return entry
+
+    def get(self, primitive, default=None):
+        return self[primitive] if primitive in self else default
+
+
+def borrow_cpu_only_rules(platform: str) -> None:
+    """Make `platform`'s rule table lend cpu's rules for cpu-only primitives."""
+    from jax._src.interpreters import mlir
+
+    table = mlir._platform_specific_lowerings
+    if not isinstance(table.get(platform), RulesBorrowingCpu):
+        table[platform] = RulesBorrowingCpu(table.get(platform, {}), mlir)
+
+
+def cpu_only_primitives_without_rule(platform: str) -> list:
+    """Primitives with a cpu rule, no default rule and no rule for `platform` (the test's question)."""
+    from jax._src.interpreters import mlir
+
+    ours = mlir._platform_specific_lowerings.get(platform, {})
+    return [primitive for primitive in mlir._platform_specific_lowerings.get("cpu", {})
+            if primitive not in mlir._lowerings and primitive not in ours]

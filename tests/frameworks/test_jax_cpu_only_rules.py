@@ -1,0 +1,93 @@
+"""Primitives JAX lowers only for the platforms it knows lower for pjrt_ref as for cpu
+(pjrt_ref/frameworks/jax/cpu_only_rules.py), whatever module registers them and when."""
+from __future__ import annotations
+
+import json
+
+from jax_support import run_python
+
+IMPORT_ALL_OF_JAX = """
+import importlib, pkgutil, warnings
+warnings.simplefilter("ignore")
+SKIP = ("internal_test_util", "test_util", "mosaic", "tpu", "gpu", "triton", "cuda", "rocm", "jax2tf")
+for package in ("jax._src", "jax.experimental", "jax.extend", "jax.scipy", "jax.nn"):
+    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+        if not any(word in info.name for word in SKIP):
+            try:
+                importlib.import_module(info.name)
+            except Exception:      # optional dependencies (tensorstore, flatbuffers, ...)
+                pass
+"""
+
+
+WALK = """
+from jax._src.interpreters import mlir
+from pjrt_ref.frameworks.jax.cpu_only_rules import cpu_only_primitives_without_rule
+cpu_only = sorted(str(p) for p in mlir._platform_specific_lowerings["cpu"] if p not in mlir._lowerings)
+print(json.dumps({"cpu_only": cpu_only,
+                  "without": sorted(map(str, cpu_only_primitives_without_rule("pjrt_ref")))}))
+"""
+
+
+def test_every_primitive_with_only_platform_rules_has_a_rule_for_pjrt_ref():
+    """Walks JAX's lowering registries after importing all of JAX (the plugin was
+    registered first, so the rules of modules imported later count too)."""
+    done = run_python('import json, jax\njax.devices("pjrt_ref")\n' + IMPORT_ALL_OF_JAX + WALK,
+                      JAX_PLATFORMS="pjrt_ref,cpu", timeout=300)
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["without"] == [], f"primitives with a cpu rule and none for pjrt_ref: {found['without']}"
+    assert "check" in found["cpu_only"]          # the class is not empty (checkify's check)
+
+
+PROGRAMS = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+import scipy.sparse
+from jax.experimental import checkify
+from jax.experimental.sparse import linalg as sparse_linalg
+
+results = {"platform": jax.devices()[0].platform}
+
+@jax.jit
+def positive_doubled(x):
+    checkify.check(jnp.all(x > 0), "x must be positive: {}", x)
+    return x * 2
+
+error, out = checkify.checkify(positive_doubled)(jnp.array([1.0, -1.0]))
+results["checkify"] = [error.get(), np.asarray(out).tolist()]
+
+@jax.jit
+def unchecked():
+    checkify.check(False, "hi")
+try:
+    unchecked()
+    results["unchecked"] = "no error"
+except ValueError as error:
+    results["unchecked"] = str(error).split(".")[0]
+
+def no_nan(x):
+    checkify.debug_check(jnp.all(x == x), "{x} has NaN", x=x)
+    return x + 1
+results["debug_check"] = float(jax.jit(no_nan)(jnp.ones(())))
+
+a = (scipy.sparse.random(6, 6, density=0.5, random_state=0) + 3 * scipy.sparse.eye(6)).tocsr()
+a = a.astype(np.float32)
+b = np.arange(6, dtype=np.float32)
+x = jax.jit(sparse_linalg.spsolve)(a.data, a.indices.astype(np.int32), a.indptr.astype(np.int32), b)
+results["spsolve"] = np.asarray(x).tolist()
+print(json.dumps(results))
+"""
+
+
+def test_checkify_and_sparse_primitives_give_cpus_results():
+    """checkify's `check` and sparse's `spsolve` (host callbacks on cpu) on pjrt_ref and cpu."""
+    runs = {platform: json.loads(run_python(PROGRAMS, JAX_PLATFORMS=platform, timeout=300).stdout
+                                 .splitlines()[-1]) for platform in ("cpu", "pjrt_ref")}
+    cpu, ours = runs["cpu"], runs["pjrt_ref"]
+    assert ours.pop("platform") == "pjrt_ref" and cpu.pop("platform") == "cpu"
+    assert ours["checkify"] == cpu["checkify"]
+    assert ours["checkify"][0].startswith("x must be positive: [ 1. -1.]")
+    assert ours["unchecked"] == cpu["unchecked"] == "Cannot abstractly evaluate a checkify"
+    assert ours["debug_check"] == cpu["debug_check"] == 2.0
+    import numpy as np
+    np.testing.assert_allclose(ours["spsolve"], cpu["spsolve"], rtol=1e-6)
