@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from ... import settings
-from . import vector_math
+from . import loop_expressions, vector_math
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}
@@ -33,7 +33,8 @@ import numpy as np
 from numba import njit
 
 float32, float64, bool_ = np.float32, np.float64, np.bool_
-int32, int64 = np.int32, np.int64
+int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
+uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -80,11 +81,16 @@ _MATH_PRELUDE = "\n\n" + vector_math.prelude_source()
 _MATH_CALL = re.compile(r"\b(%s)\(" % "|".join(vector_math.ENTRY_POINTS))
 
 
+# Integer, bit and rounding helpers (loop_expressions.py), added the same way.
+_INTEGER_CALL = re.compile(r"\b(%s)\(" % "|".join(loop_expressions.PRELUDE_FUNCTIONS))
+
+
 def with_prelude(code: str) -> str:
     """The source of a generated module: the prelude (and the float32 math
-    functions, if `code` calls them), then `code`."""
+    functions or the integer helpers, if `code` calls them), then `code`."""
     math = _MATH_PRELUDE if _MATH_CALL.search(code) else ""
-    return PRELUDE + math + code
+    integer = loop_expressions.INTEGER_PRELUDE if _INTEGER_CALL.search(code) else ""
+    return PRELUDE + math + integer + code
 
 
 _TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",

@@ -7,37 +7,22 @@ per op, each value a numba scalar (0-d values) or an element of one common
 shape S (computed in an inner loop over the elements). It translates
 (anything else raises NotCompilable, and the caller keeps interpreting):
 
-* tensors of static shape with element types f32, f64, i32, i64 or i1
-  (`compilable_tensor`);
-* the ops `scalar_expressions.scalar_expression` translates exactly, integer
-  add/subtract/multiply/negate/maximum/minimum/compare/select, and/or/xor/not
-  on integers and i1 (wrapping exactly like the interpreter: each result is
-  cast back to its 32- or 64-bit type), constants, splats (broadcast_in_dim
-  of a 0-d value) and `func.call`s of functions made of the same (inlined).
+* tensors of static shape whose element type is a signed or unsigned
+  integer of 8 to 64 bits, f32, f64 or i1 (`compilable_tensor`);
+* the ops `loop_expressions.loop_expression` (integers, bits, conversions,
+  rounding) and `scalar_expressions.scalar_expression` (float arithmetic and
+  math) translate exactly, constants, splats (broadcast_in_dim of a 0-d
+  value) and `func.call`s of functions made of the same (inlined).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..types import TensorType
+from .loop_expressions import TYPE_NAMES, loop_expression
 from .scalar_expressions import scalar_expression
 
-F32, F64, I32, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_))
-SCALAR_DTYPES = (F32, F64, I32, I64, BOOL)
-TYPE_NAMES = {F32: "float32", F64: "float64", I32: "int32", I64: "int64", BOOL: "bool_"}
-
-INTEGER_OPS = {
-    "stablehlo.add": "{0} + {1}",
-    "stablehlo.subtract": "{0} - {1}",
-    "stablehlo.multiply": "{0} * {1}",
-    "stablehlo.negate": "-{0}",
-    "stablehlo.maximum": "max({0}, {1})",
-    "stablehlo.minimum": "min({0}, {1})",
-}
-# Bitwise on integers, logical on i1 (spec "and", "or", "xor").
-BITWISE_OPS = {"stablehlo.and": "{0} & {1}", "stablehlo.or": "{0} | {1}",
-               "stablehlo.xor": "{0} ^ {1}"}
-COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+SCALAR_DTYPES = tuple(TYPE_NAMES)
 MAX_INLINE_DEPTH = 4
 
 
@@ -53,29 +38,6 @@ def compilable_tensor(ttype) -> TensorType:
     if ttype.dtype not in SCALAR_DTYPES or any(d is None for d in ttype.shape):
         raise NotCompilable(f"type {ttype}")
     return ttype
-
-
-def _integer_expression(op) -> str | None:
-    dtypes = [t.dtype for t in op.operand_types] + [t.dtype for t in op.result_types]
-    if op.name in INTEGER_OPS:
-        return INTEGER_OPS[op.name] if len(set(dtypes)) == 1 and dtypes[0] in (I32, I64) else None
-    if op.name in BITWISE_OPS and len(set(dtypes)) == 1 and dtypes[0] in (I32, I64, BOOL):
-        return BITWISE_OPS[op.name]
-    if op.name == "stablehlo.not" and len(set(dtypes)) == 1:
-        if dtypes[0] == BOOL:
-            return "not {0}"
-        if dtypes[0] in (I32, I64):
-            return "~{0}"
-    if op.name == "stablehlo.compare":
-        operand = op.operand_types[0].dtype
-        if operand in (I32, I64, BOOL) and op.attrs.get("compare_type") in (None, "SIGNED"):
-            return "{0} %s {1}" % COMPARE[op.attrs["comparison_direction"]]
-    if op.name == "stablehlo.convert" and dtypes[0] in (I32, I64) and dtypes[1] in (F32, F64, I32, I64):
-        return "{0}"  # to float: nearest even; to a narrower int: wraps (as numpy's astype)
-    if op.name == "stablehlo.select" and op.result_types[0].dtype in (I32, I64, BOOL):
-        if op.operand_types[0].dtype == BOOL:
-            return "{1} if {0} else {2}"
-    return None
 
 
 class Translator:
@@ -137,7 +99,7 @@ class Translator:
                 self._is_array(result_type)
                 self.names[result_key] = operands[0]
                 continue
-            template = _integer_expression(op) or scalar_expression(op)
+            template = loop_expression(op) or scalar_expression(op)
             if template is None:
                 raise NotCompilable(op.name)
             is_array = self._is_array(result_type)
