@@ -218,7 +218,8 @@ _declare("PJRT_REF_FAST_PATHS", FLAG, True,
 
 # Devices and limits.
 _declare("PJRT_REF_NUM_DEVICES", Integer(1, 1024), 1,
-         "virtual devices of a client (the client create option `num_devices` wins)")
+         "virtual devices of a client (the client create option `num_devices` wins; from JAX, "
+         "so does `jax_num_cpu_devices`, as for JAX's cpu backend)")
 _declare("PJRT_REF_COLLECTIVE_TIMEOUT", SECONDS, 120.0,
          "seconds a device or process waits for its peers at a collective before DEADLINE_EXCEEDED")
 _declare("PJRT_REF_MAX_STEPS", Integer(0), 0,

@@ -267,3 +267,21 @@ def test_assorted_programs_match_cpu():
                 np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6, err_msg=name)
         print("ok")
     """, JAX_PLATFORMS="pjrt_ref,cpu")
+
+
+def test_device_count_follows_what_jax_asks_of_its_cpu_backend():
+    """JAX's test files call `jtu.request_cpu_devices(n)` (it sets jax_num_cpu_devices
+    before the backends start): pjrt_ref gets n devices as cpu does; without it,
+    PJRT_REF_NUM_DEVICES counts them, as XLA's host-device flag does for cpu."""
+    requested = run_python("""
+        import jax
+        from jax._src import test_util as jtu
+        jtu.request_cpu_devices(3)
+        print(len(jax.devices("pjrt_ref")), len(jax.devices("cpu")))
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_NUM_DEVICES="2")
+    assert requested.stdout.splitlines()[-1] == "3 3"
+    unset = run_python("""
+        import jax
+        print(len(jax.devices("pjrt_ref")))
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_NUM_DEVICES="2")
+    assert unset.stdout.splitlines()[-1] == "2"

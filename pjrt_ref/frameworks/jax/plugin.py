@@ -59,7 +59,8 @@ def initialize() -> None:
     from ... import library_path
 
     if not _named_in_environment():     # an explicit PJRT_NAMES_AND_LIBRARY_PATHS entry wins
-        xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path())
+        xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path(),
+                                   options=client_options)
     try:
         _keep_clients_to_the_end(xla_bridge)
     except (KeyError, TypeError, AttributeError):  # pragma: no cover - a future JAX moved it
@@ -72,6 +73,23 @@ def initialize() -> None:
         _install_lowerings()
     else:   # registered from PJRT_NAMES_AND_LIBRARY_PATHS, after us: lowering rules must wait
         xla_bridge.register_plugin_callbacks(lambda **_: _install_lowerings())
+
+
+def client_options() -> dict:
+    """PJRT_Client_Create's options, asked for when JAX creates the client.
+
+    pjrt_ref counts its devices the way JAX's cpu backend does: the
+    framework's flag `jax_num_cpu_devices` (what `jtu.request_cpu_devices(n)`
+    sets in JAX's test files before any backend starts) wins, passed as the
+    `num_devices` option; unset (-1), the environment decides, where
+    PJRT_REF_NUM_DEVICES plays the part of XLA's
+    `--xla_force_host_platform_device_count`. So a program that asks JAX
+    for n cpu devices gets n on pjrt_ref too."""
+    from jax._src import xla_bridge
+
+    requested = getattr(xla_bridge, "num_cpu_devices", None)
+    count = requested.value if requested is not None else -1
+    return {"num_devices": int(count)} if count is not None and count >= 1 else {}
 
 
 def _keep_clients_to_the_end(xla_bridge) -> None:

@@ -16,7 +16,10 @@ warning into an error (`filterwarnings = error`); this runs with an empty
 pytest configuration instead, so a warning is a warning. The running and
 comparing is shared with `pjrt-ref torch-tests` (frameworks/test_suite.py). With `--devices N`
 the cpu run gets N host devices (`--xla_force_host_platform_device_count`)
-and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`.
+and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`; a test file that asks for
+more (`jtu.request_cpu_devices(8)`, which sets `jax_num_cpu_devices`) gets
+them on both backends (pjrt_ref follows that flag as cpu does:
+frameworks/jax/plugin.py, `client_options`).
 
 JAX's tests pick by device which of them run and with what tolerances
 (`jtu.run_on_devices("cpu")`, `jtu.test_device_matches(["cpu"])`). pjrt_ref
