@@ -40,9 +40,10 @@ from typing import Callable
 
 @dataclass
 class Outcome:
-    """One test id's result on one backend: passed, failed, error or skipped, and why."""
+    """One test id's result on one backend: passed, failed, error or skipped, why, and its seconds."""
     status: str
     reason: str = ""
+    seconds: float = 0.0
 
 
 @dataclass
@@ -74,11 +75,12 @@ def first_line(text: str) -> str:
 
 
 def outcome_of(case: ElementTree.Element) -> Outcome:
+    seconds = float(case.get("time") or 0.0)
     for tag, status in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
         node = case.find(tag)
         if node is not None:
-            return Outcome(status, first_line(node.get("message") or node.text or ""))
-    return Outcome("passed")
+            return Outcome(status, first_line(node.get("message") or node.text or ""), seconds)
+    return Outcome("passed", "", seconds)
 
 
 def read_junit(path: str, root: str) -> dict[str, Outcome]:
@@ -242,6 +244,19 @@ def counts(outcomes: dict[str, Outcome], file: str) -> dict[str, int]:
     return tally
 
 
+def file_seconds(outcomes: dict[str, Outcome]) -> dict[str, float]:
+    """Seconds of each file's tests (their junit times added: across xdist workers, not wall time)."""
+    seconds: dict[str, float] = {}
+    for identifier, outcome in outcomes.items():
+        file = identifier.split("::", 1)[0]
+        seconds[file] = seconds.get(file, 0.0) + outcome.seconds
+    return seconds
+
+
+def slowest(run: Run, count: int = 10) -> list[tuple[str, float]]:
+    return sorted(file_seconds(run.outcomes).items(), key=lambda item: -item[1])[:count]
+
+
 def regressions(reference: Run, candidate: Run) -> list[tuple[str, Outcome]]:
     """Ids that pass on the reference and do not pass on the candidate (missing counts as not passing)."""
     lost = []
@@ -254,6 +269,14 @@ def regressions(reference: Run, candidate: Run) -> list[tuple[str, Outcome]]:
     return lost
 
 
+def totals(run: Run, files: list[str]) -> dict[str, int]:
+    tally = {"passed": 0, "failed": 0, "skipped": 0}
+    for file in files:
+        for key, value in counts(run.outcomes, file).items():
+            tally[key] += value
+    return tally
+
+
 def report(files: list[str], reference: Run, candidate: Run) -> str:
     ref, cand = f"{reference.backend} pass/fail/skip", f"{candidate.backend} pass/fail/skip"
     lines = [f"{'file':40} {ref:>20} {cand:>24}"]
@@ -261,14 +284,44 @@ def report(files: list[str], reference: Run, candidate: Run) -> str:
         a, b = counts(reference.outcomes, file), counts(candidate.outcomes, file)
         lines.append(f"{file:40} {a['passed']:>8}/{a['failed']}/{a['skipped']:<9} "
                      f"{b['passed']:>10}/{b['failed']}/{b['skipped']}")
+    if len(files) > 1:
+        a, b = totals(reference, files), totals(candidate, files)
+        lines.append(f"{'total':40} {a['passed']:>8}/{a['failed']}/{a['skipped']:<9} "
+                     f"{b['passed']:>10}/{b['failed']}/{b['skipped']}")
     lines.append(f"wall time: {reference.backend} {reference.seconds:.0f} s, {candidate.backend} "
                  f"{candidate.seconds:.0f} s ({candidate.seconds / max(reference.seconds, 1e-9):.1f}x)")
+    if len(files) > 1:
+        for run in (reference, candidate):
+            lines.append(f"slowest files on {run.backend} (seconds of their tests): " + ", ".join(
+                f"{file} {seconds:.0f}" for file, seconds in slowest(run)))
     lost = regressions(reference, candidate)
     lines.append(f"{len(lost)} test(s) pass on {reference.backend} and not on {candidate.backend}"
                  + (":" if lost else ""))
     for identifier, outcome in lost:
         lines.append(f"  {identifier}  [{outcome.status}] {outcome.reason}")
     return "\n".join(lines)
+
+
+def markdown_report(files: list[str], reference: Run, candidate: Run, heading: str) -> str:
+    """The same comparison as markdown: a table per file, the totals, the slowest files, the lost tests."""
+    r, c = reference.backend, candidate.backend
+    lines = [heading, "", f"| file | {r} pass/fail/skip | {c} pass/fail/skip | {r} s | {c} s |",
+             "|---|---|---|---|---|"]
+    seconds = {run.backend: file_seconds(run.outcomes) for run in (reference, candidate)}
+    for file in files:
+        a, b = counts(reference.outcomes, file), counts(candidate.outcomes, file)
+        lines.append(f"| `{file}` | {a['passed']}/{a['failed']}/{a['skipped']} | "
+                     f"{b['passed']}/{b['failed']}/{b['skipped']} | {seconds[r].get(file, 0):.0f} | "
+                     f"{seconds[c].get(file, 0):.0f} |")
+    a, b = totals(reference, files), totals(candidate, files)
+    lines.append(f"| **total** | {a['passed']}/{a['failed']}/{a['skipped']} | "
+                 f"{b['passed']}/{b['failed']}/{b['skipped']} | | |")
+    lines += ["", f"Wall time: {r} {reference.seconds:.0f} s, {c} {candidate.seconds:.0f} s "
+                  f"({candidate.seconds / max(reference.seconds, 1e-9):.2f}x)."]
+    lost = regressions(reference, candidate)
+    lines += ["", f"{len(lost)} test(s) pass on {r} and not on {c}" + (":" if lost else ".")]
+    lines += [f"- `{identifier}` [{outcome.status}] {outcome.reason}" for identifier, outcome in lost]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -285,6 +338,7 @@ class Suite:
     add_options: Callable[[argparse.ArgumentParser], None] | None = None
     pytest_plugins: tuple[str, ...] = ()           # modules every run loads (pytest -p)
     stall: float = 600.0                           # default --stall
+    all_files: Callable[[str], list[str]] | None = None   # --all: every file of a checkout that can run
 
 
 def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
@@ -301,7 +355,11 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
                         help=f"kill a run in which no test finished for this many s, mark the tests "
                              f"it was running hung and go on (default {suite.stall:g}; 0: never)")
     parser.add_argument("-k", help="pytest -k expression")
+    if suite.all_files:
+        parser.add_argument("--all", action="store_true",
+                            help="every test file of the checkout that can run on a CPU backend")
     parser.add_argument("--json", metavar="FILE", help="write every outcome to FILE")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the comparison as markdown to FILE")
     parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
     parser.add_argument("--reference-from", metavar="DIR",
                         help=f"read {suite.backends[0]}'s outcomes from an earlier run's --keep DIR")
@@ -310,9 +368,35 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
         suite.add_options(parser)
     options = parser.parse_args(argv)
     options.checkout = os.path.abspath(options.checkout)
+    if getattr(options, "all", False):
+        if options.files:
+            parser.error("--all runs every file: name no files")
+        options.files = suite.all_files(options.checkout)
     options.files = options.files or list(suite.default_files)
     options.pytest_plugins = ("pjrt_ref.frameworks.progress_plugin", *suite.pytest_plugins)
     return options
+
+
+def machine_line() -> str:
+    """When and on what a run was made: the date, the CPU model and core count, Python."""
+    import datetime
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+    return (f"{datetime.date.today().isoformat()}, {model}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}")
+
+
+def argv_shown(argv: list[str] | None) -> list[str]:
+    """The command's arguments as a reader could type them again (no local checkout path)."""
+    shown = list(sys.argv[1:] if argv is None else argv)
+    return ["CHECKOUT" if os.path.isdir(arg) else arg for arg in shown]
 
 
 def main(suite: Suite, argv: list[str] | None = None) -> int:
@@ -339,6 +423,11 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
     if len(runs) == 2:
         reference, candidate = (runs[b] for b in suite.backends)
         print(report(options.files, reference, candidate))
+        if options.markdown:
+            with open(options.markdown, "w") as handle:
+                handle.write(markdown_report(options.files, reference, candidate,
+                                             f"`{suite.command} {' '.join(argv_shown(argv))}`, "
+                                             f"{machine_line()}"))
         return 0
     run = runs[chosen[0]]
     for file in options.files:

@@ -110,3 +110,29 @@ def test_a_hanging_test_is_reported_hung_and_the_rest_still_run(tmp_path, capsys
     assert status["test_hangs"][0] == "failed" and status["test_hangs"][1].startswith("hung")
     assert status["test_after_the_hang"][0] == "failed" and "a plain failure" in status["test_after_the_hang"][1]
     assert status["test_skipped"] == ("skipped", "not here")
+
+
+def test_all_runs_every_test_file_but_the_left_out_ones(tmp_path):
+    for name in ("tests/lax_test.py", "tests/pallas/ops_test.py", "tests/multiprocess/pjit_test.py",
+                 "tests/mosaic/gpu_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/util.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert jax_suite.all_files(str(tmp_path)) == [
+        "tests/lax_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/pallas/ops_test.py"]
+    assert all(reason.strip() for reason in jax_suite.LEFT_OUT.values())
+    options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "--all"])
+    assert options.files == jax_suite.all_files(str(tmp_path))
+
+
+def test_markdown_report_has_a_row_per_file_totals_times_and_the_lost_tests(tmp_path):
+    cpu = _run(tmp_path, "cpu", JUNIT.replace('<failure message="AssertionError: unexpectedly None">'
+                                              'Traceback ...</failure>', "")
+               .replace('name="test_add"', 'name="test_add" time="2.5"'))
+    ref = _run(tmp_path, "pjrt_ref", JUNIT.replace('name="test_add"', 'name="test_add" time="1.5"'))
+    text = test_suite.markdown_report(["test/test_operations.py"], cpu, ref, "# run")
+    lines = text.splitlines()
+    assert lines[0] == "# run"
+    assert "| `test/test_operations.py` | 2/0/1 | 1/1/1 | 2 | 2 |" in lines     # seconds rounded
+    assert "| **total** | 2/0/1 | 1/1/1 | | |" in lines
+    assert "- `test/test_operations.py::TestAten::test_devices` [failed] AssertionError: unexpectedly None" in lines
+    assert test_suite.slowest(cpu) == [("test/test_operations.py", 2.5)]
