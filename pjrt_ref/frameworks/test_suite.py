@@ -29,6 +29,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,9 +55,19 @@ class Run:
     seconds: float = 0.0
 
 
+# The test id of a file's collection error (pytest reports it as a <testcase>
+# with an empty classname, named by the module's dotted path).
+COLLECTION = "(collection)"
+
+
 def test_id(case: ElementTree.Element, root: str) -> str:
-    """`tests/lax_test.py::LaxTest::testOp` from a junit <testcase> (classname is dotted)."""
+    """`tests/lax_test.py::LaxTest::testOp` from a junit <testcase> (classname is dotted);
+    `tests/x_test.py::(collection)` for a file that failed to collect."""
     classname, name = case.get("classname", ""), case.get("name", "")
+    if not classname and name:
+        candidate = name.replace(".", "/") + ".py"
+        if os.path.exists(os.path.join(root, candidate)):
+            return f"{candidate}::{COLLECTION}"
     parts = classname.split(".")
     for cut in range(len(parts), 0, -1):    # the longest prefix that is a test file
         candidate = "/".join(parts[:cut]) + ".py"
@@ -74,12 +85,24 @@ def first_line(text: str) -> str:
     return ""
 
 
+def raised(text: str) -> str:
+    """The last `SomeError: message` line of a traceback (pytest prefixes it with `E`)."""
+    for line in reversed((text or "").splitlines()):
+        match = re.match(r"^(?:E\s+)?(\w+(?:Error|Exception|Exit)\b.*)$", line.strip())
+        if match:
+            return match.group(1)[:300]
+    return ""
+
+
 def outcome_of(case: ElementTree.Element) -> Outcome:
     seconds = float(case.get("time") or 0.0)
     for tag, status in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
         node = case.find(tag)
         if node is not None:
-            return Outcome(status, first_line(node.get("message") or node.text or ""), seconds)
+            message = node.get("message") or ""
+            if message == "collection failure":       # the cause is at the traceback's end
+                message = raised(node.text) or message
+            return Outcome(status, first_line(message or node.text or ""), seconds)
     return Outcome("passed", "", seconds)
 
 
@@ -263,7 +286,10 @@ def regressions(reference: Run, candidate: Run) -> list[tuple[str, Outcome]]:
     for identifier, outcome in sorted(reference.outcomes.items()):
         if outcome.status != "passed":
             continue
-        theirs = candidate.outcomes.get(identifier, Outcome("missing", f"not run on {candidate.backend}"))
+        file = identifier.split("::", 1)[0]
+        not_run = candidate.outcomes.get(f"{file}::{COLLECTION}",
+                                         Outcome("missing", f"not run on {candidate.backend}"))
+        theirs = candidate.outcomes.get(identifier, not_run)
         if theirs.status != "passed":
             lost.append((identifier, theirs))
     return lost

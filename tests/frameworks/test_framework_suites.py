@@ -136,3 +136,34 @@ def test_markdown_report_has_a_row_per_file_totals_times_and_the_lost_tests(tmp_
     assert "| **total** | 2/0/1 | 1/1/1 | | |" in lines
     assert "- `test/test_operations.py::TestAten::test_devices` [failed] AssertionError: unexpectedly None" in lines
     assert test_suite.slowest(cpu) == [("test/test_operations.py", 2.5)]
+
+
+def test_a_file_that_fails_to_collect_is_an_error_with_its_cause_not_zero_tests(tmp_path):
+    """pytest reports a collection error as a <testcase> with an empty classname."""
+    cpu = _run(tmp_path, "cpu", JUNIT)
+    broken = _run(tmp_path, "pjrt_ref", """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+  <testcase classname="" name="test.test_operations">
+    <error message="collection failure">AssertionError: Unsupported device type:PJRT_REF</error></testcase>
+</testsuite></testsuites>
+""")
+    assert list(broken.outcomes) == ["test/test_operations.py::(collection)"]
+    assert test_suite.counts(broken.outcomes, "test/test_operations.py") == {"passed": 0, "failed": 1,
+                                                                              "skipped": 0}
+    text = test_suite.report(["test/test_operations.py"], cpu, broken)
+    assert ("test/test_operations.py::TestAten::test_add  [error] AssertionError: Unsupported device "
+            "type:PJRT_REF") in text
+
+
+def test_torch_runs_get_what_run_tests_sh_sets_and_pjrt_ref_is_accepted_as_cpu(tmp_path):
+    from pjrt_ref.frameworks.torch import suite_plugin
+
+    options = argparse.Namespace(checkout=str(tmp_path), devices=1)
+    for backend in torch_suite.BACKENDS:
+        env = torch_suite.environment(backend, options)
+        assert env["TORCH_TEST_DEVICES"] == str(tmp_path / "test" / "pytorch_test_base.py")
+        assert env["PYTORCH_TEST_WITH_SLOW"] == "1"
+    assert "pjrt_ref.frameworks.torch.suite_plugin" in torch_suite.SUITE.pytest_plugins
+    namespace = {"DISABLED_TORCH_TESTS": {"CPU": {"TestX": {"test_a"}}, "TPU": {}}}
+    suite_plugin.accept_as_cpu(namespace)
+    assert namespace["DISABLED_TORCH_TESTS"]["PJRT_REF"] is namespace["DISABLED_TORCH_TESTS"]["CPU"]

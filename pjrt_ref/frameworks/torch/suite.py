@@ -11,7 +11,11 @@ passed, failed and were skipped on each, then every test id that passes on
 CPU and not on pjrt_ref with the first line of its error. The running and
 comparing is shared with `pjrt-ref jax-tests` (frameworks/test_suite.py).
 
-PyTorch/XLA's CI runs each file as a script (`python test/test_x.py`);
+Each run gets what PyTorch/XLA's `test/run_tests.sh` exports
+(`TORCH_TEST_DEVICES=test/pytorch_test_base.py`, so torch's device-generic
+tests get their XLA variants, and `PYTORCH_TEST_WITH_SLOW=1`), and in the
+pjrt_ref run the test base accepts the PJRT_REF device type as it does CPU
+(suite_plugin.py). PyTorch/XLA's CI runs each file as a script (`python test/test_x.py`);
 pytest runs the same unittest cases, but not the file's `__main__` block
 (which seeds torch and sets the matmul precision to 'highest', the
 precision XLA CPU and pjrt-ref compute f32 products at anyway). The files
@@ -37,12 +41,20 @@ BACKENDS = ("cpu", "pjrt_ref")           # the reference first
 DEVICE_TYPES = {"cpu": "CPU", "pjrt_ref": "PJRT_REF"}
 
 
+# What PyTorch/XLA's test/run_tests.sh exports for every file it runs: torch's
+# device-generic tests get their XLA variants from the checkout's test base.
+RUN_TESTS_ENVIRONMENT = {"PYTORCH_TEST_WITH_SLOW": "1", "XLA_DUMP_FATAL_STACK": "1"}
+
+
 def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
-    """PJRT_DEVICE picks the backend; CPU_NUM_DEVICES / PJRT_REF_NUM_DEVICES its device count."""
+    """PJRT_DEVICE picks the backend; CPU_NUM_DEVICES / PJRT_REF_NUM_DEVICES its device count;
+    the rest is what run_tests.sh sets."""
     env = dict(os.environ)
+    env.update(RUN_TESTS_ENVIRONMENT)
+    tests = os.path.join(options.checkout, "test")
+    env["TORCH_TEST_DEVICES"] = os.path.join(tests, "pytorch_test_base.py")
     env["PJRT_DEVICE"] = DEVICE_TYPES[backend]
     env["CPU_NUM_DEVICES" if backend == "cpu" else "PJRT_REF_NUM_DEVICES"] = str(options.devices)
-    tests = os.path.join(options.checkout, "test")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tests, env.get("PYTHONPATH")) if p)
     return env
 
@@ -63,7 +75,8 @@ def check_version(checkout: str) -> None:
 SUITE = Suite(command="pjrt-ref torch-tests", description=__doc__.split("\n\n")[1],
               checkout="a checkout of PyTorch/XLA's repository (its test/ and setup.py at least)",
               default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
-              check_version=check_version, stall=300.0)
+              check_version=check_version, stall=300.0,
+              pytest_plugins=("pjrt_ref.frameworks.torch.suite_plugin",))
 
 
 def main(argv: list[str] | None = None) -> int:
