@@ -101,7 +101,37 @@ void* pjrt_ref_chunk_alloc(size_t size);
 void pjrt_ref_chunk_free(void* data, void* deleter_arg);
 extern "Python" PJRT_Error* pjrt_ref_callback_error(PJRT_Error_Code code, const char* message,
                                                     size_t message_size);
+extern "Python" void pjrt_ref_release_bytes(const char* data);
 """
+
+# Callbacks the plugin hands to the caller inside Args, for it to call once,
+# later, with an Args struct of its own: the destination of
+# PJRT_Buffer_CopyRawToHostFuture, the control dependency of
+# PJRT_Buffer_DonateWithControlDependency. Each is a C function guarded like a
+# slot (it may come from any thread, in any of the three GIL states, even
+# while Python exits) in front of an `extern "Python"` one of the same name
+# plus `_py` (pjrt_ref/capi/caller_callbacks.py).
+CALLER_CALLBACKS = {
+    "pjrt_ref_copy_raw_destination_ready": "PJRT_Buffer_CopyRawToHostFuture_Callback_Args",
+    "pjrt_ref_dependency_ready": "PJRT_Buffer_DonateWithControlDependency_Callback_Args",
+}
+
+
+def caller_callbacks_cdef() -> str:
+    return "\n".join(f'void {name}({args}* args);\nextern "Python" void {name}_py({args}* args);'
+                     for name, args in CALLER_CALLBACKS.items())
+
+
+def caller_callbacks_source() -> str:
+    """The guarded C functions of CALLER_CALLBACKS (nothing happens once Python may not be entered)."""
+    return "\n".join(f"""static void {name}_py({args}* args);
+void {name}({args}* args) {{
+    if (!pjrt_ref_enter()) return;
+    PJRT_REF_ENTER;
+    {name}_py(args);
+    PJRT_REF_LEAVE;
+    pjrt_ref_leave();
+}}""" for name, args in CALLER_CALLBACKS.items())
 
 # The C fast paths' table (capi_shim/fast_paths.c), fed by pjrt_ref/capi/fast_paths.py.
 FAST_PATHS_CDEF = """
@@ -233,6 +263,8 @@ def c_source(header: str) -> str:
 
 {wrappers}
 
+{caller_callbacks_source()}
+
 {PROFILER_C_SOURCE}
 {layouts_shardings.tables(PROFILER_START, LAYOUTS_FUNCTIONS, SHARDINGS_FUNCTIONS)}
 
@@ -262,6 +294,7 @@ def make_builder() -> cffi.FFI:
     ffibuilder.cdef(layouts_shardings.header_declarations())
     ffibuilder.cdef(extern_python_declarations())
     ffibuilder.cdef(HELPERS_CDEF)
+    ffibuilder.cdef(caller_callbacks_cdef())
     ffibuilder.cdef(FAST_PATHS_CDEF)
     ffibuilder.cdef(PROFILER_CDEF)
     ffibuilder.cdef(layouts_shardings.HELPERS_CDEF)

@@ -10,10 +10,10 @@
  *   - by cffi's cdef parser, after build_shim.py strips the preprocessor
  *     lines. So: no macros, no function bodies, only plain declarations.
  *
- * Only the Args structs of the entry points pjrt-ref implements are spelled
- * out here. Every other entry point's Args struct is forward-declared by
- * build_shim.py (from the slot table in entry_points.py): its slot still
- * exists in PJRT_Api and answers UNIMPLEMENTED, but we never read its fields.
+ * Every entry point of the 0.114 table has its Args struct spelled out here
+ * (build_shim.py would forward-declare, from the slot table in
+ * entry_points.py, any Args struct left out, so that its slot could still
+ * exist in PJRT_Api and answer UNIMPLEMENTED without reading its fields).
  *
  * Convention of the API: every Args struct begins with `struct_size` (the
  * caller's sizeof up to its last known field) and `extension_start`; a plugin
@@ -93,6 +93,10 @@ typedef struct PJRT_SerializedExecutable PJRT_SerializedExecutable;
 typedef struct PJRT_SerializedTopology PJRT_SerializedTopology;
 typedef struct PJRT_SerializedCompileOptions PJRT_SerializedCompileOptions;
 typedef struct PJRT_AsyncHostToDeviceTransferManager PJRT_AsyncHostToDeviceTransferManager;
+/* Handed out by PJRT_Client_CreateAliasBuffer, consumed by PJRT_Client_FulfillAliasBuffer. */
+typedef struct PJRT_FulfillAliasBufferCallback PJRT_FulfillAliasBufferCallback;
+/* Made by PJRT_Device_CreateAsyncTrackingEvent, freed by PJRT_AsyncTrackingEvent_Destroy. */
+typedef struct PJRT_AsyncTrackingEvent PJRT_AsyncTrackingEvent;
 
 /* ---------------------------------------------------------------- errors */
 
@@ -469,6 +473,84 @@ typedef struct PJRT_Client_CreateUninitializedBuffer_Args {
   PJRT_Buffer* buffer;          /* out */
 } PJRT_Client_CreateUninitializedBuffer_Args;
 
+/* A buffer whose ready event (and every read) fails with the given error. */
+typedef struct PJRT_Client_CreateErrorBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Error_Code error_code;
+  const char* error_message;
+  size_t error_message_size;
+  const int64_t* shape_dims;
+  size_t shape_num_dims;
+  PJRT_Buffer_Type shape_element_type;
+  PJRT_Buffer_MemoryLayout* shape_layout;
+  PJRT_Memory* memory;
+  PJRT_Buffer* buffer;                /* out */
+  const PJRT_NamedValue* payload;     /* string payloads of the error (since 0.103) */
+  size_t num_payload;
+} PJRT_Client_CreateErrorBuffer_Args;
+
+/* A buffer over memory the caller owns; on_delete_callback(ptr, arg) when done with it. */
+typedef struct PJRT_Client_CreateViewOfDeviceBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  void* device_buffer_ptr;
+  const int64_t* dims;
+  size_t num_dims;
+  PJRT_Buffer_Type element_type;
+  PJRT_Buffer_MemoryLayout* layout;   /* NULL: default layout */
+  PJRT_Device* device;                /* used only when `memory` is NULL or absent */
+  void (*on_delete_callback)(void* device_buffer_ptr, void* user_arg);  /* optional */
+  void* on_delete_callback_arg;
+  intptr_t stream;                    /* a platform stream handle, 0 for none */
+  PJRT_Buffer* buffer;                /* out */
+  PJRT_Memory* memory;
+} PJRT_Client_CreateViewOfDeviceBuffer_Args;
+
+/* An alias buffer: its contents arrive later, through PJRT_Client_FulfillAliasBuffer. */
+typedef struct PJRT_Client_CreateAliasBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Memory* memory;
+  const int64_t* shape_dims;
+  size_t shape_num_dims;
+  PJRT_Buffer_Type shape_element_type;
+  PJRT_Buffer_MemoryLayout* shape_layout;
+  PJRT_Buffer* alias_buffer;                                 /* out */
+  PJRT_FulfillAliasBufferCallback* fulfill_alias_buffer_cb;  /* out */
+} PJRT_Client_CreateAliasBuffer_Args;
+
+/* status_code OK: `buffer` gives the alias its contents; else the alias fails. */
+typedef struct PJRT_Client_FulfillAliasBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Buffer* buffer;
+  PJRT_Error_Code status_code;
+  const char* error_message;
+  size_t error_message_size;
+  PJRT_FulfillAliasBufferCallback* fulfill_alias_buffer_cb;  /* consumed */
+} PJRT_Client_FulfillAliasBuffer_Args;
+
+/* Host memory registered for fast transfers, and released. */
+typedef struct PJRT_Client_DmaMap_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  void* data;
+  size_t size;
+} PJRT_Client_DmaMap_Args;
+
+typedef struct PJRT_Client_DmaUnmap_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  void* data;
+} PJRT_Client_DmaUnmap_Args;
+
 /* ------------------------------------------- async host-to-device transfers */
 
 typedef struct PJRT_ShapeSpec {
@@ -556,6 +638,20 @@ typedef struct PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args {
   const PJRT_NamedValue* transfer_metadata;
   size_t num_metadata;
 } PJRT_AsyncHostToDeviceTransferManager_AddMetadata_Args;
+
+/* One whole host literal (dense, or in `shape_layout`) for buffer `buffer_index`. */
+typedef struct PJRT_AsyncHostToDeviceTransferManager_TransferLiteral_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncHostToDeviceTransferManager* transfer_manager;
+  int buffer_index;
+  const void* data;
+  const int64_t* shape_dims;
+  size_t shape_num_dims;
+  PJRT_Buffer_Type shape_element_type;
+  PJRT_Buffer_MemoryLayout* shape_layout;
+  PJRT_Event* done_with_h2d_transfer;   /* out */
+} PJRT_AsyncHostToDeviceTransferManager_TransferLiteral_Args;
 
 /* ---------------------------------------------------- device description */
 
@@ -692,6 +788,36 @@ typedef struct PJRT_Device_GetAttributes_Args {
   void (*attributes_deleter)(PJRT_DeviceAttributes* attributes);
 } PJRT_Device_GetAttributes_Args;
 
+/* Make the earliest unfinished execution with `launch_id` on the device fail. */
+typedef struct PJRT_Device_PoisonExecution_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  int32_t launch_id;
+  PJRT_Error_Code error_code;
+  const char* error_message;
+  size_t error_message_size;
+  bool poisoned;                      /* out */
+  const PJRT_NamedValue* payload;     /* string payloads of the error (since 0.100) */
+  size_t num_payload;
+} PJRT_Device_PoisonExecution_Args;
+
+/* A caller's note that asynchronous work depends on the device (it destroys the event). */
+typedef struct PJRT_Device_CreateAsyncTrackingEvent_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  const char* description;
+  size_t description_size;
+  PJRT_AsyncTrackingEvent* event;     /* out; NULL is allowed (nothing tracked) */
+} PJRT_Device_CreateAsyncTrackingEvent_Args;
+
+typedef struct PJRT_AsyncTrackingEvent_Destroy_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_AsyncTrackingEvent* event;
+} PJRT_AsyncTrackingEvent_Destroy_Args;
+
 /* ---------------------------------------------------------------- memory */
 
 typedef struct PJRT_Memory_Id_Args {
@@ -786,6 +912,31 @@ typedef struct PJRT_TopologyDescription_Fingerprint_Args {
   const PJRT_TopologyDescription* topology;
   uint64_t fingerprint;         /* out */
 } PJRT_TopologyDescription_Fingerprint_Args;
+
+/* A serialized xla.ShapeProto: the shape and layout a buffer of this shape
+ * gets in memories of kind `memory_space_kind_id`; freed by the deleter. */
+typedef struct PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_TopologyDescription* topology;
+  int memory_space_kind_id;
+  const int64_t* dims;
+  size_t num_dims;
+  PJRT_Buffer_Type element_type;
+  const PJRT_Buffer_MemoryLayout* layout;       /* optional */
+  const char* serialized_shape;                 /* out */
+  size_t serialized_shape_size;                 /* out */
+  void (*serialized_shape_deleter)(const char* serialized_shape);  /* out */
+} PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace_Args;
+
+/* The kind ids of the topology's memories, the default one first (owned by the topology). */
+typedef struct PJRT_TopologyDescription_GetMemorySpaceKindIds_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_TopologyDescription* topology;
+  const int* memory_space_kind_ids;   /* out */
+  size_t num_memory_space_kind_ids;   /* out */
+} PJRT_TopologyDescription_GetMemorySpaceKindIds_Args;
 
 typedef struct PJRT_TopologyDescription_Create_Args {
   size_t struct_size;
@@ -1288,6 +1439,60 @@ typedef struct PJRT_Buffer_CopyRawToHost_Args {
   int64_t transfer_size;
   PJRT_Event* event;            /* out */
 } PJRT_Buffer_CopyRawToHost_Args;
+
+/* What the caller passes, once, to the future_ready_callback CopyRawToHostFuture
+ * handed out: the destination (error_code OK) or why there is none. */
+typedef struct PJRT_Buffer_CopyRawToHostFuture_Callback_Args {
+  size_t struct_size;
+  void* callback_data;          /* as the plugin handed it out */
+  PJRT_Error_Code error_code;
+  const char* error_message;    /* read only if error_code is not OK */
+  size_t error_message_size;
+  void* dst;                    /* read only if error_code is OK */
+} PJRT_Buffer_CopyRawToHostFuture_Callback_Args;
+
+/* CopyRawToHost whose destination comes later, through the callback. */
+typedef struct PJRT_Buffer_CopyRawToHostFuture_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  int64_t offset;
+  int64_t transfer_size;
+  PJRT_Event* event;            /* out: completes once the bytes are written */
+  void* callback_data;          /* out */
+  void (*future_ready_callback)(PJRT_Buffer_CopyRawToHostFuture_Callback_Args* args);  /* out */
+} PJRT_Buffer_CopyRawToHostFuture_Args;
+
+/* The same bytes as another element type and dims (the input is donated). */
+typedef struct PJRT_Buffer_Bitcast_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Buffer_Type element_type;
+  const int64_t* dims;
+  size_t num_dims;
+  PJRT_Buffer_MemoryLayout* device_layout;  /* NULL: the default layout */
+  PJRT_Buffer* out_buffer;                  /* out */
+} PJRT_Buffer_Bitcast_Args;
+
+/* What the caller passes, once, to the dependency_ready_callback. */
+typedef struct PJRT_Buffer_DonateWithControlDependency_Callback_Args {
+  size_t struct_size;
+  void* callback_data;
+  PJRT_Error_Code error_code;   /* OK: the dependency is ready */
+  const char* error_message;
+  size_t error_message_size;
+} PJRT_Buffer_DonateWithControlDependency_Callback_Args;
+
+/* Donate `buffer` to out_buffer, which is ready once the dependency is too. */
+typedef struct PJRT_Buffer_DonateWithControlDependency_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  void* callback_data;          /* out */
+  void (*dependency_ready_callback)(PJRT_Buffer_DonateWithControlDependency_Callback_Args* args);  /* out */
+  PJRT_Buffer* out_buffer;      /* out */
+} PJRT_Buffer_DonateWithControlDependency_Args;
 
 typedef struct PJRT_Buffer_IsOnCpu_Args {
   size_t struct_size;

@@ -84,3 +84,7 @@ class DeadlineExceeded(PjrtRefError):
 
 class Cancelled(PjrtRefError):
     code = ErrorCode.CANCELLED
+
+
+class AlreadyExists(PjrtRefError):
+    code = ErrorCode.ALREADY_EXISTS

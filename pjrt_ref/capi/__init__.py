@@ -6,7 +6,9 @@ its implementation here, or to a stub answering UNIMPLEMENTED with the entry
 point's name.
 
 Modules: error, plugin, event, client, device, memory, topology, executable,
-buffer; `cdata` holds the C data they share (Args access within the caller's
+buffer, client_buffers (error, view and alias buffers), transfer;
+`caller_callbacks` holds the functions handed to the caller inside Args;
+`cdata` holds the C data they share (Args access within the caller's
 struct_size, PJRT_Error creation, C memory owned by Python objects), and
 `_boundary` registers them and wraps each into the callback cffi runs.
 """
@@ -33,8 +35,8 @@ def install(ffi, lib) -> None:
     if _installed:
         return
     _boundary.bind(ffi, lib)
-    from . import (buffer, client, device, error, event, executable, host_callbacks, memory,  # noqa: F401
-                   plugin, topology, transfer)
+    from . import (buffer, caller_callbacks, client, client_buffers, device, error, event,  # noqa: F401
+                   executable, host_callbacks, memory, plugin, topology, transfer)
 
     table = _slot_table()
     from . import layouts_extension, shardings_extension  # noqa: F401  (their entry points)
@@ -47,6 +49,8 @@ def install(ffi, lib) -> None:
         ffi.def_extern(name=table.callback_name(name))(callback)
     ffi.def_extern(name="pjrt_ref_release_blob")(cdata.release_blob)
     ffi.def_extern(name="pjrt_ref_callback_error")(host_callbacks.callback_error)
+    ffi.def_extern(name="pjrt_ref_release_bytes")(cdata.release_bytes)
+    caller_callbacks.install(ffi)      # functions handed to the caller inside Args
     from . import profiler_extension   # the PJRT profiler extension's callbacks
     profiler_extension.install(ffi, lib)
     live_profile.watch_from_settings()    # PJRT_REF_PROFILE: slices from the start

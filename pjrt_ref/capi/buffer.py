@@ -6,11 +6,12 @@ import numpy as np
 from ..model import handles
 from ..model.buffer import Buffer
 from ..model.device import Device
-from ..model.dtypes import to_numpy
-from ..errors import InvalidArgument, Unimplemented
+from ..model.dtypes import BufferType, buffer_type, to_numpy
+from ..errors import Internal, InvalidArgument, Unimplemented
 from ..limits import check_allocation, nbytes
+from ..model.event import Promise
 from ..model.memory import Memory
-from . import cdata
+from . import caller_callbacks, cdata
 from ._boundary import entry_point
 from .buffer_destroy import destroy_buffer
 from .cdata import Args, owned_array
@@ -37,8 +38,23 @@ def register_buffer(buffer: Buffer):
     return buffer.handle
 
 
+def array_shape(args: Args, prefix: str = "shape_", layout: str | None = "shape_layout"
+                ) -> tuple[BufferType, np.dtype, tuple[int, ...]]:
+    """(type, numpy dtype, dims) of an array shape given as the Args fields `<prefix>element_type`,
+    `<prefix>dims`, `<prefix>num_dims` and, if named, a device layout, which must be the dense
+    row-major one every pjrt-ref buffer has (`check_dense_device_layout`)."""
+    element_type = buffer_type(getattr(args, prefix + "element_type"))
+    dtype = to_numpy(element_type)
+    dims = tuple(int_list(getattr(args, prefix + "dims"), getattr(args, prefix + "num_dims"), prefix + "dims"))
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"negative dimension in {list(dims)}")
+    if layout is not None:
+        check_dense_device_layout(args.get(layout, cdata.NULL), list(dims), dtype.itemsize)
+    return element_type, dtype, dims
+
+
 # ------------------------------------------------------------- layouts
-def _strides_from_layout(layout, dims: list[int], itemsize: int) -> list[int] | None:
+def strides_from_layout(layout, dims: list[int], itemsize: int) -> list[int] | None:
     """Byte strides a `PJRT_Buffer_MemoryLayout` describes (None: dense row-major)."""
     if layout == cdata.NULL:
         return None
@@ -145,7 +161,7 @@ def client_buffer_from_host_buffer(args: Args) -> None:
 
 def check_dense_device_layout(layout, dims: list[int], itemsize: int) -> None:
     """UNIMPLEMENTED unless a caller's device layout (or NULL) is dense row-major, as every buffer is."""
-    strides = _strides_from_layout(layout, dims, itemsize)
+    strides = strides_from_layout(layout, dims, itemsize)
     if strides is not None and any(d > 1 for d in dims) and strides != _dense_strides(dims, itemsize):
         raise Unimplemented("pjrt-ref buffers are dense row-major; other device layouts are not supported")
 
@@ -170,7 +186,7 @@ def buffer_to_host_buffer(args: Args) -> None:
     """PJRT_Buffer_ToHostBuffer: `dst == NULL` reports `dst_size`; else copy (honouring host_layout)."""
     buffer = _buffer(args, "src")
     array = buffer.array
-    strides = _strides_from_layout(args.host_layout, list(buffer.dims), buffer.dtype.itemsize)
+    strides = strides_from_layout(args.host_layout, list(buffer.dims), buffer.dtype.itemsize)
     needed = _span(list(buffer.dims), strides or _dense_strides(list(buffer.dims), buffer.dtype.itemsize),
                    buffer.dtype.itemsize)[1]
     if args.dst == cdata.NULL:
@@ -190,6 +206,76 @@ def buffer_copy_raw_to_host(args: Args) -> None:
     cdata.require_array(args.dst, size, "PJRT_Buffer_CopyRawToHost dst")
     cdata.ffi.memmove(args.dst, raw[offset:offset + size], size)
     args.event = new_event_handle()
+
+
+@entry_point("PJRT_Buffer_CopyRawToHostFuture")
+def buffer_copy_raw_to_host_future(args: Args) -> None:
+    """PJRT_Buffer_CopyRawToHostFuture: PJRT_Buffer_CopyRawToHost whose destination comes later.
+
+    The caller gets `event`, `callback_data` and `future_ready_callback`, and
+    calls the callback once with `callback_data` and either the destination
+    (`error_code` OK, `dst`) or an error. The bytes are written, and `event`
+    completes, once both the destination and the buffer's contents are here
+    (a pending buffer's may come later); an error on either side becomes
+    the event's. As pjrt_c_api.h asks, the contents stay alive for the copy
+    even if the buffer is deleted before the destination comes. A range
+    outside the buffer, or a deleted buffer, fails the call itself (XLA's
+    wrapper fails the event instead; pjrt-ref's CopyRawToHost fails the call).
+    """
+    args.require("future_ready_callback")
+    buffer = _buffer(args)
+    offset, size = int(args.offset), int(args.transfer_size)
+    destination = Promise()
+    args.event = new_event_handle(buffer.copy_raw_later(offset, size, destination))
+    caller_callbacks.hand_out(args, "future_ready_callback", "pjrt_ref_copy_raw_destination_ready",
+                              destination, lambda callback_args: _writer(callback_args.dst, size))
+
+
+def _writer(dst, size: int):
+    """How the promised destination is written: `size` bytes to `dst` (NULL: INVALID_ARGUMENT)."""
+    cdata.require_array(dst, size, "PJRT_Buffer_CopyRawToHostFuture destination (dst)")
+
+    def write(data: np.ndarray) -> None:
+        if not size:
+            return
+        try:
+            cdata.ffi.memmove(dst, data, size)
+        except Exception as error:    # cffi refused the copy: an error of the event, not a crash
+            raise Internal(f"copy to the destination failed: {error!r}") from None
+    return write
+
+
+# ------------------------------------------------------- donating buffers
+@entry_point("PJRT_Buffer_Bitcast")
+def buffer_bitcast(args: Args) -> None:
+    """PJRT_Buffer_Bitcast: a new buffer on the same memory holding the same bytes as
+    another element type and dims; no byte is copied, and, as PjRtBuffer::Bitcast
+    says, the input is donated (deleted). The byte sizes must match (else
+    INVALID_ARGUMENT naming both); the layout must be the dense row-major one
+    (NULL: that default, not the input's). Tokens are not arrays: INVALID_ARGUMENT.
+    A deleted input: FAILED_PRECONDITION, as for every read of a deleted buffer."""
+    args.require("out_buffer")
+    buffer = _buffer(args)
+    if BufferType.TOKEN in (buffer.buffer_type, buffer_type(args.element_type)):
+        raise InvalidArgument("a bitcast takes and makes arrays, not tokens")
+    element_type, dtype, dims = array_shape(args, prefix="", layout="device_layout")
+    args.out_buffer = register_buffer(buffer.successor(element_type, dtype, dims))
+
+
+@entry_point("PJRT_Buffer_DonateWithControlDependency")
+def buffer_donate_with_control_dependency(args: Args) -> None:
+    """PJRT_Buffer_DonateWithControlDependency: `buffer` is donated (deleted) to
+    `out_buffer`, which has its contents and is ready once they are and the
+    caller has called `dependency_ready_callback(callback_data)` (once). An
+    error from either (a failed buffer, an error code in the callback) becomes
+    out_buffer's error. A deleted buffer, or one a framework views
+    (external references), cannot be donated: FAILED_PRECONDITION."""
+    args.require("dependency_ready_callback", "out_buffer")
+    buffer = _buffer(args)
+    dependency = Promise()
+    out = buffer.successor(buffer.buffer_type, buffer.dtype, buffer.dims, dependency.event)
+    caller_callbacks.hand_out(args, "dependency_ready_callback", "pjrt_ref_dependency_ready", dependency)
+    args.out_buffer = register_buffer(out)
 
 
 # --------------------------------------------------------------- queries

@@ -4,7 +4,7 @@ What every entry point module needs to talk C: reading a caller's Args
 struct within its `struct_size` (`Args`), its strings, byte strings,
 arrays and named values; making a `PJRT_Error*`; handing out C memory that
 a Python object owns (`owned_*`) or that the caller frees with a deleter
-(`hand_out_blob`). Strict mode, the API log and the fast paths read it too.
+(`hand_out_blob`, `hand_out_bytes`). Strict mode, the API log and the fast paths read it too.
 
 It imports only the handle table and the error types, so any module of the
 C API layer may import it. Turning entry points into the callbacks cffi
@@ -13,6 +13,7 @@ runs (with the API log, strict mode and the fast paths) is the module above,
 """
 from __future__ import annotations
 
+import sys
 import traceback
 from typing import Any, Callable
 
@@ -83,6 +84,22 @@ def caller_error(name: str, code: int, message: str) -> PjrtRefError:
     return error
 
 
+def caller_status(args: "Args", name: str, code_field: str, payload: bool = False) -> PjrtRefError | None:
+    """The error a caller describes with `<code_field>`, `error_message` and, with `payload`
+    (where the caller's struct has them), string `payload`s; None for OK. pjrt-ref's errors
+    carry a code and a message only, so payloads are checked (strings, as XLA requires)
+    and dropped."""
+    code = int(getattr(args, code_field))
+    if payload and args.get("num_payload", 0):
+        payload = read_named_values(args.payload, args.num_payload)
+        for key, value in payload.items():
+            if not isinstance(value, str):
+                raise InvalidArgument(f"{name}: payload {key!r} is not a string")
+    if code == 0:
+        return None
+    return caller_error(name, code, text_arg(args.error_message, args.error_message_size, "error_message"))
+
+
 # -------------------------------------------------------------------- args
 class Args:
     """A view of one `PJRT_*_Args` struct that stays inside the caller's struct_size.
@@ -120,6 +137,13 @@ class Args:
 
     def too_short(self, field: str) -> InvalidArgument:
         return InvalidArgument(f"{self._name}: struct_size {self._size} is too small to hold field '{field}'")
+
+    def require(self, *fields: str) -> None:
+        """INVALID_ARGUMENT unless the caller's struct holds all of `fields`: for outputs
+        that must reach the caller (a callback it has to call), checked before any effect."""
+        for field in fields:
+            if not self.has(field):
+                raise self.too_short(field)
 
     @property
     def raw(self):
@@ -281,10 +305,32 @@ def release_blob(blob) -> None:
         pass
 
 
-def set_deleter(args: Args, field: str) -> None:
-    """Point the caller's deleter field at `pjrt_ref_release_blob`, cast to the field's type."""
+# Bytes handed out by `hand_out_bytes`, by the address of their first byte.
+_HANDED_BYTES: dict[int, Blob] = {}
+
+
+def hand_out_bytes(args: Args, bytes_field: str, deleter_field: str, data: bytes) -> None:
+    """Give the caller `data` and a deleter it calls with the bytes pointer itself
+    (`void (*)(const char*)`, e.g. MakeCanonicalShapeForMemorySpace's serialized_shape)."""
+    blob = Blob(data)
+    _HANDED_BYTES[int(ffi.cast("uintptr_t", blob.data))] = blob
+    setattr(args, bytes_field, blob.data)
+    setattr(args, bytes_field + "_size", blob.size)
+    set_deleter(args, deleter_field, lib.pjrt_ref_release_bytes)
+
+
+def release_bytes(data) -> None:
+    """The deleter behind `hand_out_bytes` (extern "Python"); a pointer it never handed out
+    (or one already freed) is reported on stderr, never followed."""
+    if _HANDED_BYTES.pop(int(ffi.cast("uintptr_t", data)), None) is None:
+        print(f"pjrt-ref: a bytes deleter was called with {data}, which pjrt-ref did not hand out "
+              "or which was already freed: ignored", file=sys.stderr)
+
+
+def set_deleter(args: Args, field: str, function=None) -> None:
+    """Point the caller's deleter field at `function` (default `pjrt_ref_release_blob`), cast to the field's type."""
     deleter_type = dict(ffi.typeof(args.raw).item.fields)[field].type
-    setattr(args, field, ffi.cast(deleter_type, lib.pjrt_ref_release_blob))
+    setattr(args, field, ffi.cast(deleter_type, function if function is not None else lib.pjrt_ref_release_blob))
 
 
 def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field: str, data: bytes) -> None:
@@ -296,5 +342,6 @@ def hand_out_blob(args: Args, bytes_field: str, holder_field: str, deleter_field
     set_deleter(args, deleter_field)
 
 
-__all__ = ["Args", "new_error", "owned", "owned_text", "owned_array", "owned_named_values", "read_named_values",
-           "text_arg", "bytes_arg", "require_array", "Holder", "hand_out_blob", "set_deleter", "release_blob"]
+__all__ = ["Args", "new_error", "caller_error", "caller_status", "owned", "owned_text", "owned_array", "owned_named_values", "read_named_values",
+           "text_arg", "bytes_arg", "require_array", "Holder", "hand_out_blob", "set_deleter", "release_blob",
+           "hand_out_bytes", "release_bytes"]

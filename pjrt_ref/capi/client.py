@@ -183,6 +183,28 @@ def client_default_device_assignment(args: Args) -> None:
         target[i] = device_id
 
 
+@entry_point("PJRT_Client_DmaMap")
+def client_dma_map(args: Args) -> None:
+    """PJRT_Client_DmaMap: accepted and recorded (pjrt_ref/model/client.py `dma_map`).
+
+    Mapping registers host memory with a device for fast transfers. pjrt-ref's
+    device memory is host memory, so there is nothing to register. XLA's CPU
+    client answers UNIMPLEMENTED ("DmaMap not supported on platform cpu");
+    pjrt-ref accepts, as XLA's GPU client does, so a caller that maps its
+    staging memory before transferring works unchanged, and it records the
+    mapping so that DmaUnmap can check it undoes one. NULL data, size 0 or a
+    range overlapping a mapping are errors.
+    """
+    client_of(args).dma_map(handles.address(args.data), int(args.size))
+
+
+@entry_point("PJRT_Client_DmaUnmap")
+def client_dma_unmap(args: Args) -> None:
+    """PJRT_Client_DmaUnmap: forgets a DmaMap mapping, by its start address; an address
+    DmaMap did not map (or that was unmapped already) is INVALID_ARGUMENT."""
+    client_of(args).dma_unmap(handles.address(args.data))
+
+
 def read_program(program) -> tuple[bytes, str]:
     """(code, format) of a caller's `PJRT_Program`."""
     if program == cdata.NULL:

@@ -1,10 +1,11 @@
 """PJRT_Device_* and PJRT_DeviceDescription_* entry points (pjrt_c_api.h "Device")."""
 from __future__ import annotations
 
+from ..errors import InvalidArgument
 from ..model import handles
-from ..model.device import Device, DeviceDescription
+from ..model.device import AsyncTrackingEvent, Device, DeviceDescription
 from ._boundary import entry_point, register_text_queries
-from .cdata import Args, Holder, owned_array, owned_named_values, set_deleter
+from .cdata import Args, Holder, bytes_arg, caller_status, owned_array, owned_named_values, set_deleter
 
 
 def _description(args: Args) -> DeviceDescription:
@@ -109,3 +110,50 @@ def device_clear_memory_stats(args: Args) -> None:
 
 def _client_of_device(device: Device):
     return device.client
+
+
+@entry_point("PJRT_Device_PoisonExecution")
+def device_poison_execution(args: Args) -> None:
+    """PJRT_Device_PoisonExecution: `poisoned` = false, always; the call checks its
+    arguments (the device, an error code other than OK, string payloads) and succeeds.
+
+    pjrt_c_api.h: it makes "the earliest execution on this device with given
+    launch_id", if not finished yet, fail with the error; false means there
+    is no such execution (finished, or a wrong launch id), which is not an
+    error. pjrt-ref runs each execution to the end inside
+    PJRT_LoadedExecutable_Execute and hands out its results only then, so
+    by the time a caller holds a launch id's results there is nothing left
+    to poison; it keeps no table of executions still running on other
+    threads, so those are not poisoned either (XLA CPU poisons only
+    asynchronous executions, through its execution tracker).
+    """
+    _device(args)
+    if caller_status(args, "PJRT_Device_PoisonExecution", "error_code", payload=True) is None:
+        raise InvalidArgument("PJRT_Device_PoisonExecution: error_code is OK; poisoning needs an error")
+    args.poisoned = False
+
+
+@entry_point("PJRT_Device_CreateAsyncTrackingEvent")
+def device_create_async_tracking_event(args: Args) -> None:
+    """PJRT_Device_CreateAsyncTrackingEvent: a tracking event the caller destroys with
+    PJRT_AsyncTrackingEvent_Destroy (pjrt_ref/model/device.py `AsyncTrackingEvent`).
+
+    jaxlib's C API client aborts the process (LOG(FATAL)) if this call fails,
+    so it fails only for a caller's error that would otherwise crash: a bad
+    device handle, a NULL description with a size. Any bytes are a valid
+    description (decoded with replacement). XLA's CPU client answers with no
+    event (NULL, which the caller must accept); pjrt-ref gives a real one, so
+    its destroy is checked like any handle's.
+    """
+    device = _device(args)
+    description = bytes_arg(args.description, args.description_size, "description").decode("utf-8", "replace")
+    event = AsyncTrackingEvent(device, description)
+    event.handle = handles.add(event)
+    args.event = event.handle
+
+
+@entry_point("PJRT_AsyncTrackingEvent_Destroy")
+def async_tracking_event_destroy(args: Args) -> None:
+    """PJRT_AsyncTrackingEvent_Destroy: frees the event. A NULL, stale (destroyed
+    already) or foreign pointer is INVALID_ARGUMENT, as for every pjrt-ref handle."""
+    handles.remove(args.event, AsyncTrackingEvent, "PJRT_AsyncTrackingEvent")

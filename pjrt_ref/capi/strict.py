@@ -49,6 +49,8 @@ DATA_ACCESS = frozenset({
     "PJRT_Buffer_UnsafePointer", "PJRT_Buffer_OpaqueDeviceMemoryDataPointer",
     "PJRT_Buffer_IncreaseExternalReferenceCount", "PJRT_Buffer_CopyRawToHost",
     "PJRT_LoadedExecutable_Execute", "PJRT_Buffer_ReadyEvent",
+    "PJRT_Buffer_CopyRawToHostFuture", "PJRT_Buffer_Bitcast", "PJRT_Buffer_DonateWithControlDependency",
+    "PJRT_Client_FulfillAliasBuffer",
 })
 
 

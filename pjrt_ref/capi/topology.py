@@ -1,11 +1,15 @@
 """PJRT_TopologyDescription_* entry points and PJRT_Compile (pjrt_c_api.h "Topology")."""
 from __future__ import annotations
 
+from ..errors import InvalidArgument, Unimplemented
 from ..model import handles
+from ..model.dtypes import BufferType, buffer_type
 from ..model.executable import Executable
 from ..model.topology import Topology, local_topology
+from . import cdata
 from ._boundary import entry_point
-from .cdata import (Args, bytes_arg, hand_out_blob, owned_array, owned_named_values, owned_text,
+from .buffer import int_list
+from .cdata import (Args, bytes_arg, hand_out_blob, hand_out_bytes, owned_array, owned_named_values, owned_text,
                     read_named_values)
 
 
@@ -90,6 +94,56 @@ def topology_attributes(args: Args) -> None:
 def topology_fingerprint(args: Args) -> None:
     """PJRT_TopologyDescription_Fingerprint: stable hash of platform and devices."""
     args.fingerprint = _topology(args).fingerprint
+
+
+@entry_point("PJRT_TopologyDescription_GetMemorySpaceKindIds")
+def topology_get_memory_space_kind_ids(args: Args) -> None:
+    """PJRT_TopologyDescription_GetMemorySpaceKindIds: [0], the kind id of "device",
+    pjrt-ref's one memory kind (PJRT_Memory_Kind_Id); owned by the topology."""
+    topology = _topology(args)
+    ids = list(topology.memory_space_kind_ids)
+    args.memory_space_kind_ids = owned_array(topology, "memory_space_kind_ids", "int", ids)
+    args.num_memory_space_kind_ids = len(ids)
+
+
+@entry_point("PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace")
+def topology_make_canonical_shape_for_memory_space(args: Args) -> None:
+    """PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace: the serialized xla.ShapeProto
+    a buffer of this shape has in memories of kind `memory_space_kind_id`: the shape with
+    the dense row-major layout every pjrt-ref buffer has, written as XLA writes it
+    (pjrt_ref/model/topology.py `shape_proto`); freed by the caller's deleter call.
+
+    A given layout must be that one: a tiled layout with another order, or with
+    tiles, is UNIMPLEMENTED (XLA's CPU client: "only support default layout");
+    byte strides are INVALID_ARGUMENT (XLA converts only tiled layouts). A kind id
+    none of pjrt-ref's memories has is INVALID_ARGUMENT (XLA's CPU client ignores
+    the kind id; a shape for a memory that cannot exist describes no buffer).
+    """
+    topology = _topology(args)
+    element_type = buffer_type(args.element_type)
+    if element_type == BufferType.INVALID:
+        raise InvalidArgument("element_type is PJRT_Buffer_Type_INVALID")
+    dims = int_list(args.dims, args.num_dims, "dims")
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"negative dimension in {dims}")
+    _check_row_major(args.layout, len(dims))
+    proto = topology.canonical_shape(int(args.memory_space_kind_id), element_type, dims)
+    hand_out_bytes(args, "serialized_shape", "serialized_shape_deleter", proto)
+
+
+def _check_row_major(layout, rank: int) -> None:
+    """An optional tiled layout must be the descending order with no tiles."""
+    if layout == cdata.NULL:
+        return
+    if layout.type != cdata.lib.PJRT_Buffer_MemoryLayout_Type_Tiled:
+        raise InvalidArgument("only a tiled layout (a minor-to-major order) describes a shape's layout")
+    tiled = layout.tiled
+    order = int_list(tiled.minor_to_major, tiled.minor_to_major_size, "minor_to_major")
+    if sorted(order) != list(range(rank)):
+        raise InvalidArgument(f"minor_to_major {order} is not a permutation of rank {rank}")
+    if order != list(range(rank - 1, -1, -1)) or tiled.num_tiles:
+        raise Unimplemented(f"pjrt-ref buffers are dense row-major: layout {{{','.join(map(str, order))}}}"
+                            f"{' with tiles' if tiled.num_tiles else ''} is not theirs")
 
 
 @entry_point("PJRT_Compile")

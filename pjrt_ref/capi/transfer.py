@@ -10,7 +10,8 @@ from ..model.transfer import TransferManager
 from . import cdata
 from ._boundary import entry_point
 from .cdata import Args, bytes_arg, read_named_values, text_arg
-from .buffer import check_dense_device_layout, int_list, register_buffer
+from .buffer import (array_shape, check_dense_device_layout, host_to_array, int_list, register_buffer,
+                     strides_from_layout)
 from .client import client_of
 from .event import new_event_handle
 
@@ -51,6 +52,21 @@ def transfer_manager_transfer_data(args: Args) -> None:
     if size < 0:
         raise InvalidArgument(f"negative transfer_size {size}")
     manager.transfer(args.buffer_index, bytes_arg(args.data, size), int(args.offset), bool(args.is_last_transfer))
+    args.done_with_h2d_transfer = new_event_handle()
+
+
+@entry_point("PJRT_AsyncHostToDeviceTransferManager_TransferLiteral")
+def transfer_manager_transfer_literal(args: Args) -> None:
+    """PJRT_AsyncHostToDeviceTransferManager_TransferLiteral: buffer `buffer_index`'s whole
+    contents, a host literal of exactly its element type and dims, copied at once (the event
+    is born ready); the buffer is then ready. The literal's layout may be any dense one
+    (`shape_layout`: a minor-to-major order or byte strides; NULL: row-major). A shape that
+    is not the buffer's, or a buffer already completed, is INVALID_ARGUMENT."""
+    manager = _manager(args)
+    _, dtype, dims = array_shape(args, layout=None)
+    manager.check_literal(args.buffer_index, dtype, dims)      # before reading the caller's memory
+    strides = strides_from_layout(args.shape_layout, list(dims), dtype.itemsize)
+    manager.transfer_literal(args.buffer_index, host_to_array(args.data, dtype, list(dims), strides))
     args.done_with_h2d_transfer = new_event_handle()
 
 

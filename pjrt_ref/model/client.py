@@ -1,12 +1,14 @@
 """`PJRT_Client`: devices, memories, compilation and host transfers."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import handles, program_formats
 from .buffer import Buffer
 from .device import Device, DeviceDescription
-from ..errors import InvalidArgument, NotFound
+from ..errors import AlreadyExists, InvalidArgument, NotFound
 from .executable import Executable, LoadedExecutable
 from .memory import Memory
 from .topology import PLATFORM_NAME, Topology, device_count, platform_version
@@ -66,6 +68,8 @@ class Client:
         self.memories: list[Memory] = [d.default_memory for d in self.addressable_devices]
         self.topology = Topology(PLATFORM_NAME, self.platform_version,
                                  [d.description for d in self.devices], owned_by_client=True)
+        self.dma_mappings: dict[int, int] = {}     # PJRT_Client_DmaMap: start address -> size
+        self._dma_lock = threading.Lock()
         self.handle = None
 
     def _new_device(self, device_id: int, local_index: int, process_index: int) -> Device:
@@ -123,6 +127,34 @@ class Client:
 
     def load(self, executable: Executable) -> LoadedExecutable:
         return LoadedExecutable(executable, self)
+
+    # -- DMA mappings ------------------------------------------------------------
+    def dma_map(self, address: int, size: int) -> None:
+        """Record host memory [address, address+size) as mapped (PJRT_Client_DmaMap).
+
+        pjrt-ref's device memory is host memory, so every host address is
+        already one it can copy from and to: nothing needs registering. The
+        record lets DmaUnmap check that it undoes a DmaMap, as a GPU driver
+        does. Mapping memory that overlaps a mapping is ALREADY_EXISTS
+        (CUDA's cudaHostRegister refuses it too).
+        """
+        if address == 0:
+            raise InvalidArgument("DmaMap: data is NULL")
+        if size <= 0:
+            raise InvalidArgument(f"DmaMap: size {size}: nothing to map")
+        with self._dma_lock:
+            for start, length in self.dma_mappings.items():
+                if start < address + size and address < start + length:
+                    raise AlreadyExists(f"DmaMap: [0x{address:x}, +{size}) overlaps the mapping "
+                                        f"[0x{start:x}, +{length}) made before")
+            self.dma_mappings[address] = size
+
+    def dma_unmap(self, address: int) -> None:
+        """Forget the mapping DmaMap made at `address`; INVALID_ARGUMENT if there is none."""
+        with self._dma_lock:
+            if self.dma_mappings.pop(address, None) is None:
+                raise InvalidArgument(f"DmaUnmap: 0x{address:x} is not the start of memory mapped by "
+                                      "PJRT_Client_DmaMap (never mapped, or already unmapped)")
 
     # -- buffers ---------------------------------------------------------------
     def memory_for(self, device: Device | None, memory: Memory | None) -> tuple[Device, Memory]:

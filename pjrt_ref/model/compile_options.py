@@ -116,15 +116,30 @@ def parse_device_assignment(blob: bytes) -> DeviceAssignment:
 def encode_device_assignment(assignment: DeviceAssignment) -> bytes:
     """`assignment[replica][partition]` -> DeviceAssignmentProto bytes."""
     replicas, partitions = len(assignment), len(assignment[0])
-    out = _tag(1, _VARINT) + _varint(replicas) + _tag(2, _VARINT) + _varint(partitions)
+    out = varint_field(1, replicas) + varint_field(2, partitions)
     for p in range(partitions):
-        ids = b"".join(_varint(assignment[r][p]) for r in range(replicas))
-        column = _tag(1, _LEN) + _varint(len(ids)) + ids          # packed replica_device_ids
-        out += _tag(3, _LEN) + _varint(len(column)) + column
+        column = packed_field(1, [assignment[r][p] for r in range(replicas)])   # replica_device_ids
+        out += bytes_field(3, column)
     return out
 
 
-# ------------------------------------------------------------ wire format
+# ------------------------------------------------------------ wire format: writing
+def varint_field(field: int, value: int) -> bytes:
+    """One integer (or bool, or enum) field; negative numbers as int64 two's complement."""
+    return _tag(field, _VARINT) + _varint(int(value))
+
+
+def packed_field(field: int, values: list[int]) -> bytes:
+    """A packed repeated integer field (proto3's encoding of `repeated int64`/`bool`)."""
+    return bytes_field(field, b"".join(_varint(int(v)) for v in values))
+
+
+def bytes_field(field: int, payload: bytes) -> bytes:
+    """A length-delimited field: a nested message, a string or bytes."""
+    return _tag(field, _LEN) + _varint(len(payload)) + payload
+
+
+# ------------------------------------------------------------ wire format: reading
 def wire_fields(data: bytes, what: str):
     """(field number, wire type, value) of each field; LEN values are bytes."""
     position = 0

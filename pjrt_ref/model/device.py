@@ -4,6 +4,8 @@ pjrt-ref exposes N addressable virtual devices, `pjrt_ref:0` ...
 `pjrt_ref:N-1` (N from PJRT_REF_NUM_DEVICES or the `num_devices` client
 create option; default 1): CPU-like devices in one process, each with its
 own memory of numpy arrays in host RAM.
+
+`AsyncTrackingEvent` is what PJRT_Device_CreateAsyncTrackingEvent hands out.
 """
 from __future__ import annotations
 
@@ -59,3 +61,22 @@ class Device:
             raise InvalidArgument(f"device {self.id} belongs to process {self.description.process_index}: "
                                   "it has no memory in this process")
         return self.memories[0]
+
+
+@dataclass(eq=False)
+class AsyncTrackingEvent:
+    """A caller's note that asynchronous work depends on `device` (PJRT_Device_CreateAsyncTrackingEvent).
+
+    XLA's ScopedAsyncTrackingEvent lets a runtime see, while the note lives,
+    that something outside it waits on the device. pjrt-ref finishes its
+    work inside each call, so nothing waits on a note; it keeps the device
+    and the caller's description, so a live note names what it tracks (in
+    strict mode's leak report, say) until PJRT_AsyncTrackingEvent_Destroy.
+    """
+
+    device: Device
+    description: str
+    handle: object = None          # our PJRT_AsyncTrackingEvent*
+
+    def __repr__(self) -> str:
+        return f"AsyncTrackingEvent(pjrt_ref:{self.device.id}, {self.description!r})"

@@ -73,7 +73,30 @@ _NUMPY = {
     BufferType.F6E3M2FN: ml_dtypes.float6_e3m2fn,
 }
 NUMPY_DTYPES: dict[BufferType, np.dtype] = {t: np.dtype(d) for t, d in _NUMPY.items()}
+
+# xla.PrimitiveType (xla/xla_data.proto) of each PJRT_Buffer_Type, for the protos pjrt-ref
+# writes (PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace's ShapeProto). The two
+# enums share names, not numbers.
+XLA_PRIMITIVE_TYPES: dict[BufferType, int] = {
+    BufferType.PRED: 1, BufferType.S8: 2, BufferType.S16: 3, BufferType.S32: 4, BufferType.S64: 5,
+    BufferType.U8: 6, BufferType.U16: 7, BufferType.U32: 8, BufferType.U64: 9,
+    BufferType.F16: 10, BufferType.F32: 11, BufferType.F64: 12, BufferType.C64: 15,
+    BufferType.BF16: 16, BufferType.TOKEN: 17, BufferType.C128: 18, BufferType.F8E5M2: 19,
+    BufferType.F8E4M3FN: 20, BufferType.S4: 21, BufferType.U4: 22, BufferType.F8E4M3B11FNUZ: 23,
+    BufferType.F8E5M2FNUZ: 24, BufferType.F8E4M3FNUZ: 25, BufferType.S2: 26, BufferType.U2: 27,
+    BufferType.F8E4M3: 28, BufferType.F8E3M4: 29, BufferType.S1: 30, BufferType.U1: 31,
+    BufferType.F4E2M1FN: 32, BufferType.F8E8M0FNU: 33, BufferType.F6E3M2FN: 35,
+    BufferType.F6E2M3FN: 36,
+}
 _FROM_NUMPY: dict[np.dtype, BufferType] = {d: t for t, d in NUMPY_DTYPES.items()}
+
+
+def buffer_type(value: int) -> BufferType:
+    """A caller's `PJRT_Buffer_Type` value, or INVALID_ARGUMENT naming it."""
+    try:
+        return BufferType(int(value))
+    except ValueError:
+        raise InvalidArgument(f"unknown PJRT_Buffer_Type {int(value)}") from None
 
 
 def to_numpy(buffer_type: int) -> np.dtype:

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import settings
+from .compile_options import bytes_field, packed_field, varint_field
 from .device import DeviceDescription
+from .dtypes import XLA_PRIMITIVE_TYPES, BufferType
+from .memory import KIND_IDS
 from ..errors import InvalidArgument
 
 PLATFORM_NAME = "pjrt_ref"
@@ -59,6 +62,20 @@ class Topology:
             f"{d.id}:{d.kind}" for d in self.descriptions)
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
+    @property
+    def memory_space_kind_ids(self) -> tuple[int, ...]:
+        """The kind ids of the memories its devices have, the default first (memory.KIND_IDS)."""
+        return KIND_IDS
+
+    def canonical_shape(self, kind_id: int, buffer_type: BufferType, dims: list[int]) -> bytes:
+        """The xla.ShapeProto a `buffer_type[dims]` buffer has in memories of kind `kind_id`
+        (PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace): the dense row-major layout
+        every pjrt-ref buffer has. A kind id none of its memories has is INVALID_ARGUMENT."""
+        if kind_id not in self.memory_space_kind_ids:
+            raise InvalidArgument(f"memory space kind id {kind_id}: pjrt_ref's memories have kind ids "
+                                  f"{list(self.memory_space_kind_ids)}")
+        return shape_proto(buffer_type, dims)
+
     def serialize(self) -> bytes:
         return json.dumps({
             "format": "pjrt-ref topology v1",
@@ -85,3 +102,24 @@ def local_topology(options: dict | None = None) -> Topology:
     """The topology of a fresh client made with `options` (device count: see device_count)."""
     return Topology(PLATFORM_NAME, platform_version(),
                     [DeviceDescription.virtual(i) for i in range(device_count(options))])
+
+
+def shape_proto(buffer_type: BufferType, dims: list[int]) -> bytes:
+    """xla.ShapeProto bytes of a dense row-major `buffer_type[dims]` array, field for field
+    what XLA's Shape::ToProto writes for that shape with its default layout:
+    element_type (2), dimensions (3), layout (5: minor_to_major 1, and
+    tail_padding_alignment_in_elements 16, which XLA always writes, = 1),
+    is_dynamic_dimension (6). A token is its element type alone. Sub-byte types
+    keep one byte per element here, so the layout sets no element_size_in_bits.
+    """
+    element_type = varint_field(2, XLA_PRIMITIVE_TYPES[buffer_type])
+    if buffer_type == BufferType.TOKEN:
+        if dims:
+            raise InvalidArgument(f"a token has no dimensions, got {dims}")
+        return element_type
+    rank = len(dims)
+    minor_to_major = packed_field(1, list(range(rank - 1, -1, -1))) if rank else b""
+    layout = bytes_field(5, minor_to_major + varint_field(16, 1))
+    if not rank:
+        return element_type + layout
+    return element_type + packed_field(3, dims) + layout + packed_field(6, [0] * rank)

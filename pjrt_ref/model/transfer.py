@@ -2,7 +2,9 @@
 
 The caller gets pending buffers (`RetrieveBuffer`) at once and streams bytes
 into each (`TransferData`, any order of chunks); the chunk marked last makes
-the buffer ready. An execution that reads a pending buffer waits for it.
+the buffer ready. Or it sends a buffer's whole contents at once, as a host
+literal (`TransferLiteral`). An execution that reads a pending buffer waits
+for it.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class TransferManager:
         self.buffers = [Buffer.pending(dtype, dims, device, memory) for dtype, dims in specs]
         self._staging = [bytearray(b.nbytes) for b in self.buffers]
         self._retrieved: set[int] = set()
+        self._completed: set[int] = set()      # buffers whose last bytes came (fulfilled or about to be)
         self.metadata: dict = {}
         self._lock = threading.Lock()
         self.handle = None
@@ -42,11 +45,33 @@ class TransferManager:
             raise InvalidArgument(
                 f"chunk [{offset}, {offset + len(data)}) outside buffer {index}'s {len(staging)} bytes")
         with self._lock:
-            if buffer.ready_event.is_ready:
-                raise InvalidArgument(f"buffer {index} was already completed")
+            self._check_open(index)
             staging[offset:offset + len(data)] = data
+            if is_last:
+                self._completed.add(index)
         if is_last:
             buffer.fulfill(np.frombuffer(bytes(staging), buffer.dtype).reshape(buffer.dims))
+
+    def check_literal(self, index: int, dtype: np.dtype, dims: tuple[int, ...]) -> None:
+        """INVALID_ARGUMENT unless a `dtype[dims]` literal is exactly buffer `index`'s shape."""
+        buffer = self.buffers[self._index(index)]
+        if dtype != buffer.dtype or tuple(dims) != buffer.dims:
+            raise InvalidArgument(f"literal {dtype}{list(dims)} does not match buffer {index}, "
+                                  f"{buffer.dtype}{list(buffer.dims)}")
+
+    def transfer_literal(self, index: int, array: np.ndarray) -> None:
+        """Buffer `index`'s whole contents at once (a host literal of its exact shape): it is then ready."""
+        self.check_literal(index, array.dtype, array.shape)
+        buffer = self.buffers[index]
+        with self._lock:
+            self._check_open(index)
+            self._completed.add(index)
+        buffer.fulfill(array)
+
+    def _check_open(self, index: int) -> None:
+        """(Under the lock.) INVALID_ARGUMENT once buffer `index` got its last bytes or an error."""
+        if index in self._completed or self.buffers[index].ready_event.is_ready:
+            raise InvalidArgument(f"buffer {index} was already completed")
 
     def retrieve(self, index: int) -> Buffer:
         """Hand out buffer `index` (once: the caller then owns it)."""

@@ -53,7 +53,41 @@ class Api:
         self.raw("PJRT_Error_Destroy", self.args("PJRT_Error_Destroy", error=error))
         return int(code.code), text
 
+    def error(self, name: str, **fields) -> tuple[int, str]:
+        """(code, message) of the error the call must return (AssertionError if it succeeds)."""
+        try:
+            self.call(name, **fields)
+        except PjrtCallError as error:
+            return error.code, error.message
+        raise AssertionError(f"{name} succeeded")
+
     # -- conveniences ---------------------------------------------------------
+    def is_ready(self, event) -> bool:
+        return bool(self.call("PJRT_Event_IsReady", event=event).is_ready)
+
+    def settle(self, event) -> tuple[int, str] | None:
+        """Await `event`, destroy it; None if it completed without error, else (code, message)."""
+        try:
+            error = self.raw("PJRT_Event_Await", self.args("PJRT_Event_Await", event=event))
+            return None if error == ffi.NULL else self.take_error(error)
+        finally:
+            self.call("PJRT_Event_Destroy", event=event)
+
+    def ready_event(self, buffer):
+        return self.call("PJRT_Buffer_ReadyEvent", buffer=buffer).event
+
+    def device(self, client, index: int = 0):
+        return self.call("PJRT_Client_AddressableDevices", client=client).addressable_devices[index]
+
+    def memory(self, client, index: int = 0):
+        return self.call("PJRT_Client_AddressableMemories", client=client).addressable_memories[index]
+
+    def dims(self, dims) -> object:
+        """A C int64_t array of `dims`, kept alive with the Api."""
+        array = ffi.new("int64_t[]", list(dims) or [0])
+        self.keep.append(array)
+        return array
+
     def client(self):
         return self.call("PJRT_Client_Create").client
 
