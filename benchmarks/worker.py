@@ -182,6 +182,60 @@ def run_programs(workload) -> tuple[dict, list]:
             [np.asarray(o) for o in outputs])
 
 
+def per_iteration_seconds(call) -> float:
+    """Seconds per iteration of a loop `call(n)` runs n times: the slope between a
+    short and a long trip count (medians of 5 calls each), so the call's fixed
+    cost drops out; the long count grows until it adds at least 2 ms."""
+    def median_time(n: int) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            call(n)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    short, long = 16, 1024
+    base, total = median_time(short), median_time(long)
+    while total - base < 2e-3 and long < 1 << 22 and total < 1.0:
+        long *= 8
+        total = median_time(long)
+    return max(total - base, 0.0) / (long - short)
+
+
+def runs_interpreted(fn, args) -> bool:
+    """Whether pjrt_ref runs the program's `while` loop op by op (not compiled by jit/loops.py)."""
+    import jax
+
+    from pjrt_ref.interpreter import load
+
+    program = load(jax.jit(fn).lower(16, *args).as_text())
+    return any(step.op.name == "stablehlo.while"
+               for function in program.module_plan.functions.values() for step in function.body.steps)
+
+
+def run_loop_ops(workload) -> tuple[dict, list]:
+    """loop_ops workloads (W13): each row's time per iteration, and on pjrt_ref
+    whether its loop runs interpreted. The sample is the geometric mean over
+    rows (for the rounds' pairing); the rows are what the report reads."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)       # int64, uint64 and float64 rows
+    rows = workload.build()
+    platform = jax.devices()[0].platform
+    results, outputs = {}, []
+    for label, fn, args in rows:
+        jitted = jax.jit(fn)
+        on_device = jax.device_put(args)
+        out = jax.block_until_ready(jitted(100, *on_device))
+        seconds = per_iteration_seconds(lambda n: jax.block_until_ready(jitted(n, *on_device)))
+        results[label] = {"per_iteration_s": seconds}
+        if platform == "pjrt_ref":
+            results[label]["interpreted"] = runs_interpreted(fn, args)
+        outputs.append(np.asarray(out).astype(np.float64))   # bfloat16 does not survive np.savez
+    geometric = float(np.exp(np.mean(np.log([max(r["per_iteration_s"], 1e-12) for r in results.values()]))))
+    return dict(samples=[geometric], rows=results, platform=platform), outputs
+
+
 def lowered_text(workload) -> tuple[str, list[np.ndarray]]:
     import jax
 
@@ -282,6 +336,8 @@ def main(argv: list[str]) -> None:
         info, out = run_compile(workload, repeats)
     elif mode in ("cpu", "plugin") and workload.kind == "programs":
         info, out = run_programs(workload)
+    elif mode in ("cpu", "plugin") and workload.kind == "loop_ops":
+        info, out = run_loop_ops(workload)
     elif mode in ("cpu", "plugin"):
         info, out = run_jax(workload, repeats)
     elif mode == "interpreter":

@@ -14,6 +14,8 @@ never imports it.
   compile_warm   the same, again, after a first compile in the process
   programs       `build()` returns [(name, function, argument)]: each is
                  jitted, compiled and run once; the total wall time
+  loop_ops       `build()` returns [(row, fn(n, *args), args)]: each row's
+                 time per loop iteration (loop_ops.py); the target is per row
 """
 from __future__ import annotations
 
@@ -165,6 +167,12 @@ def build_small_programs():
     return models.small_programs(_rng())
 
 
+def build_loop_ops():
+    from . import loop_ops
+
+    return loop_ops.rows()
+
+
 WORKLOADS = {
     w.name: w
     for w in (
@@ -186,6 +194,8 @@ WORKLOADS = {
                  build_transformer_forward, 0.1, "compile_warm"),
         Workload("W12", "300 small programs, each jitted, compiled and run once (total)",
                  build_small_programs, 1, "programs"),
+        Workload("W13", "ops in loops: fori_loop over 8 elements, one op per row and element type "
+                 "(time per iteration; the ratio is the worst row's)", build_loop_ops, 10, "loop_ops"),
     )
 }
 

@@ -14,12 +14,15 @@ What qualifies (anything else keeps the interpreted loop):
   S-shaped value down to a predicate).
 
 0-d values are numba scalars; S-shaped ones are computed element by element
-in one inner loop per iteration, into fresh arrays, so a value the body
-passes through unchanged can be shared.
+in one inner loop per iteration, into two-row buffers made before the loop
+whose rows iterations take in turn (or, where the body passes one carried
+array through as another, which would keep a row alive across iterations,
+into a fresh array per iteration).
 """
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -97,28 +100,63 @@ def _compile_while(step) -> Step:
                 results=step.results)
 
 
+def _alternates(carried, body_results, array_outputs) -> bool:
+    """Whether the computed arrays may live in two-row buffers made before the
+    loop, iterations writing the row the previous one read: only if no other
+    carried value is a computed array passed through (it would keep a row the
+    next iteration overwrites). An array carried unchanged (JAX carries a
+    loop's captured operands this way) or a captured one is only read."""
+    computed = {index for index, _ in array_outputs}
+    computed_names = {carried[index][0] for index in computed}
+    return not any(result in computed_names
+                   for index, result in enumerate(body_results) if index not in computed)
+
+
 def _loop_source(carried, translator, cond_lines, predicate, body_results, array_outputs) -> str:
+    """The numba `loop`: cond, then the body's scalar lines and its array loop.
+
+    Computed arrays live in two-row buffers when `_alternates` allows: no
+    array is made or rebound per iteration (numba counts references to an
+    array each time one is rebound, which cost more than computing 8
+    elements: W13 in benchmarks/README.md). Otherwise each iteration writes
+    a fresh array."""
     captured = [translator.names[slot][0] for slot, _, _ in translator.captures]
     parameters = ["n", "budget"] + [name for name, _, _ in carried] + captured
     lines = ["", "", "@njit(cache=True, error_model=\"numpy\")",
              f"def loop({', '.join(parameters)}):",
              "    done = False",
-             "    k = 0",
-             "    while True:"]
+             "    k = 0"]
+    rows = _alternates(carried, body_results, array_outputs) and bool(array_outputs)
+    computed = {index for index, _ in array_outputs}
+    array_lines = translator.array_lines
+    if rows:
+        for index in sorted(computed):
+            name, dtype = carried[index][0], TYPE_NAMES[carried[index][2].dtype]
+            lines += [f"    rows{index} = np.empty((2, n), {dtype})", f"    rows{index}[0, :] = {name}"]
+            array_lines = [re.sub(rf"\b{name}\[i\]", f"rows{index}[p, i]", line) for line in array_lines]
+    lines.append("    while True:")
     lines += [f"        {line}" for line in cond_lines]
     lines += [f"        if not {predicate}:", "            done = True", "            break"]
     lines += ["        if k >= budget:", "            break"]
     lines += [f"        {line}" for line in translator.scalar_lines]
-    for index, _ in array_outputs:
-        lines.append(f"        n{index} = np.empty(n, {TYPE_NAMES[carried[index][2].dtype]})")
+    if rows:
+        lines += ["        p = k % 2", "        q = 1 - p"]
+    else:
+        lines += [f"        n{index} = np.empty(n, {TYPE_NAMES[carried[index][2].dtype]})"
+                  for index, _ in array_outputs]
     if array_outputs:
         lines.append("        for i in range(n):")
-        lines += [f"            {line}" for line in translator.array_lines]
-        lines += [f"            n{index}[i] = {name}" for index, name in array_outputs]
-    targets = ", ".join(name for name, _, _ in carried)
-    lines.append(f"        {targets}, = {', '.join(body_results)},")
+        lines += [f"            {line}" for line in array_lines]
+        lines += [f"            rows{index}[q, i] = {name}" if rows else f"            n{index}[i] = {name}"
+                  for index, name in array_outputs]
+    rebound = [(name, result) for index, ((name, _, _), result) in enumerate(zip(carried, body_results))
+               if not (rows and index in computed)]
+    if rebound:
+        lines.append(f"        {', '.join(n for n, _ in rebound)}, = {', '.join(r for _, r in rebound)},")
     lines.append("        k += 1")
-    lines.append(f"    return done, k, {targets},")
+    returned = [f"rows{index}[k % 2]" if rows and index in computed else name
+                for index, (name, _, _) in enumerate(carried)]
+    lines.append(f"    return done, k, {', '.join(returned)},")
     return codegen.with_prelude("\n".join(lines) + "\n")
 
 

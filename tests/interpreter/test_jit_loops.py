@@ -90,3 +90,16 @@ def test_f32_math_in_double_rounded_once_inside_compiled_loops(monkeypatch):
 
     # XLA's single-precision exp/log/... differ from ours by ulps; exp(5x) grows them.
     check(lambda x: lax.fori_loop(0, 2, body, x), (x,), monkeypatch, rtol=1e-4)
+
+
+def test_arrays_passed_through_and_computed_keep_their_values(monkeypatch):
+    """Computed arrays alternate between two buffers unless a carried array is passed
+    through as another (it would hold a buffer the next iteration overwrites):
+    Fibonacci on vectors passes `y` through as the new `x`."""
+    x, y = np.arange(8, dtype=np.float32), np.ones(8, dtype=np.float32)
+    fibonacci = lambda x, y: lax.fori_loop(0, 9, lambda i, c: (c[1], c[0] + c[1]), (x, y))  # noqa: E731
+    check(fibonacci, (x, y), monkeypatch)
+    shifted = lambda x, y: lax.fori_loop(0, 9, lambda i, c: (c[0] * 2 + c[1], c[0]), (x, y))  # noqa: E731
+    check(shifted, (x, y), monkeypatch)
+    both_computed = lambda x, y: lax.fori_loop(0, 9, lambda i, c: (c[0] + c[1], c[0] - c[1]), (x, y))  # noqa: E731
+    check(both_computed, (x, y), monkeypatch)

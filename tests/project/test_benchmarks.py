@@ -70,3 +70,36 @@ def test_product_strategies_are_listed_per_shape():
         "- `float32 32x256x1024 rows,rows c`: fine blocks (blas.fine_blocks) shared with idle CPUs "
         "(fine 100.5, serial 223.4, split 135.8)",
         "- `float64 300x300x300 rows,rows c`: blocks shared with idle CPUs (not timed: default)"]
+
+
+def test_w13_rows_are_ranked_by_ratio_and_interpreted_rows_fail_the_target():
+    from benchmarks import cli
+
+    ours = {"rows": {"add int32": {"per_iteration_s": 4e-8, "interpreted": False},
+                     "dot 8x8 float32": {"per_iteration_s": 2e-5, "interpreted": True}}}
+    xla = {"rows": {"add int32": {"per_iteration_s": 1e-8}, "dot 8x8 float32": {"per_iteration_s": 1e-8}}}
+    rows = cli.loop_rows(ours, xla)
+    assert [r["row"] for r in rows] == ["dot 8x8 float32", "add int32"]
+    assert rows[1]["ratio"] == 4.0
+    lines = cli.loop_lines({"workload": "W13", "loop_rows": rows, "interpreted_rows": ["dot 8x8 float32"]})
+    assert "| add int32 | 40.0 ns | 10.0 ns | 4.0 | compiled |" not in lines     # µs below 1 ms
+    assert any(line.startswith("| dot 8x8 float32 |") and line.endswith("| interpreted |") for line in lines)
+    assert lines[-1] == "Rows pjrt_ref ran interpreted (1): dot 8x8 float32."
+
+
+def test_w13_has_a_row_per_op_and_element_type_and_each_row_runs():
+    """Every row's function runs (on cpu here) and gives an array of the row's type."""
+    import jax
+
+    from benchmarks import loop_ops
+
+    rows = loop_ops.rows()
+    labels = [label for label, _, _ in rows]
+    assert len(labels) == len(set(labels)) > 150
+    for wanted in ("remainder int32", "divide uint64", "shift_right_logical uint32", "popcnt int8",
+                   "exponential float64", "dynamic_slice float32", "dot 8x8 float32"):
+        assert wanted in labels
+    with jax.enable_x64(True):
+        for label, fn, args in rows[::7]:
+            out = jax.jit(fn)(3, *args)
+            assert out.shape == (loop_ops.SIZE,) and out.dtype == args[0].dtype, label
