@@ -7,22 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi, lib
+from capi_calls import PjrtCallError, ffi, lib
 
 INVALID, PRECONDITION = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_FAILED_PRECONDITION
 UNIMPLEMENTED, ABORTED = lib.PJRT_Error_Code_UNIMPLEMENTED, lib.PJRT_Error_Code_ABORTED
 F32, U32, S8, TOKEN = (lib.PJRT_Buffer_Type_F32, lib.PJRT_Buffer_Type_U32, lib.PJRT_Buffer_Type_S8,
                        lib.PJRT_Buffer_Type_TOKEN)
-
-
-@pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
-def client(api):
-    return api.client()
 
 
 def _deleted(api, buffer) -> bool:

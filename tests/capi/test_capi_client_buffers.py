@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi, lib
+from capi_calls import PjrtCallError, ffi, lib
 
 INVALID, NOT_FOUND = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_NOT_FOUND
 PRECONDITION, UNIMPLEMENTED = lib.PJRT_Error_Code_FAILED_PRECONDITION, lib.PJRT_Error_Code_UNIMPLEMENTED
@@ -18,16 +18,6 @@ ADD = """func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> 
   %0 = stablehlo.add %x, %y : tensor<4xf32>
   return %0 : tensor<4xf32>
 }"""
-
-
-@pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
-def client(api):
-    return api.client()
 
 
 @pytest.fixture(scope="module")

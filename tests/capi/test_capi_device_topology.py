@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capi_calls import Api, ffi, lib
+from capi_calls import ffi, lib
 from pjrt_ref.capi import cdata
 from pjrt_ref.model import handles
 from pjrt_ref.model.device import AsyncTrackingEvent
@@ -16,16 +16,6 @@ from pjrt_ref.model.dtypes import NUMPY_DTYPES, BufferType
 
 INVALID, ALREADY_EXISTS = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_ALREADY_EXISTS
 UNIMPLEMENTED = lib.PJRT_Error_Code_UNIMPLEMENTED
-
-
-@pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
-def client(api):
-    return api.client()
 
 
 # ------------------------------------------------------------------ DMA maps

@@ -3,9 +3,8 @@ whole literals (PJRT_AsyncHostToDeviceTransferManager_TransferLiteral, in-proces
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from capi_calls import Api, ffi, lib
+from capi_calls import ffi, lib
 from test_capi_errors import PYPJRT_PRELUDE
 from jax_support import run_python
 
@@ -34,16 +33,6 @@ print("ok")
 
 # ---------------------------------------------------- TransferLiteral, in-process
 INVALID = lib.PJRT_Error_Code_INVALID_ARGUMENT
-
-
-@pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
-def client(api):
-    return api.client()
 
 
 def _manager(api, client, shapes):

@@ -196,16 +196,6 @@ y.delete()
 
 
 # ---------------------------------------------------------------- C API
-@pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
-def client(api):
-    return api.client()
-
-
 def _error(api: Api, name: str, **fields) -> tuple[int, str]:
     with pytest.raises(PjrtCallError) as caught:
         api.call(name, **fields)
