@@ -158,13 +158,64 @@ _CHECKER: Checker | None = None
 # Digests of (entry, bytecode) the checker survived, most recent last: a
 # program compiled again (a warm recompile, a framework that compiles the
 # same module per device) is not parsed a third time. The verdict depends
-# on the bytes alone, so a survivor stays one.
+# on the bytes and on the MLIR that reads them (jaxlib's), so a survivor
+# stays one for that jaxlib: the digest covers the versions, and survivors
+# are also kept on disk (an empty file per digest in
+# PJRT_REF_CACHE_DIR/bytecode-checked), so that the next process's first
+# compile of the same program (a script run again, a test worker) does not
+# wait for a checker process to start (benchmarks/README.md, W0).
 _SURVIVED: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
 _SURVIVED_KEEP = 256
+_VERSIONS: bytes | None = None
+
+
+def _versions() -> bytes:
+    """What a verdict depends on besides the bytes: pjrt-ref's checker and jaxlib's MLIR."""
+    global _VERSIONS
+    if _VERSIONS is None:
+        import jaxlib.version
+
+        from .. import __version__
+        _VERSIONS = f"pjrt-ref {__version__}, jaxlib {jaxlib.version.__version__}".encode()
+    return _VERSIONS
 
 
 def _digest(entry: str, data: bytes) -> bytes:
-    return hashlib.sha256(entry.encode() + b"\0" + data).digest()
+    return hashlib.sha256(_versions() + b"\0" + entry.encode() + b"\0" + data).digest()
+
+
+def _survivor_file(digest: bytes) -> str:
+    from .native.codegen import cache_dir
+
+    return os.path.join(cache_dir(), "bytecode-checked", digest.hex())
+
+
+def _survived(digest: bytes) -> bool:
+    """In this process's memory, or on disk from an earlier process."""
+    if digest in _SURVIVED:
+        _SURVIVED.move_to_end(digest)
+        return True
+    if os.path.exists(_survivor_file(digest)):
+        _keep(digest)
+        return True
+    return False
+
+
+def _keep(digest: bytes) -> None:
+    _SURVIVED[digest] = None
+    if len(_SURVIVED) > _SURVIVED_KEEP:
+        _SURVIVED.popitem(last=False)
+
+
+def _record_survivor(digest: bytes) -> None:
+    """Remember a survivor here and on disk (an unwritable cache only costs the next process a check)."""
+    _keep(digest)
+    path = _survivor_file(digest)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "x").close()
+    except OSError:
+        pass
 
 
 def start_checker() -> None:
@@ -185,7 +236,8 @@ def start_checker() -> None:
 
 def check_bytecode(data: bytes, entry: str) -> None:
     """Raise InvalidArgument if parsing `data` crashes or hangs the checker
-    process (bytes it survived before are not sent again), and
+    process (bytes it survived before, in this process or an earlier one, are
+    not sent again), and
     FailedPrecondition if the checker itself could not do its work."""
     global _CHECKER
     if not check_enabled():
@@ -193,8 +245,7 @@ def check_bytecode(data: bytes, entry: str) -> None:
     timeout = timeout_seconds()
     digest = _digest(entry, data)
     with _LOCK:
-        if digest in _SURVIVED:
-            _SURVIVED.move_to_end(digest)
+        if _survived(digest):
             return
         try:
             if _CHECKER is None or not _CHECKER.alive:
@@ -212,9 +263,7 @@ def check_bytecode(data: bytes, entry: str) -> None:
             _CHECKER.close()
             _CHECKER = None
         else:
-            _SURVIVED[digest] = None
-            if len(_SURVIVED) > _SURVIVED_KEEP:
-                _SURVIVED.popitem(last=False)
+            _record_survivor(digest)
     if why is not None:
         raise InvalidArgument(f"MLIR bytecode rejected: {why}")
 

@@ -260,7 +260,8 @@ _declare("PJRT_REF_PROGRAM_CACHE", Integer(0), 32,
          "compiled programs kept for a compile of the same bytes, options and settings "
          "(least recently used out first; 0: none)")
 _declare("PJRT_REF_CACHE_DIR", PATH, None,
-         "disk cache of numba kernels and of the timed product strategies", "~/.cache/pjrt_ref/numba")
+         "disk cache of numba kernels, of the timed product strategies and of the bytecode the checker "
+         "survived", "~/.cache/pjrt_ref/numba")
 
 # Test files and suites.
 _declare("PJRT_REF_PROBE_DIR", PATH, None,

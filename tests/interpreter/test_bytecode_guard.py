@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 from repo_paths import DATA
@@ -39,9 +40,12 @@ _PRELUDE = textwrap.dedent("""
 
 
 def run(code: str, *args: str, **env: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code), *args],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu", **env})
+    """Run `code` after _PRELUDE in a fresh process, with an empty cache directory
+    unless `env` names one (checkers' survivors are kept there across processes)."""
+    with tempfile.TemporaryDirectory() as cache:
+        done = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code), *args],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "JAX_PLATFORMS": "cpu", "PJRT_REF_CACHE_DIR": cache, **env})
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
@@ -270,3 +274,23 @@ def test_answers_that_arrive_together_are_read_one_by_one():
     finally:
         checker.process.stdout.close()
         os.close(write_end)
+
+
+def test_survivors_are_remembered_across_processes_and_crashers_never(tmp_path):
+    """A program the checker survived in one process is not sent to a checker in
+    the next one that shares the cache directory; a crasher is checked again."""
+    counting = """
+        sent = []
+        real_verdict = bytecode_guard.Checker.verdict
+        def counting_verdict(self, entry, data, timeout):
+            sent.append(len(data))
+            return real_verdict(self, entry, data, timeout)
+        bytecode_guard.Checker.verdict = counting_verdict
+        print(outcome(bytecode(7)), outcome(open(sys.argv[1], "rb").read())[:26], len(sent))
+    """
+    crasher = str(CORPUS / "crash-04603b67f1b9.mlirbc")
+    first = run(counting, crasher, PJRT_REF_CACHE_DIR=str(tmp_path))
+    second = run(counting, crasher, PJRT_REF_CACHE_DIR=str(tmp_path))
+    assert first == ["[7.0, 7.0, 7.0] MLIR bytecode rejected: it 2"]
+    assert second == ["[7.0, 7.0, 7.0] MLIR bytecode rejected: it 1"]
+    assert len(list((tmp_path / "bytecode-checked").iterdir())) == 1

@@ -38,9 +38,11 @@ for path in sys.argv[2:]:
 
 
 @pytest.fixture(scope="module")
-def replay():
-    """{path: outcome}; a process that dies is restarted after the file it died on."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PJRT_REF_BYTECODE_CHECK_TIMEOUT="3")
+def replay(tmp_path_factory):
+    """{path: outcome}; a process that dies is restarted after the file it died on.
+    The cache directory starts empty, so every input goes through the checker."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PJRT_REF_BYTECODE_CHECK_TIMEOUT="3",
+               PJRT_REF_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
     outcomes = {}
     remaining = [str(p) for p in FILES]
     while remaining:

@@ -101,12 +101,14 @@ print(load(buffer.getvalue())(np.ones(3, np.float32))[0].tolist())
 def test_the_bytecode_checker_imports_this_pjrt_ref_from_a_directory_holding_a_decoy(tmp_path):
     """The host runs in a directory with a `pjrt_ref/` that is not pjrt-ref (as the
     repository root is, after a non-editable install); its checker, a `python -m`
-    process, still imports the real one and the program runs."""
+    process, still imports the real one and the program runs. The cache
+    directory is empty, so the program is checked (no earlier survivor)."""
     _decoy(tmp_path / "cwd")
     script = tmp_path / "host.py"
     script.write_text(HOST)
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "cwd", capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PJRT_REF_BYTECODE_CHECK": "1"})
+                          text=True, timeout=300, env={**os.environ, "PJRT_REF_BYTECODE_CHECK": "1",
+                                                          "PJRT_REF_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["[2.0, 2.0, 2.0]"]
 
@@ -117,6 +119,7 @@ def test_jax_on_pjrt_ref_runs_from_a_directory_holding_a_decoy(tmp_path):
     script.write_text("import jax, jax.numpy as jnp\n"
                       "print(jax.jit(lambda x: x * 3)(jnp.arange(3.0)).tolist(), jax.devices()[0].platform)\n")
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path / "cwd", capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "pjrt_ref"})
+                          text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "pjrt_ref",
+                                                          "PJRT_REF_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["[0.0, 3.0, 6.0] pjrt_ref"]
