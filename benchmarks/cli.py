@@ -171,6 +171,66 @@ def bench_workload(name: str, repeats: int, time_limit: float, pjrt_path: str,
     return {"workload": name, "title": WORKLOADS[name].title, "backends": backends, **summary}
 
 
+# W0 times a fresh process to the first result of each of these.
+FIRST_RESULT_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
+
+
+def time_first_result(workload: str, platform: str) -> float | str:
+    """Seconds from starting `python -m benchmarks.first_result WORKLOAD` to its
+    READY line (or the error), with JAX_PLATFORMS=platform."""
+    env = dict(os.environ, JAX_PLATFORMS=platform, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.first_result", workload], cwd=REPO_ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    seconds = time.perf_counter() - start
+    _, stderr = process.communicate(timeout=WORKER_TIMEOUT)
+    if not line.startswith("READY"):
+        return "failed: " + " | ".join(stderr.strip().splitlines()[-2:])
+    return seconds
+
+
+def first_results(rounds: int) -> dict:
+    """W0: each workload's first result in fresh processes, XLA and pjrt_ref
+    alternating; per workload the medians and the median of the pairs' ratios."""
+    rows = {}
+    for workload in FIRST_RESULT_WORKLOADS:
+        print(f"running W0 ({workload}) ...", file=sys.stderr, flush=True)
+        pairs = [(time_first_result(workload, "cpu"), time_first_result(workload, "pjrt_ref"))
+                 for _ in range(max(1, rounds))]
+        failed = [t for pair in pairs for t in pair if isinstance(t, str)]
+        if failed:
+            rows[workload] = {"error": failed[0]}
+            continue
+        xla, ours = [p[0] for p in pairs], [p[1] for p in pairs]
+        rows[workload] = {"xla_s": float(np.median(xla)), "pjrt_ref_s": float(np.median(ours)),
+                          "ratio": float(np.median([b / a for a, b in pairs]))}
+    ratios = [row["ratio"] for row in rows.values() if "ratio" in row]
+    return {"rows": rows, "worst_ratio": max(ratios) if ratios else None,
+            "target_met": bool(ratios) and len(ratios) == len(rows) and max(ratios) <= 1.0}
+
+
+def first_result_lines(report: dict) -> list[str]:
+    w0 = report.get("first_results")
+    if not w0:
+        return []
+    lines = ["", "W0, time to first result: a fresh process (`python -m benchmarks.first_result W`) "
+             "from its start to the first result (import jax, inputs, `jax.jit(f)(*args)`, "
+             "block); medians, XLA and pjrt_ref alternating; target ≤ 1.0 for every workload:", "",
+             "| workload | XLA | pjrt_ref | pjrt_ref/XLA |", "|---|---|---|---|"]
+    for workload, row in w0["rows"].items():
+        if "error" in row:
+            lines.append(f"| {workload} | - | {row['error'][:80]} | - |")
+        else:
+            lines.append(f"| {workload} | {fmt_time(row['xla_s'])} | {fmt_time(row['pjrt_ref_s'])} | "
+                         f"{row['ratio']:.2f} |")
+    worst = w0.get("worst_ratio")
+    lines += ["", f"W0 worst ratio {'-' if worst is None else f'{worst:.2f}'}; target met: "
+              f"{'yes' if w0.get('target_met') else 'no'}."]
+    return lines
+
+
 def run_pjrt_ref(name: str, repeats: int, pjrt_path: str) -> dict:
     """pjrt_ref through the plugin, or the interpreter directly (`--pjrt-path`;
     "auto" falls back to the interpreter if the plugin fails)."""
@@ -314,6 +374,7 @@ def markdown(report: dict) -> str:
                       "no numba fusion; target < 2 µs)."]
         else:
             lines += ["", f"Interpreter dispatch: failed: {dispatch.get('error')}"]
+    lines += first_result_lines(report)
     products = product_lines(report)
     if products:
         lines += ["", "How pjrt_ref ran its matrix products on this machine (product_strategy.py; "
@@ -376,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="alternating XLA/pjrt_ref process pairs per workload; the ratio "
                              "is the median of the pairs' ratios (default 3)")
     parser.add_argument("--no-dispatch", action="store_true", help="skip the 1000-op dispatch measurement")
+    parser.add_argument("--first-result-rounds", type=int, default=5,
+                        help="W0: fresh-process pairs (XLA, pjrt_ref) per workload (default 5)")
     args = parser.parse_args(argv)
     try:
         names = select(args.only.split(",")) if args.only else list(WORKLOADS)
@@ -392,7 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         "jit": os.environ.get("PJRT_REF_JIT", "1"),
         "workloads": [],
     }
+    if "W0" in names:
+        report["first_results"] = first_results(args.first_result_rounds)
     for name in names:
+        if name == "W0":
+            continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         report["workloads"].append(bench_workload(name, args.repeats, args.time_limit, args.pjrt_path,
                                                     args.rounds))

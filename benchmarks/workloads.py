@@ -14,6 +14,8 @@ never imports it.
   compile_warm   the same, again, after a first compile in the process
   programs       `build()` returns [(name, function, argument)]: each is
                  jitted, compiled and run once; the total wall time
+  first_result   (W0) no build of its own: fresh processes run W1-W10 once
+                 each (first_result.py), timed from start to result by cli.py
   loop_ops       `build()` returns [(row, fn(n, *args), args)]: each row's
                  time per loop iteration (loop_ops.py); the target is per row
 """
@@ -176,6 +178,8 @@ def build_loop_ops():
 WORKLOADS = {
     w.name: w
     for w in (
+        Workload("W0", "time to first result: a fresh process to the first result of each of W1-W10 "
+                 "(the worst workload's ratio)", None, 1.0, "first_result"),
         Workload("W1", "dispatch: x + y on f32 scalars", build_dispatch, 5),
         Workload("W2", "matmul 256x256 f32", build_matmul, 1.5),
         Workload("W3", "elementwise sum(tanh(2x+1)*sigmoid(x)), 1e6 f32", build_elementwise, 3),

@@ -213,7 +213,9 @@ def _message(error: BaseException) -> str:
 
 def preload() -> None:
     """Import the interpreter, jaxlib's MLIR and every op family."""
-    from ..interpreter import ops  # noqa: F401  (registers every family)
+    from ..interpreter import ops
+
+    ops.load_all()
     from jaxlib.mlir import ir  # noqa: F401
     from jaxlib.mlir.dialects import chlo, sdy, stablehlo  # noqa: F401
 

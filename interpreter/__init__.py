@@ -5,7 +5,8 @@
     outputs = program(x, y)
 
 Ops live in `ops/`, one module per family, one function per op, registered
-by name in `registry.KERNELS`.
+by name in `registry.KERNELS` as their family is imported (when a program
+first uses one of its ops; `ops.load_all()` imports them all).
 """
 __all__ = ["Program", "load", "register", "KERNELS"]
 
@@ -16,6 +17,6 @@ def __getattr__(name: str):
     start-up, and those must not load every op family and numba's helpers."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import program, registry     # program imports every op family into the registry
+    from . import program, registry
 
     return getattr(program if name in ("Program", "load") else registry, name)
