@@ -13,8 +13,11 @@ made meanwhile run the numpy form: slower, with the compiled loop's bits
 but for the two exceptions fusion always has (jit/__init__.py, "Bits": a
 NaN's payload, and one float32 input of a compiled logistic). A kernel
 numba compiled before on this machine (`codegen.is_built`) is loaded at
-plan time as before: that is quick once numba runs, and a program then
-runs at full speed from its first call.
+plan time as before once numba runs in the process: that is quick, and a
+program then runs at full speed from its first call. Before numba has
+started, it too loads in the background: numba's import alone (0.5 s and
+more) outlasts a fresh process's first result on numpy (W0,
+benchmarks/README.md).
 
 Kernels queued while a program is planned wait until no plan is being
 made (`while_planning`): numba's import and its compiles hold the GIL for

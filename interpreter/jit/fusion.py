@@ -271,8 +271,9 @@ def _fuse(run: list, uses: dict, shape: tuple):
         return _fused_kernel(function, [is_array for _, is_array in inputs],
                              [s.op.result_type.dtype for s in outputs], shape, _min_piece(run))
 
-    if background.enabled() and not codegen.is_built(source):
-        # Never compiled here: numpy now, the compiled loop once built (background.py).
+    if background.enabled() and not (codegen.is_built(source) and codegen.numba_started()):
+        # Never compiled here, or numba not started in this process (its import alone
+        # outlasts a first result): numpy now, the compiled loop once built (background.py).
         switch = background.Switchable(_chunked_step(run, inputs, input_types, outputs, shape).kernel)
         background.build_later(build, switch)
         return fused_step(run, switch, inputs, input_types, outputs, source=source, background=True)

@@ -160,6 +160,11 @@ def _private_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"pjrt_ref_numba_{os.getuid()}")
 
 
+def numba_started() -> bool:
+    """Whether this process has imported numba (0.5 s or more of a fresh process)."""
+    return "numba" in sys.modules
+
+
 def is_built(source: str) -> bool:
     """Whether `source`'s functions are loaded in this process or were
     compiled into numba's disk cache before (its index file exists): then

@@ -210,3 +210,36 @@ def test_loading_a_program_plans_inside_while_planning(empty_cache, monkeypatch)
     text = lower_to_text(_exp_tanh, x)
     program = load(text)
     assert held == [True, False] and _fused_steps(program)
+
+
+def test_a_kernel_built_by_an_earlier_process_loads_in_the_background_until_numba_has_started(tmp_path):
+    """numba's import alone outlasts a fresh process's first result: before numba
+    has started in a process, even a kernel built on disk by an earlier process
+    loads in the background (the first calls run on numpy); once it has, a built
+    kernel loads with the program."""
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from pjrt_ref.interpreter import load
+        from pjrt_ref.interpreter.jit import background
+        text = open(sys.argv[1]).read()
+        x = np.linspace(-3, 3, 200_001, dtype=np.float32)
+        first = load(text)
+        fused = [s for s in first.function.body.steps if s.op.name == "pjrt_ref.fused"]
+        print("switchable", isinstance(fused[0].kernel, background.Switchable), "numba" in sys.modules)
+        result = first(x)[0]
+        assert background.wait(timeout=120)
+        again = [s for s in load(text).function.body.steps if s.op.name == "pjrt_ref.fused"]
+        print("after", isinstance(again[0].kernel, background.Switchable),
+              bool(np.array_equal(result, first(x)[0])))
+    """)
+    program = tmp_path / "program.mlir"
+    program.write_text(lower_to_text(_tanh_tanh, np.linspace(-3, 3, 200_001, dtype=np.float32)))
+    env = {**os.environ, "PJRT_REF_CACHE_DIR": str(tmp_path / "cache"), "PJRT_REF_JIT_BACKGROUND": "1",
+           "JAX_PLATFORMS": "cpu"}
+    runs = [subprocess.run([sys.executable, "-c", script, str(program)], capture_output=True, text=True,
+                           timeout=300, env=env) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert runs[0].stdout.splitlines() == ["switchable True False", "after False True"]   # built here
+    assert runs[1].stdout.splitlines() == ["switchable True False", "after False True"]   # built before
