@@ -64,9 +64,10 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
 
 
 # Test files of JAX's tests/ that `--all` leaves out, and why: they cannot run
-# on any CPU backend. Each was run once on cpu (jax-v0.10.2, Python 3.11): every
-# one ends at collection or skips every test. Files that merely skip most of
-# their tests on a CPU (GPU tests with an interpret mode, say) are run.
+# on any CPU backend. Each was run once on cpu (jax-v0.10.2, Python 3.11,
+# 2026-11-27): every one ends at collection or skips every test. Files that
+# merely skip most of their tests on a CPU (GPU and TPU tests with an
+# interpret mode, say) are run, and so are the few that need `hypothesis`.
 LEFT_OUT = {
     "tests/multiprocess/": "multi-process tests: JAX's launcher starts one process per task; "
                            "run alone, each test skips",
@@ -78,6 +79,16 @@ LEFT_OUT = {
     "tests/mosaic/gpu_torch_distributed_test.py": "Mosaic GPU with torch.distributed on GPUs",
     "tests/mosaic/matmul_test.py": "Mosaic GPU matmul: imports jax._src.hypothesis_test_util, "
                                    "not in the jax wheel",
+    "tests/pallas/tpu_all_gather_test.py": "TPU Pallas: imports jax._src.hypothesis_test_util, "
+                                           "not in the jax wheel",
+    "tests/pallas/tpu_ops_test.py": "TPU Pallas: imports jax._src.hypothesis_test_util, not in the jax wheel",
+    "tests/pallas/tpu_pallas_call_print_test.py": "TPU Pallas: imports jax._src.pallas.pallas_test_util, "
+                                                  "not in the jax wheel",
+    "tests/pallas/tpu_pallas_test.py": "TPU Pallas: imports jax._src.pallas.pallas_test_util, "
+                                       "not in the jax wheel",
+    "tests/pallas/tpu_splash_attention_kernel_sharded_test.py": "TPU Pallas: imports "
+                                                                "jax._src.pallas.pallas_test_util, not in "
+                                                                "the jax wheel",
 }
 
 
