@@ -76,7 +76,6 @@ def _mixed(lax, jnp):
 
 def rows() -> list[tuple[str, object, tuple]]:
     """(label, fn(n, c, y), (c, y)) for every row of W13."""
-    import jax
     import jax.numpy as jnp
     from jax import lax
 

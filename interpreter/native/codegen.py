@@ -17,7 +17,6 @@ import sys
 import tempfile
 import threading
 
-import numpy as np
 
 from ... import settings
 from . import loop_expressions, vector_math
@@ -93,9 +92,6 @@ def with_prelude(code: str) -> str:
     return PRELUDE + math + integer + code
 
 
-_TYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
-               np.dtype(np.bool_): "bool_"}
-
 
 def cache_dir() -> str:
     """PJRT_REF_CACHE_DIR, read at each use; by default under the user's ~/.cache."""
@@ -128,7 +124,7 @@ def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
         return expression
 
     for variable, expression, dtype in body:
-        lines.append(f"        {variable} = {_TYPE_NAMES[dtype]}({rename(expression)})")
+        lines.append(f"        {variable} = {loop_expressions.TYPE_NAMES[dtype]}({rename(expression)})")
     for k, (variable, dtype) in enumerate(outputs):
         lines.append(f"        out{k}[i] = {rename(variable)}")
     return with_prelude("\n".join(lines) + "\n")

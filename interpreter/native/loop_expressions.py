@@ -37,10 +37,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import TensorType
+from .scalar_expressions import BOOL, COMPARE, FLOATS
 
-BOOL = np.dtype(np.bool_)
-F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
-FLOATS = (F32, F64)
 SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 INTEGERS = SIGNED + UNSIGNED
@@ -48,7 +46,6 @@ INTEGERS = SIGNED + UNSIGNED
 TYPE_NAMES = {dtype: dtype.name for dtype in INTEGERS + FLOATS}
 TYPE_NAMES[BOOL] = "bool_"
 
-COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 _WRAPPING = {"stablehlo.add": "{0} + {1}", "stablehlo.subtract": "{0} - {1}",
              "stablehlo.multiply": "{0} * {1}", "stablehlo.maximum": "max({0}, {1})",
              "stablehlo.minimum": "min({0}, {1})"}

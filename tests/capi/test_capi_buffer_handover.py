@@ -78,11 +78,7 @@ def test_bitcast_bad_inputs(api, client):
     assert code == INVALID and "unknown PJRT_Buffer_Type 99" in message
     code, message = api.error("PJRT_Buffer_Bitcast", buffer=buffer, element_type=F32, dims=api.dims([-6]), num_dims=1)
     assert code == INVALID and "negative" in message
-    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
-    order = ffi.new("int64_t[]", [0, 1])
-    api.keep += [layout, order]
-    layout.struct_size, layout.type = ffi.sizeof("PJRT_Buffer_MemoryLayout"), lib.PJRT_Buffer_MemoryLayout_Type_Tiled
-    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, 2
+    layout = api.tiled_layout([0, 1])
     code, message = api.error("PJRT_Buffer_Bitcast", buffer=buffer, element_type=F32, dims=api.dims([2, 3]),
                               num_dims=2, device_layout=layout)
     assert code == UNIMPLEMENTED and "row-major" in message

@@ -188,12 +188,7 @@ def test_view_bad_inputs(api, client):
     for bad_client in (ffi.NULL, ffi.cast("PJRT_Client*", api.memory(client))):
         code, _ = api.error("PJRT_Client_CreateViewOfDeviceBuffer", client=bad_client)
         assert code == INVALID
-    column_major = ffi.new("PJRT_Buffer_MemoryLayout*")
-    order = ffi.new("int64_t[]", [0, 1])
-    api.keep += [column_major, order]
-    column_major.struct_size = ffi.sizeof("PJRT_Buffer_MemoryLayout")
-    column_major.type = lib.PJRT_Buffer_MemoryLayout_Type_Tiled
-    column_major.tiled.minor_to_major, column_major.tiled.minor_to_major_size = order, 2
+    column_major = api.tiled_layout([0, 1])
     with pytest.raises(PjrtCallError) as caught:
         _view(api, client, aligned.reshape(2, 4), layout=column_major)
     assert caught.value.code == UNIMPLEMENTED and "row-major" in caught.value.message

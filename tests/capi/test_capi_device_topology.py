@@ -186,11 +186,7 @@ def test_a_token_and_the_row_major_layout_spelled_out(api, client):
     from jax._src.lib import xla_client
     topology = _topology(api, client)
     assert _canonical(api, topology, BufferType.TOKEN, ()) == xla_client.Shape.token_shape().to_serialized_proto()
-    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
-    order = ffi.new("int64_t[]", [1, 0])
-    api.keep += [layout, order]
-    layout.struct_size, layout.type = ffi.sizeof("PJRT_Buffer_MemoryLayout"), lib.PJRT_Buffer_MemoryLayout_Type_Tiled
-    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, 2
+    layout = api.tiled_layout([1, 0])
     assert _canonical(api, topology, BufferType.F32, (3, 4), layout=layout) == \
         _xla_shape_proto(np.dtype(np.float32), (3, 4))
 
@@ -223,14 +219,10 @@ def test_canonical_shape_bad_inputs(api, client):
     assert code == INVALID and "NULL" in message
     code, message = api.error(name, **{**fields, "element_type": BufferType.TOKEN})
     assert code == INVALID and "token has no dimensions" in message
-    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
-    order = ffi.new("int64_t[]", [0, 1])
-    api.keep += [layout, order]
-    layout.struct_size, layout.type = ffi.sizeof("PJRT_Buffer_MemoryLayout"), lib.PJRT_Buffer_MemoryLayout_Type_Tiled
-    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, 2
+    layout = api.tiled_layout([0, 1])
     code, message = api.error(name, **fields, layout=layout)
     assert code == UNIMPLEMENTED and "{0,1}" in message
-    order[0], order[1] = 1, 1
+    layout.tiled.minor_to_major[0] = layout.tiled.minor_to_major[1] = 1
     code, message = api.error(name, **fields, layout=layout)
     assert code == INVALID and "not a permutation" in message
     layout.type = lib.PJRT_Buffer_MemoryLayout_Type_Strides

@@ -68,11 +68,7 @@ def test_transfer_literal_fills_a_whole_buffer(api, client):
     api.settle(_literal(api, manager, 1, ints, S32).done_with_h2d_transfer)
     assert api.to_host(buffers[1], np.int32, (4,)).tolist() == [4, -3, 2, -1]
     column_major = np.asfortranarray(values * 10)              # a literal in its own layout
-    layout = ffi.new("PJRT_Buffer_MemoryLayout*")
-    order = ffi.new("int64_t[]", [0, 1])
-    api.keep += [layout, order]
-    layout.struct_size, layout.type = ffi.sizeof("PJRT_Buffer_MemoryLayout"), lib.PJRT_Buffer_MemoryLayout_Type_Tiled
-    layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, 2
+    layout = api.tiled_layout([0, 1])
     api.settle(_literal(api, manager, 2, column_major, F32, layout).done_with_h2d_transfer)
     np.testing.assert_array_equal(api.to_host(buffers[2], np.float32, (2, 3)), values * 10)
     api.call("PJRT_AsyncHostToDeviceTransferManager_Destroy", transfer_manager=manager)

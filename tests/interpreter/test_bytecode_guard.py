@@ -36,6 +36,15 @@ _PRELUDE = textwrap.dedent("""
             return load(data)(np.ones(3, np.float32))[0].tolist()
         except InvalidArgument as error:
             return str(error)
+
+    def count_checks():  # the sizes of the programs sent to a checker from now on
+        sent = []
+        real_verdict = bytecode_guard.Checker.verdict
+        def counting_verdict(self, entry, data, timeout):
+            sent.append(len(data))
+            return real_verdict(self, entry, data, timeout)
+        bytecode_guard.Checker.verdict = counting_verdict
+        return sent
 """)
 
 
@@ -130,12 +139,7 @@ def test_a_bad_timeout_setting_is_named():
 
 def test_bytes_the_checker_survived_are_not_checked_again_and_crashers_stay_rejected():
     lines = run("""
-        sent = []
-        real_verdict = bytecode_guard.Checker.verdict
-        def counting_verdict(self, entry, data, timeout):
-            sent.append(len(data))
-            return real_verdict(self, entry, data, timeout)
-        bytecode_guard.Checker.verdict = counting_verdict
+        sent = count_checks()
         crasher = open(sys.argv[1], "rb").read()
         print(outcome(bytecode(2)), outcome(bytecode(2)), outcome(bytecode(5)), len(sent))
         print(outcome(crasher)[:26], outcome(crasher)[:26], len(sent))
@@ -280,12 +284,7 @@ def test_survivors_are_remembered_across_processes_and_crashers_never(tmp_path):
     """A program the checker survived in one process is not sent to a checker in
     the next one that shares the cache directory; a crasher is checked again."""
     counting = """
-        sent = []
-        real_verdict = bytecode_guard.Checker.verdict
-        def counting_verdict(self, entry, data, timeout):
-            sent.append(len(data))
-            return real_verdict(self, entry, data, timeout)
-        bytecode_guard.Checker.verdict = counting_verdict
+        sent = count_checks()
         print(outcome(bytecode(7)), outcome(open(sys.argv[1], "rb").read())[:26], len(sent))
     """
     crasher = str(CORPUS / "crash-04603b67f1b9.mlirbc")

@@ -88,6 +88,16 @@ class Api:
         self.keep.append(array)
         return array
 
+    def tiled_layout(self, minor_to_major) -> object:
+        """A tiled `PJRT_Buffer_MemoryLayout*` with this dimension order and no tiles,
+        kept alive with the Api."""
+        layout = ffi.new("PJRT_Buffer_MemoryLayout*")
+        order = ffi.new("int64_t[]", list(minor_to_major))
+        self.keep += [layout, order]
+        layout.struct_size, layout.type = ffi.sizeof("PJRT_Buffer_MemoryLayout"), lib.PJRT_Buffer_MemoryLayout_Type_Tiled
+        layout.tiled.minor_to_major, layout.tiled.minor_to_major_size = order, len(order)
+        return layout
+
     def client(self):
         return self.call("PJRT_Client_Create").client
 
