@@ -24,7 +24,10 @@ checked, so tests and users may change them between compilations.
 from __future__ import annotations
 
 import math
-import time
+# Bound at import, as `threading` binds its clock: the plugin runs inside the
+# user's process, and a test that patches `time.monotonic` (JAX's cache tests
+# count its calls) must not reach the plugin's clock.
+from time import monotonic
 
 import numpy as np
 
@@ -44,7 +47,7 @@ _MEMINFO_CACHE: list = [-1.0, None]   # [time read, value]: re-read at most once
 
 def available_memory() -> int | None:
     """MemAvailable from /proc/meminfo in bytes (cached for a second), or None where there is none."""
-    now = time.monotonic()
+    now = monotonic()
     if now - _MEMINFO_CACHE[0] > 1.0:
         _MEMINFO_CACHE[:] = [now, _read_mem_available()]
     return _MEMINFO_CACHE[1]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import math
 import os
 import re
@@ -311,6 +312,15 @@ def texts() -> tuple[str, ...]:
     "" when unset), in declaration order: what a cache of work that reads
     settings keys on (pjrt_ref/model/program_cache.py)."""
     return tuple(_text(name) for name in SETTINGS)
+
+
+def fingerprint() -> str:
+    """A short digest of every declared variable's name and text now: what
+    a cache kept across processes keys on, so that work done under other
+    settings is never reused (JAX's persistent compilation cache, through
+    the platform version, pjrt_ref/model/topology.py)."""
+    text = "\0".join(f"{name}={_text(name)}" for name in SETTINGS)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _text(name: str) -> str:

@@ -283,3 +283,16 @@ def test_readers_keep_their_meanings_of_zero_and_unset(monkeypatch):
     assert _jit_threads() == 1                                 # 0 threads count as 1
     monkeypatch.delenv("PJRT_REF_NUM_DEVICES", raising=False)
     assert _device_count() == 1
+
+
+def test_the_fingerprint_changes_with_any_setting_and_names_the_platform_version():
+    from pjrt_ref.model.topology import platform_version
+
+    base = settings.fingerprint()
+    assert base == settings.fingerprint() and base in platform_version()
+    seen = {base}
+    for name, text in (("PJRT_REF_OPTIMIZE", "0"), ("PJRT_REF_JIT", "0"), ("PJRT_REF_MAX_STEPS", "7")):
+        with settings.override(**{name: text}):
+            seen.add(settings.fingerprint())
+            assert settings.fingerprint() in platform_version()
+    assert len(seen) == 4 and settings.fingerprint() == base

@@ -19,12 +19,14 @@ And it makes JAX's linear algebra (eigh, svd, qr, eig, ...) lower for
 "pjrt_ref" the way it does for "cpu", to LAPACK custom calls the interpreter
 serves with scipy: see `linalg.py`; and every other primitive JAX lowers
 only for the platforms it knows (checkify's `check`, ...) lower as on cpu:
-see `cpu_only_rules.py`.
+see `cpu_only_rules.py`. JAX's persistent compilation cache serves
+"pjrt_ref" too: see `compilation_cache.py`.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from .compilation_cache import open_compilation_cache
 from .cpu_only_rules import borrow_cpu_only_rules
 from .linalg import register_linalg_lowerings
 
@@ -67,6 +69,10 @@ def initialize() -> None:
         pass
     try:
         _allow_donation()
+    except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
+        pass
+    try:
+        open_compilation_cache(PLATFORM)
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
         pass
     if xla_bridge.is_known_platform(PLATFORM):
