@@ -196,9 +196,12 @@ OP_FAMILIES = {
 }
 CUSTOM_CALL_FAMILIES = {
     'ApproxTopK': 'approx_top_k',
+    'MoveToDevice': 'placement',
+    'MoveToHost': 'placement',
     'SPMDFullToShardShape': 'sharding',
     'SPMDShardToFullShape': 'sharding',
     'Sharding': 'sharding',
+    'annotate_device_placement': 'placement',
     'check.eq': 'checks',
     'check.expect_almost_eq': 'checks',
     'check.expect_close': 'checks',

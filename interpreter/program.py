@@ -54,6 +54,8 @@ class Program:
         self.module_plan.plan_all()
         self.text = str(module)
         self.entry_argument_attributes = _argument_attribute_names(module, entry)
+        self.entry_memory_kinds = (_memory_kinds(module, entry, "arg_attrs", len(self.input_types)),
+                                   _memory_kinds(module, entry, "res_attrs", len(self.output_types)))
         # The plan holds no MLIR object; the module and its context (about a
         # megabyte even for a tiny program) are let go, and the few tools that
         # need MLIR again (partitioner, profiler, cost analysis) parse this.
@@ -137,6 +139,21 @@ def _argument_attribute_names(module, entry: str) -> list[frozenset[str]]:
                 return []
             return [frozenset(attr.name for attr in arg) for arg in op.attributes["arg_attrs"]]
     return []
+
+
+def _memory_kinds(module, entry: str, which: str, count: int) -> tuple[str | None, ...]:
+    """The `mhlo.memory_kind` of each entry parameter (`which` = "arg_attrs")
+    or result ("res_attrs"), None where none is given: where a framework
+    asked for the value to live ("device", "pinned_host", ...)."""
+    kinds: list[str | None] = [None] * count
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
+            if which in op.attributes:
+                for index, attributes in enumerate(list(op.attributes[which])[:count]):
+                    if "mhlo.memory_kind" in attributes:
+                        kinds[index] = string_value(attributes["mhlo.memory_kind"])
+    return tuple(kinds)
 
 
 def _shape_text(shape) -> str:

@@ -82,24 +82,25 @@ def executable_get_cost_analysis(args: Args) -> None:
     args.properties, args.num_properties = owned_named_values(exe, "cost", _cost_analysis(exe))
 
 
-def _memory_kinds(args: Args, count: int, count_field: str) -> None:
+def _memory_kinds(args: Args, kinds: tuple[str, ...], which: str, count_field: str) -> None:
+    """Fill `memory_kinds`/`memory_kind_sizes` with `kinds` (texts owned by the executable)."""
     exe = _executable(args)
-    kind, size = owned_text(exe, "memory_kind", "device")
-    setattr(args, count_field, count)
-    args.memory_kinds = owned_array(exe, ("kinds", count), "const char*", [kind] * count)
-    args.memory_kind_sizes = owned_array(exe, ("kind_sizes", count), "size_t", [size] * count)
+    texts = [owned_text(exe, ("memory_kind", kind), kind) for kind in kinds]
+    setattr(args, count_field, len(kinds))
+    args.memory_kinds = owned_array(exe, (which, "kinds"), "const char*", [text for text, _ in texts])
+    args.memory_kind_sizes = owned_array(exe, (which, "kind_sizes"), "size_t", [size for _, size in texts])
 
 
 @entry_point("PJRT_Executable_OutputMemoryKinds")
 def executable_output_memory_kinds(args: Args) -> None:
-    """PJRT_Executable_OutputMemoryKinds: every output lives in "device" memory."""
-    _memory_kinds(args, _executable(args).num_outputs, "num_outputs")
+    """PJRT_Executable_OutputMemoryKinds: each result's `mhlo.memory_kind`, "device" by default."""
+    _memory_kinds(args, _executable(args).output_memory_kinds, "outputs", "num_outputs")
 
 
 @entry_point("PJRT_Executable_ParameterMemoryKinds")
 def executable_parameter_memory_kinds(args: Args) -> None:
-    """PJRT_Executable_ParameterMemoryKinds: every parameter lives in "device" memory."""
-    _memory_kinds(args, len(_executable(args).program.input_types), "num_parameters")
+    """PJRT_Executable_ParameterMemoryKinds: each parameter's `mhlo.memory_kind`, "device" by default."""
+    _memory_kinds(args, _executable(args).parameter_memory_kinds, "parameters", "num_parameters")
 
 
 @entry_point("PJRT_Executable_OutputElementTypes")

@@ -10,7 +10,7 @@ from .buffer import Buffer
 from .device import Device, DeviceDescription
 from ..errors import AlreadyExists, InvalidArgument, NotFound
 from .executable import Executable, LoadedExecutable
-from .memory import Memory
+from .memory import KINDS, Memory, kind_id
 from .topology import PLATFORM_NAME, Topology, device_count, platform_version
 
 def make_client(options: dict | None = None, kv_store=None) -> "Client":
@@ -42,8 +42,9 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
 class Client:
     """A pjrt-ref client: `device_count(options)` virtual devices in this process.
 
-    Every device is CPU-like and has its own memory (numpy arrays in host
-    RAM); device i has id i, local hardware id i and memory i. Executables
+    Every device is CPU-like and has its own memories (numpy arrays in host
+    RAM), one of each kind in memory.py; device i has id i, local hardware
+    id i and default memory i. Executables
     run on several devices concurrently, one thread each
     (`pjrt_ref/model/multi_device.py`).
 
@@ -65,7 +66,9 @@ class Client:
             self.process_index = cluster.process_index
             self.devices = [self._new_device(d.id, d.local_index, d.process_index) for d in cluster.devices]
         self.addressable_devices: list[Device] = [d for d in self.devices if d.is_addressable]
-        self.memories: list[Memory] = [d.default_memory for d in self.addressable_devices]
+        self._give_memories(self.addressable_devices, len(self.devices))
+        self.memories: list[Memory] = sorted((m for d in self.addressable_devices for m in d.memories),
+                                             key=lambda memory: memory.id)
         self.topology = Topology(PLATFORM_NAME, self.platform_version,
                                  [d.description for d in self.devices], owned_by_client=True)
         self.dma_mappings: dict[int, int] = {}     # PJRT_Client_DmaMap: start address -> size
@@ -73,16 +76,20 @@ class Client:
         self.handle = None
 
     def _new_device(self, device_id: int, local_index: int, process_index: int) -> Device:
-        """A device; another process's has no memory here (as in XLA, a
+        return Device(description=DeviceDescription.virtual(device_id, process_index),
+                      local_hardware_id=local_index, client=self,
+                      is_addressable=process_index == self.process_index)
+
+    @staticmethod
+    def _give_memories(devices: list[Device], device_count: int) -> None:
+        """One memory of each kind per addressable device, the default ("device")
+        first, with ids `kind_id * device_count + device id` (memory.py).
+        Another process's device has no memory here (as in XLA, a
         non-addressable device has no memory spaces)."""
-        device = Device(description=DeviceDescription.virtual(device_id, process_index),
-                        local_hardware_id=local_index, client=self,
-                        is_addressable=process_index == self.process_index)
-        if device.is_addressable:
-            memory = Memory(id=device_id)
-            device.memories.append(memory)
-            memory.devices.append(device)
-        return device
+        for device in devices:
+            for kind in KINDS:
+                memory = Memory(id=kind_id(kind) * device_count + device.id, kind=kind, devices=[device])
+                device.memories.append(memory)
 
     def close(self) -> None:
         """PJRT_Client_Destroy: a process of a job stops its transport."""

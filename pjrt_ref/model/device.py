@@ -62,6 +62,15 @@ class Device:
                                   "it has no memory in this process")
         return self.memories[0]
 
+    def memory_of_kind(self, kind: str) -> Memory:
+        """This device's memory of kind `kind` ("device", "pinned_host", "unpinned_host")."""
+        for memory in self.memories:
+            if memory.kind == kind:
+                return memory
+        from ..errors import InvalidArgument
+        raise InvalidArgument(f"device {self.id} has no memory of kind {kind!r} (it has "
+                              f"{', '.join(m.kind for m in self.memories) or 'none in this process'})")
+
 
 @dataclass(eq=False)
 class AsyncTrackingEvent:

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import multi_device, program_cache, program_formats
+from . import memory, multi_device, program_cache, program_formats
 from ..services import serialization
 from ..interpreter import observer
 from .buffer import Buffer
@@ -46,6 +46,8 @@ class Executable:
         self.input_signature = _static_signature(self.program.input_types)
         self.uses_host_channel = _uses_host_channel(self.program)
         self.donor_indices = _donor_indices(self.program)
+        self.parameter_memory_kinds, self.output_memory_kinds = (
+            tuple(_known_kind(kind) for kind in kinds) for kinds in self.program.entry_memory_kinds)
         self.fingerprint = _fingerprint(self.code, self.compile_options)
 
     @classmethod
@@ -134,6 +136,16 @@ class Executable:
         """
         code, options = serialization.decode(blob)
         return cls.compile(code, program_formats.MLIR, options if compile_options is None else compile_options)
+
+
+def _known_kind(kind: str | None) -> str:
+    """A parameter's or result's memory kind as the program names it
+    (`mhlo.memory_kind`), "device" where it names none; a kind pjrt-ref
+    has no memory of fails the compile."""
+    if kind is None:
+        return memory.DEVICE_KIND
+    memory.kind_id(kind)
+    return kind
 
 
 def _fingerprint(code: bytes, compile_options: bytes) -> str:

@@ -57,7 +57,8 @@ def output_buffers(exe, values: list, device, arguments: list[np.ndarray]) -> li
             array = array.copy()
             owner = id(array)
         taken.add(owner)
-        buffers.append(Buffer(array, device, buffer_type=buffer_type_of(ttype)))
+        buffers.append(Buffer(array, device, device.memory_of_kind(exe.output_memory_kinds[index]),
+                              buffer_type=buffer_type_of(ttype)))
     return buffers
 
 

@@ -1,32 +1,60 @@
-"""`PJRT_Memory`: a memory space. pjrt-ref has one per device, kind "device".
+"""`PJRT_Memory`: a memory space. Each device has three, as on XLA's CPU client.
 
-Memory i belongs to device i alone (`PJRT_Memory_AddressableByDevices`
-lists just that device); a buffer lives in exactly one memory, and
-`PJRT_Buffer_CopyToDevice` / `CopyToMemory` move it between them.
+| kind            | kind id | what a framework puts there                         |
+|-----------------|---------|-----------------------------------------------------|
+| `device`        | 0       | everything, unless asked otherwise (the default)    |
+| `pinned_host`   | 1       | host offloading: `out_shardings` / `device_put` with |
+|                 |         | memory_kind="pinned_host", remat offload policies   |
+| `unpinned_host` | 2       | the same, memory_kind="unpinned_host"                |
 
-There is one kind of memory, so one kind id: "device" is 0
-(`PJRT_Memory_Kind_Id`; `PJRT_TopologyDescription_GetMemorySpaceKindIds`
-lists `KIND_IDS`, the default first). XLA's CPU client derives its kind ids
-from a fingerprint of the kind's name; any int that names the kind uniquely
-will do, and 0 reads better.
+pjrt-ref's device memory is host RAM already, so the three kinds hold the
+same numpy arrays; what differs is the bookkeeping a framework reads back:
+a buffer lives in exactly one memory (`PJRT_Buffer_Memory`), a program's
+parameters and results have the kinds its entry function's
+`mhlo.memory_kind` attributes name (`PJRT_Executable_ParameterMemoryKinds`,
+`OutputMemoryKinds`), and `PJRT_Buffer_CopyToMemory` moves a buffer between
+them. So `jax.device_put(x, ...memory_kind="pinned_host")` gives an array
+whose `.sharding.memory_kind` is "pinned_host", as on cpu.
+
+A memory belongs to one device (`PJRT_Memory_AddressableByDevices`). Ids:
+device d's memory of kind k has id `k * n + d` for a client of n devices,
+so device memories keep the ids of their devices. XLA derives kind ids from
+a fingerprint of the kind's name; any int that names the kind uniquely will
+do (`PJRT_TopologyDescription_GetMemorySpaceKindIds` lists `KIND_IDS`, the
+default first), and small ones read better.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import InvalidArgument
 
 DEVICE_KIND = "device"
-DEVICE_KIND_ID = 0
-KIND_IDS: tuple[int, ...] = (DEVICE_KIND_ID,)     # every memory kind pjrt-ref has, the default first
+PINNED_HOST_KIND = "pinned_host"
+UNPINNED_HOST_KIND = "unpinned_host"
+KINDS: tuple[str, ...] = (DEVICE_KIND, PINNED_HOST_KIND, UNPINNED_HOST_KIND)   # kind id = index
+KIND_IDS: tuple[int, ...] = tuple(range(len(KINDS)))     # every memory kind pjrt-ref has, the default first
+DEVICE_KIND_ID = KINDS.index(DEVICE_KIND)
+
+
+def kind_id(kind: str) -> int:
+    """The kind id of memory kind `kind`; INVALID_ARGUMENT for a kind pjrt-ref has not."""
+    if kind not in KINDS:
+        raise InvalidArgument(f"memory kind {kind!r}: pjrt_ref's memories are of kinds "
+                              f"{', '.join(KINDS)}")
+    return KINDS.index(kind)
 
 
 @dataclass(eq=False)
 class Memory:
     id: int
     kind: str = DEVICE_KIND
-    kind_id: int = DEVICE_KIND_ID
     devices: list = field(default_factory=list)   # Device objects that can address it
     handle: object = None                          # our PJRT_Memory*
+
+    @property
+    def kind_id(self) -> int:
+        return KINDS.index(self.kind)
 
     @property
     def debug_string(self) -> str:
@@ -34,4 +62,4 @@ class Memory:
 
     @property
     def to_string(self) -> str:
-        return f"MEMORY_SPACE_{self.id}"
+        return f"{self.kind.upper()}_{self.id}"

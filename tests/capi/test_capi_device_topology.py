@@ -141,14 +141,14 @@ def _topology(api, client):
 def test_the_topology_lists_the_kind_id_of_every_memory(api, client):
     args = api.call("PJRT_TopologyDescription_GetMemorySpaceKindIds", topology=_topology(api, client))
     ids = [args.memory_space_kind_ids[i] for i in range(args.num_memory_space_kind_ids)]
-    assert ids == [0]
+    assert ids == [0, 1, 2]         # device (the default), pinned_host, unpinned_host
     memory = api.memory(client)
     assert api.call("PJRT_Memory_Kind_Id", memory=memory).kind_id == ids[0]
     kind = api.call("PJRT_Memory_Kind", memory=memory)
     assert ffi.string(kind.kind, kind.kind_size) == b"device"
     created = api.call("PJRT_TopologyDescription_Create").topology       # without a client too
     args = api.call("PJRT_TopologyDescription_GetMemorySpaceKindIds", topology=created)
-    assert [args.memory_space_kind_ids[i] for i in range(args.num_memory_space_kind_ids)] == [0]
+    assert [args.memory_space_kind_ids[i] for i in range(args.num_memory_space_kind_ids)] == [0, 1, 2]
     api.call("PJRT_TopologyDescription_Destroy", topology=created)
 
 
@@ -208,7 +208,7 @@ def test_canonical_shape_bad_inputs(api, client):
                   element_type=BufferType.F32)
     name = "PJRT_TopologyDescription_MakeCanonicalShapeForMemorySpace"
     code, message = api.error(name, **{**fields, "memory_space_kind_id": 12345})
-    assert code == INVALID and "kind id 12345" in message and "[0]" in message
+    assert code == INVALID and "kind id 12345" in message and "[0, 1, 2]" in message
     code, message = api.error(name, **{**fields, "element_type": 99})
     assert code == INVALID and "unknown PJRT_Buffer_Type 99" in message
     code, message = api.error(name, **{**fields, "element_type": 0})

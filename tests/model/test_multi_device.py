@@ -193,7 +193,7 @@ def test_num_devices_create_option_gives_devices_with_their_own_memory(api):
         owners = api.call("PJRT_Memory_AddressableByDevices", memory=memory)
         assert [owners.devices[k] for k in range(owners.num_devices)] == [device]
     memories = api.call("PJRT_Client_AddressableMemories", client=client)
-    assert memories.num_addressable_memories == 3
+    assert memories.num_addressable_memories == 3 * 3     # device, pinned_host, unpinned_host each
     with pytest.raises(PjrtCallError, match="no device with id 3"):
         api.call("PJRT_Client_LookupDevice", client=client, id=3)
     topology = api.call("PJRT_Client_TopologyDescription", client=client).topology
