@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from .bytecode_guard import check_bytecode
 from .loader import is_bytecode, make_context, parse_module
-from .attributes import string_value
+from .attributes import convert_attribute, string_value
 from .jit import background
 from .plan import ModulePlan
 from .types import TensorType, TokenType, TOKEN
@@ -54,8 +54,13 @@ class Program:
         self.module_plan.plan_all()
         self.text = str(module)
         self.entry_argument_attributes = _argument_attribute_names(module, entry)
-        self.entry_memory_kinds = (_memory_kinds(module, entry, "arg_attrs", len(self.input_types)),
-                                   _memory_kinds(module, entry, "res_attrs", len(self.output_types)))
+        # Where a framework asked each parameter and result to live, and in which
+        # layout (None where it did not say): pjrt_ref/model/memory.py, layouts.py.
+        self.entry_memory_kinds, self.entry_layout_modes = (
+            (_entry_texts(module, entry, "arg_attrs", len(self.input_types), name),
+             _entry_texts(module, entry, "res_attrs", len(self.output_types), name))
+            for name in ("mhlo.memory_kind", "mhlo.layout_mode"))
+        self.entry_result_transposes = _result_transposes(module, entry, len(self.output_types))
         # The plan holds no MLIR object; the module and its context (about a
         # megabyte even for a tiny program) are let go, and the few tools that
         # need MLIR again (partitioner, profiler, cost analysis) parse this.
@@ -141,19 +146,49 @@ def _argument_attribute_names(module, entry: str) -> list[frozenset[str]]:
     return []
 
 
-def _memory_kinds(module, entry: str, which: str, count: int) -> tuple[str | None, ...]:
-    """The `mhlo.memory_kind` of each entry parameter (`which` = "arg_attrs")
-    or result ("res_attrs"), None where none is given: where a framework
-    asked for the value to live ("device", "pinned_host", ...)."""
-    kinds: list[str | None] = [None] * count
+def _entry_texts(module, entry: str, which: str, count: int, name: str) -> tuple[str | None, ...]:
+    """The string attribute `name` of each entry parameter (`which` = "arg_attrs")
+    or result ("res_attrs"), None where it has none."""
+    texts: list[str | None] = [None] * count
     for op in module.body.operations:
         op = op.operation
         if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
             if which in op.attributes:
                 for index, attributes in enumerate(list(op.attributes[which])[:count]):
-                    if "mhlo.memory_kind" in attributes:
-                        kinds[index] = string_value(attributes["mhlo.memory_kind"])
-    return tuple(kinds)
+                    if name in attributes:
+                        texts[index] = string_value(attributes[name])
+    return tuple(texts)
+
+
+def _result_transposes(module, entry: str, count: int) -> tuple[tuple[int, tuple[int, ...]] | None, ...]:
+    """For each entry result that is a parameter seen through `stablehlo.transpose`s
+    only: (parameter index, permutation p such that result dim j is the
+    parameter's dim p[j]); None for any other result.
+
+    What a compiler needs to give such a result, whose layout it may choose
+    (`mhlo.layout_mode = "auto"`), the layout that makes the transposes free
+    (pjrt_ref/model/layouts.py)."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
+            body = op.regions[0].blocks[0]
+            returned = list(body.operations)[-1].operands
+            return tuple(_transposed_parameter(value) for value in list(returned)[:count])
+    return (None,) * count
+
+
+def _transposed_parameter(value) -> tuple[int, tuple[int, ...]] | None:
+    from jaxlib.mlir import ir
+
+    permutation: tuple[int, ...] | None = None
+    while isinstance(value, ir.OpResult) and value.owner.operation.name == "stablehlo.transpose":
+        transpose = value.owner.operation
+        step = tuple(convert_attribute(transpose.attributes["permutation"]))
+        permutation = step if permutation is None else tuple(step[k] for k in permutation)
+        value = transpose.operands[0]
+    if permutation is None or not isinstance(value, ir.BlockArgument):
+        return None
+    return value.arg_number, permutation
 
 
 def _shape_text(shape) -> str:

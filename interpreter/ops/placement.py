@@ -1,4 +1,4 @@
-"""Memory placement: the annotations JAX's host offloading puts in programs.
+"""Where values live: the memory-placement and layout annotations JAX puts in programs.
 
 `jax.device_put(x, memory_kind="pinned_host")` inside a jitted function,
 `compute_on("device_host")`, and remat offload policies mark values with
@@ -15,6 +15,12 @@ so a placement is the identity on values. What a framework can observe —
 which memory a parameter or result lives in — follows the entry function's
 `mhlo.memory_kind` (pjrt_ref/model/executable.py). A placement names a
 kind pjrt-ref has, checked when the program is loaded.
+
+`with_sharding_constraint(x, Format(Layout(...)))` inside `jit` becomes
+`stablehlo.custom_call @LayoutConstraint(%x) {result_layouts = [...]}`: XLA
+lays the value out so. A layout never changes a value
+(pjrt_ref/model/layouts.py), and inside a program the interpreter's arrays
+have no layout anyone can observe, so it is the identity too.
 """
 from __future__ import annotations
 
@@ -40,3 +46,9 @@ def _validate_placement(op) -> None:
 def annotate_device_placement(op, *operands):
     """The operand(s) unchanged: placing a value in another memory does not change it."""
     return operands[0] if len(operands) == 1 else tuple(operands)
+
+
+@register_custom_call("LayoutConstraint")
+def layout_constraint(op, operand):
+    """The operand unchanged: a layout says how elements lie in memory, not what they are."""
+    return operand

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import handles
-from ..model.buffer import Buffer
+from ..model import handles, layouts
+from ..model.buffer import Buffer, raw_bytes
 from ..model.device import Device
 from ..model.dtypes import BufferType, buffer_type, to_numpy
 from ..errors import Internal, InvalidArgument, Unimplemented
@@ -149,21 +149,51 @@ def client_buffer_from_host_buffer(args: Args) -> None:
         strides = int_list(args.byte_strides, args.num_byte_strides)
         if len(strides) != len(dims):
             raise InvalidArgument(f"{len(strides)} byte strides for {len(dims)} dimensions")
-    check_dense_device_layout(args.get("device_layout", cdata.NULL), dims, dtype.itemsize)
+    order = device_layout_order(args.get("device_layout", cdata.NULL), dims, dtype.itemsize)
     device = _optional(args.device, Device, "PJRT_Device")
     memory = _optional(args.get("memory", cdata.NULL), Memory, "PJRT_Memory")
     check_allocation(nbytes(dtype, dims), f"host transfer of {dtype}{dims}")
     array = host_to_array(args.data, dtype, dims, strides)
-    buffer = client.buffer_from_array(array, device, memory)
+    buffer = client.buffer_from_array(array, device, memory, order)
     args.done_with_host_buffer = new_event_handle()
     args.buffer = register_buffer(buffer)
 
 
-def check_dense_device_layout(layout, dims: list[int], itemsize: int) -> None:
-    """UNIMPLEMENTED unless a caller's device layout (or NULL) is dense row-major, as every buffer is."""
+def device_layout_order(layout, dims: list[int], itemsize: int) -> tuple[int, ...] | None:
+    """The minor_to_major of a caller's device layout (None for NULL: the default).
+
+    Any dense layout is taken (model/layouts.py): a tiled one without tiles,
+    or byte strides that lay the elements out densely in some dimension
+    order. Tiles, gaps or overlaps are UNIMPLEMENTED: a buffer is dense."""
+    if layout == cdata.NULL:
+        return None
+    if layout.type != cdata.lib.PJRT_Buffer_MemoryLayout_Type_Strides:
+        strides_from_layout(layout, dims, itemsize)        # refuses tiles and non-permutations
+        return layouts.checked(int_list(layout.tiled.minor_to_major, layout.tiled.minor_to_major_size),
+                               len(dims))
     strides = strides_from_layout(layout, dims, itemsize)
-    if strides is not None and any(d > 1 for d in dims) and strides != _dense_strides(dims, itemsize):
-        raise Unimplemented("pjrt-ref buffers are dense row-major; other device layouts are not supported")
+    order = tuple(sorted(range(len(dims)), key=lambda d: (abs(strides[d]), d)))
+    if any(d > 1 for d in dims) and strides != _order_strides(dims, order, itemsize):
+        raise Unimplemented(f"device layout with byte strides {strides} for dims {dims} is not dense: "
+                            "pjrt-ref buffers are dense in some dimension order")
+    return order
+
+
+def check_dense_device_layout(layout, dims: list[int], itemsize: int) -> None:
+    """UNIMPLEMENTED unless a caller's device layout (or NULL) is dense row-major."""
+    order = device_layout_order(layout, dims, itemsize)
+    if order is not None and any(d > 1 for d in dims) and order != layouts.row_major(len(dims)):
+        raise Unimplemented(f"this entry point makes dense row-major buffers; device layout "
+                            f"{layouts.text(order)} is not supported here")
+
+
+def _order_strides(dims: list[int], minor_to_major: tuple[int, ...], itemsize: int) -> list[int]:
+    """Byte strides of a dense array of `dims` laid out in `minor_to_major` order."""
+    strides, step = [0] * len(dims), itemsize
+    for dim in minor_to_major:
+        strides[dim] = step
+        step *= max(dims[dim], 1)
+    return strides
 
 
 @entry_point("PJRT_Client_CreateUninitializedBuffer")
@@ -198,13 +228,13 @@ def buffer_to_host_buffer(args: Args) -> None:
 
 @entry_point("PJRT_Buffer_CopyRawToHost")
 def buffer_copy_raw_to_host(args: Args) -> None:
-    """PJRT_Buffer_CopyRawToHost: bytes [offset, offset+size) of the dense row-major data."""
-    raw = _buffer(args).array.tobytes()
+    """PJRT_Buffer_CopyRawToHost: bytes [offset, offset+size) of the data, in the buffer's layout."""
+    raw = raw_bytes(_buffer(args).array)
     offset, size = int(args.offset), int(args.transfer_size)
     if offset < 0 or size < 0 or offset + size > len(raw):
         raise InvalidArgument(f"range [{offset}, {offset + size}) outside the buffer's {len(raw)} bytes")
     cdata.require_array(args.dst, size, "PJRT_Buffer_CopyRawToHost dst")
-    cdata.ffi.memmove(args.dst, raw[offset:offset + size], size)
+    cdata.ffi.memmove(args.dst, raw[offset:offset + size].tobytes(), size)
     args.event = new_event_handle()
 
 
@@ -317,7 +347,7 @@ def buffer_dynamic_dimension_indices(args: Args) -> None:
 
 @entry_point("PJRT_Buffer_GetMemoryLayout")
 def buffer_get_memory_layout(args: Args) -> None:
-    """PJRT_Buffer_GetMemoryLayout: dense row-major, as a tiled layout with no tiles."""
+    """PJRT_Buffer_GetMemoryLayout: the buffer's dense layout, as a tiled layout with no tiles."""
     buffer = _buffer(args)
     rank = len(buffer.dims)
     layout = args.raw.layout
@@ -325,7 +355,7 @@ def buffer_get_memory_layout(args: Args) -> None:
     layout.type = cdata.lib.PJRT_Buffer_MemoryLayout_Type_Tiled
     tiled = layout.tiled
     tiled.struct_size = cdata.ffi.sizeof("PJRT_Buffer_MemoryLayout_Tiled")
-    tiled.minor_to_major = owned_array(buffer, "minor_to_major", "int64_t", list(range(rank - 1, -1, -1)))
+    tiled.minor_to_major = owned_array(buffer, "minor_to_major", "int64_t", list(buffer.layout))
     tiled.minor_to_major_size = rank
     tiled.tile_dims = cdata.NULL
     tiled.tile_dim_sizes = cdata.NULL
@@ -387,7 +417,7 @@ def buffer_ready_event(args: Args) -> None:
 
 
 def _copy(buffer: Buffer, device: Device, memory: Memory):
-    copy = device.client.buffer_from_array(buffer.array, device, memory)
+    copy = device.client.buffer_from_array(buffer.array, device, memory, buffer.minor_to_major)
     return register_buffer(copy)
 
 

@@ -1,10 +1,11 @@
 """The PJRT Layouts extension (capi_shim/pjrt_layouts_shardings.h): the memory
 layout of buffers, of new arrays and of a program's parameters and outputs.
 
-Every pjrt-ref array is dense row-major: its layout is XLA's descending
-layout, `minor_to_major = [rank-1, ..., 0]`, with no tiles. So a layout
-depends on the rank alone, and pjrt-ref has one immutable `MemoryLayout` per
-rank, made on first use and kept for the process: the handles the host gets
+Every pjrt-ref array is dense: row-major (XLA's descending layout,
+`minor_to_major = [rank-1, ..., 0]`) unless a caller asked for another
+dimension order (pjrt_ref/model/layouts.py), never tiled. pjrt-ref has one
+immutable `MemoryLayout` per dimension order, made on first use and kept
+for the process: the handles the host gets
 from Client_GetDefaultLayout or Buffer_MemoryLayout are those shared ones
 (MemoryLayout_Destroy has nothing to free), and Serialize hands out the
 layout's own bytes with a deleter that keeps them.
@@ -16,7 +17,7 @@ to read them (see the header), which is where the extension pays.
 from __future__ import annotations
 
 from ..errors import InvalidArgument
-from ..model import handles
+from ..model import handles, layouts
 from ..model.dtypes import to_numpy
 from ..model.topology import Topology
 from . import cdata
@@ -28,26 +29,26 @@ from .executable import _executable
 
 
 class MemoryLayout:
-    """The descending layout of rank `rank`, serialized as XLA writes a
-    layout (`Layout::ToString`, `{2,1,0}`), which is what jaxlib's
-    `PjRtLayout::Deserialize` parses: it aborts the process on anything else."""
+    """A dense layout, serialized as XLA writes a layout (`Layout::ToString`,
+    `{2,1,0}`), which is what jaxlib's `PjRtLayout::Deserialize` parses: it
+    aborts the process on anything else."""
 
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        data = ("{" + ",".join(str(d) for d in range(rank - 1, -1, -1)) + "}").encode()
+    def __init__(self, minor_to_major: tuple[int, ...]) -> None:
+        self.minor_to_major = minor_to_major
+        data = layouts.text(minor_to_major).encode()
         self.size = len(data)
         self.data = cdata.ffi.new("char[]", data)
 
 
-_LAYOUTS: dict[int, MemoryLayout] = {}   # rank -> layout
-_HANDLES: dict[int, MemoryLayout] = {}   # handle address -> layout
+_LAYOUTS: dict[tuple[int, ...], MemoryLayout] = {}   # minor_to_major -> layout
+_HANDLES: dict[int, MemoryLayout] = {}               # handle address -> layout
 
 
-def layout_handle(rank: int):
-    """The (shared, never freed) `PJRT_Layouts_MemoryLayout*` of rank `rank`."""
-    layout = _LAYOUTS.get(rank)
+def layout_handle(minor_to_major: tuple[int, ...]):
+    """The (shared, never freed) `PJRT_Layouts_MemoryLayout*` of this layout."""
+    layout = _LAYOUTS.get(minor_to_major)
     if layout is None:
-        layout = _LAYOUTS.setdefault(rank, MemoryLayout(rank))
+        layout = _LAYOUTS.setdefault(minor_to_major, MemoryLayout(minor_to_major))
         _HANDLES[_address(layout)] = layout
     return cdata.ffi.cast("PJRT_Layouts_MemoryLayout*", layout.data)
 
@@ -97,31 +98,29 @@ def _default_layout(args: Args) -> None:
     to_numpy(args.type)   # an unknown type is the caller's error
     if args.num_dims and args.dims == cdata.NULL:
         raise InvalidArgument(f"dims is NULL with num_dims = {args.num_dims}")
-    args.layout = layout_handle(int(args.num_dims))
+    args.layout = layout_handle(layouts.row_major(int(args.num_dims)))
 
 
 @entry_point("PJRT_Layouts_PJRT_Buffer_MemoryLayout")
 def buffer_memory_layout(args: Args) -> None:
-    """A buffer's data is dense row-major (PJRT_Buffer_GetMemoryLayout says the same)."""
-    args.layout = layout_handle(len(_buffer(args).dims))
+    """The buffer's layout (PJRT_Buffer_GetMemoryLayout says the same)."""
+    args.layout = layout_handle(_buffer(args).layout)
 
 
 @entry_point("PJRT_Layouts_PJRT_Executable_GetOutputLayouts")
 def executable_get_output_layouts(args: Args) -> None:
-    """Each output's layout (one device's shard for a partitioned program:
-    the same rank)."""
+    """Each output's layout: the `mhlo.layout_mode` the program gives it,
+    else row-major (one device's shard for a partitioned program: the same rank)."""
     exe = _executable(args)
-    ranks = [len(dims) for dims in exe.output_dims()]
-    args.num_outputs = len(ranks)
+    args.num_outputs = len(exe.output_layouts)
     args.layouts = owned_array(exe, "output_layouts", "PJRT_Layouts_MemoryLayout*",
-                               [layout_handle(r) for r in ranks])
+                               [layout_handle(order) for order in exe.output_layouts])
 
 
 @entry_point("PJRT_Layouts_PJRT_Executable_GetParameterLayouts")
 def executable_get_parameter_layouts(args: Args) -> None:
-    """Each parameter's layout."""
+    """Each parameter's layout, as for outputs."""
     exe = _executable(args)
-    ranks = [len(getattr(t, "shape", ())) for t in exe.program.input_types]
-    args.num_parameters = len(ranks)
+    args.num_parameters = len(exe.parameter_layouts)
     args.layouts = owned_array(exe, "parameter_layouts", "PJRT_Layouts_MemoryLayout*",
-                               [layout_handle(r) for r in ranks])
+                               [layout_handle(order) for order in exe.parameter_layouts])

@@ -1,6 +1,7 @@
 """`PJRT_Buffer`: an immutable numpy array on a device.
 
-A buffer owns a read-only, C-contiguous, aligned numpy array. `delete()`
+A buffer owns a read-only, aligned numpy array, dense in the buffer's
+layout (C-contiguous unless a caller asked for another layout: layouts.py). `delete()`
 (explicitly, or by donation to an executable) drops the array; the handle
 stays valid and answers `is_deleted` until `PJRT_Buffer_Destroy`.
 
@@ -27,16 +28,19 @@ from typing import Callable
 
 import numpy as np
 
-from . import handles
+from . import handles, layouts
 from .dtypes import BufferType, from_numpy
 from ..errors import FailedPrecondition, InvalidArgument, PjrtRefError
 from ..limits import nbytes
 from .event import COMPLETE, Event, Promise, join
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
+def _read_only(array: np.ndarray, minor_to_major: layouts.MinorToMajor | None = None) -> np.ndarray:
+    """`array` as a buffer keeps it: read-only, aligned, dense in its layout (row-major by default)."""
     array = np.asarray(array)
-    if not (array.flags.c_contiguous and array.flags.aligned):   # frameworks may view it in place
+    if minor_to_major is not None:
+        array = layouts.stored_in(array, minor_to_major)
+    elif not (array.flags.c_contiguous and array.flags.aligned):   # frameworks may view it in place
         array = array.copy(order="C")    # (np.ascontiguousarray would make 0-d arrays 1-d)
     if array.flags.writeable:
         array = array.view()             # our own read-only view; the caller's array stays writable
@@ -46,8 +50,15 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 class Buffer:
     def __init__(self, array: np.ndarray, device, memory=None,
-                 buffer_type: BufferType | None = None, ready_event: Event | None = None) -> None:
-        array = _read_only(array)
+                 buffer_type: BufferType | None = None, ready_event: Event | None = None,
+                 minor_to_major: layouts.MinorToMajor | None = None) -> None:
+        if minor_to_major is not None and tuple(minor_to_major) != layouts.row_major(len(minor_to_major)):
+            minor_to_major = layouts.checked(minor_to_major, np.ndim(array))
+        else:
+            minor_to_major = None
+        # The layout the buffer is stored in and reports (model/layouts.py); None: row-major.
+        self.minor_to_major = minor_to_major
+        array = _read_only(array, minor_to_major)
         self._array: np.ndarray | None = array
         self.dtype = array.dtype
         self.dims: tuple[int, ...] = array.shape        # (a numpy shape is a tuple of ints)
@@ -72,7 +83,7 @@ class Buffer:
 
     def fulfill(self, array: np.ndarray) -> None:
         """Provide a pending buffer's contents, hand them to its waiting readers, mark it ready."""
-        contents = _read_only(array.reshape(self.dims))
+        contents = _read_only(array.reshape(self.dims), self.minor_to_major)
         with self._lock:
             if self._array is not None:
                 self._array = contents
@@ -136,6 +147,11 @@ class Buffer:
         join(events, lambda error: out.fail(error) if error is not None else
              out.fulfill(reinterpret(contents.value, dtype, dims)))
         return out
+
+    @property
+    def layout(self) -> layouts.MinorToMajor:
+        """The buffer's minor_to_major (PJRT_Buffer_GetMemoryLayout)."""
+        return self.minor_to_major if self.minor_to_major is not None else layouts.row_major(len(self.dims))
 
     @property
     def is_deleted(self) -> bool:
@@ -208,7 +224,7 @@ class Buffer:
                 self._pinned = None
 
     def copy_raw_later(self, offset: int, size: int, destination: Promise) -> Event:
-        """Bytes [offset, offset+size) of the dense row-major contents, written by
+        """Bytes [offset, offset+size) of the contents (in the buffer's layout), written by
         `destination.value(bytes)` once both the contents and the destination
         are here (PJRT_Buffer_CopyRawToHostFuture). The returned event completes
         then, with the buffer's or the destination's error if either has one."""
@@ -233,8 +249,8 @@ class Buffer:
 
 
 def raw_bytes(array: np.ndarray) -> np.ndarray:
-    """The bytes of `array` in dense row-major order, as uint8 (a view: no copy)."""
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    """The bytes of `array` in memory order (a buffer's layout), as uint8 (a view: no copy)."""
+    return layouts.physical(array).reshape(-1).view(np.uint8)
 
 
 def reinterpret(array: np.ndarray, dtype: np.dtype, dims: tuple[int, ...]) -> np.ndarray:

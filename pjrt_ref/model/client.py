@@ -175,9 +175,10 @@ class Client:
         return device, device.default_memory
 
     def buffer_from_array(self, array: np.ndarray, device: Device | None = None,
-                          memory: Memory | None = None) -> Buffer:
+                          memory: Memory | None = None, minor_to_major: tuple[int, ...] | None = None
+                          ) -> Buffer:
         device, memory = self.memory_for(device, memory)
-        return Buffer(array, device, memory)
+        return Buffer(array, device, memory, minor_to_major=minor_to_major)
 
     def bytes_in_use(self, device: Device | None = None) -> int:
         """Bytes held by this client's live buffers (not deleted, handle not

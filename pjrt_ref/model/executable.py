@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import memory, multi_device, program_cache, program_formats
+from . import layouts, memory, multi_device, program_cache, program_formats
 from ..services import serialization
 from ..interpreter import observer
 from .buffer import Buffer
@@ -48,6 +48,7 @@ class Executable:
         self.donor_indices = _donor_indices(self.program)
         self.parameter_memory_kinds, self.output_memory_kinds = (
             tuple(_known_kind(kind) for kind in kinds) for kinds in self.program.entry_memory_kinds)
+        self.parameter_layouts, self.output_layouts = _entry_layouts(self.program)
         self.fingerprint = _fingerprint(self.code, self.compile_options)
 
     @classmethod
@@ -146,6 +147,29 @@ def _known_kind(kind: str | None) -> str:
         return memory.DEVICE_KIND
     memory.kind_id(kind)
     return kind
+
+
+def _entry_layouts(program) -> tuple[tuple, tuple]:
+    """(parameter layouts, result layouts) as the entry function's `mhlo.layout_mode`s
+    ask (model/layouts.py). A result whose layout is ours to choose ("auto")
+    and that is a parameter seen through transposes gets the layout that
+    makes them free, as XLA's layout assignment does: its array is then a
+    view of the parameter's, stored as it is."""
+    parameter_modes, result_modes = program.entry_layout_modes
+    parameters = tuple(layouts.from_layout_mode(mode, _rank(t))
+                       for mode, t in zip(parameter_modes, program.input_types))
+    results = []
+    for mode, ttype, source in zip(result_modes, program.output_types, program.entry_result_transposes):
+        if mode == "auto" and source is not None:
+            index, permutation = source
+            results.append(layouts.transposed(parameters[index], permutation))
+        else:
+            results.append(layouts.from_layout_mode(mode, _rank(ttype)))
+    return parameters, tuple(results)
+
+
+def _rank(ttype) -> int:
+    return len(getattr(ttype, "shape", ()))
 
 
 def _fingerprint(code: bytes, compile_options: bytes) -> str:
