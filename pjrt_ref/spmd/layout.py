@@ -60,6 +60,13 @@ class Layout:
             return list(self.tile_of)
         return [d for d in self.tile_of if self.partial_of[d] == self.partial_of[device]]
 
+    def transposed(self, permutation: tuple[int, ...]) -> "Layout":
+        """The layout of `transpose(value, permutation)` (result dim j is the
+        value's dim permutation[j]): each device keeps its tile, transposed."""
+        return Layout(tuple(self.tile_counts[p] for p in permutation),
+                      {device: tuple(tile[p] for p in permutation) for device, tile in self.tile_of.items()},
+                      self.partial_of)
+
     def shard_shape(self, global_shape: tuple[int, ...], what: str) -> tuple[int, ...]:
         """The shape of one device's shard; tiles must divide the dimensions."""
         if len(global_shape) != len(self.tile_counts):

@@ -87,6 +87,7 @@ from .layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
 from .gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
 from ..interpreter import observer
+from ..interpreter.attributes import convert_attribute
 from ..interpreter.partitioned_run import current_partitioned_run, run_with
 from .manual import PartitionedRun, run_on_grid
 
@@ -413,7 +414,9 @@ class PartitionedRunner:
         """The layout of a result JAX left to the compiler (no sharding attribute).
 
         XLA would choose one by sharding propagation; the reference follows
-        the value back through element-wise ops of the same shape and through
+        the value back through element-wise ops of the same shape, through
+        transposes (permuting the sharding's dimensions), through custom calls
+        that only place or lay out their operand, and through
         `func.call`s (into the callee's `func.return`, and from a callee's
         argument back to the call's operand) to an entry argument, a sharding
         constraint or a manual computation's result and takes that sharding
@@ -429,8 +432,11 @@ class PartitionedRunner:
         each read the previous value twice has 2^n paths); it runs on its own
         stack, so chains deeper than Python's recursion limit are fine.
         """
+        return self._inherited_from((value.maybe_downcast(), ()))
+
+    def _inherited_from(self, root: tuple) -> Layout | None:
+        """`_inherited_layout` of the (value, calls) pair `root`."""
         done = self._inherited
-        root = (value.maybe_downcast(), ())
         stack: list[list] = []          # frames [key, successors, index of the next one]
         active: set = set()             # keys on the stack (a cycle leads nowhere)
 
@@ -482,6 +488,12 @@ class PartitionedRunner:
             shape = _shape_of(value)
             return None, [(operand.maybe_downcast(), calls) for operand in op.operands
                           if _shape_of(operand) == shape]
+        if custom_call_target(op) in _SAME_VALUE_CALLS:
+            return None, [(op.operands[0].maybe_downcast(), calls)]
+        if op.name == "stablehlo.transpose":
+            found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+            permutation = tuple(convert_attribute(op.attributes["permutation"]))
+            return (None if found is None else found.transposed(permutation)), []
         attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
         if op.name == "sdy.manual_computation":
             return parse_sharding_per_value(attrs["out_shardings"])[value.result_number] \
@@ -622,6 +634,9 @@ def _shape_of(value) -> tuple:
 
 
 # Ops whose result element i depends only on the operands' element i.
+# Custom calls whose result is their operand, placed or laid out elsewhere
+# (interpreter/ops/placement.py): the operand's sharding carries over.
+_SAME_VALUE_CALLS = frozenset(("LayoutConstraint", "annotate_device_placement", "MoveToHost", "MoveToDevice"))
 _ELEMENTWISE = frozenset("stablehlo." + name for name in (
     "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "
     "divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic "

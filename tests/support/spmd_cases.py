@@ -62,6 +62,9 @@ def jit_cases():
     # No out_shardings: XLA's propagation chooses; element-wise ops keep x's sharding.
     yield ("jit_unspecified_out", jax.jit(lambda x: jnp.sin(x) * 2.0 + x),
            [put(m2, P("b", "a"), x)])
+    # ... and a transpose (also under an element-wise op) carries it, its dims permuted.
+    yield ("jit_unspecified_transposed_out", jax.jit(lambda x: (x.T, jnp.cos(x).T * 2.0)),
+           [put(m2, P("a", "b"), x)])
     y = matrix(8, 6, 3)
 
     def loss(w, x, y):
