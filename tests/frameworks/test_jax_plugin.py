@@ -285,3 +285,37 @@ def test_device_count_follows_what_jax_asks_of_its_cpu_backend():
         print(len(jax.devices("pjrt_ref")))
     """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_NUM_DEVICES="2")
     assert unset.stdout.splitlines()[-1] == "2"
+
+
+def test_string_arrays_live_on_pjrt_ref_as_on_cpu_which_is_why_the_device_kind_is_cpu():
+    """JAX lets string arrays onto a device only if its `device_kind` is exactly
+    "cpu" (jax/_src/api.py, _check_string_compatible_sharding): the reason
+    pjrt-ref's devices report that kind (README, "The PJRT plugin")."""
+    proc = run_jax("""
+        strings = np.array(["pjrt", "", "ref ✓"], dtype=np.dtypes.StringDType())
+        dev = jax.devices("pjrt_ref")[0]
+        y = jax.device_put(strings, dev)
+        print(dev.device_kind, dev.platform, y.devices() == {dev}, np.asarray(y).tolist())
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
+    assert proc.stdout.split("\n")[-2] == "cpu pjrt_ref True ['pjrt', '', 'ref ✓']"
+
+
+def test_dlpack_is_jaxlib_s_limit_and_np_asarray_is_the_zero_copy_way_out():
+    """jaxlib exports DLPack only from cpu and GPU platforms, so `np.from_dlpack`
+    of a pjrt_ref array fails inside jaxlib (README, "The PJRT plugin").
+    `np.asarray` shares the buffer's memory instead: no copy, read-only."""
+    proc = run_jax("""
+        y = jax.jit(lambda a: a * 2)(jax.device_put(np.arange(4096.0), jax.devices("pjrt_ref")[0]))
+        view, again = np.asarray(y), np.asarray(y)
+        try:
+            np.from_dlpack(y)
+            refused = "no error"
+        except Exception as error:
+            refused = str(error)
+        print(view.ctypes.data == y.unsafe_buffer_pointer() == again.ctypes.data,
+              view.flags.writeable, view[-1] == 8190.0)
+        print(refused)
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
+    shared, refused = proc.stdout.strip().split("\n")[-2:]
+    assert shared == "True False True"
+    assert "cannot be used as a DLPack device" in refused
