@@ -14,9 +14,9 @@
  * parses the MLIR, legalises it to MHLO and converts it to an HloModule,
  * once per question, on every compile (tens of milliseconds for a
  * 12-layer transformer). The answers are simple for pjrt-ref:
- *   - layouts: every array is dense row-major, the descending layout
- *     (minor_to_major = rank-1 ... 0), which is also what that HloModule
- *     said;
+ *   - layouts: every array is dense, row-major (the descending layout,
+ *     minor_to_major = rank-1 ... 0) unless the program or the caller asked
+ *     for another dimension order (pjrt_ref/model/layouts.py);
  *   - shardings: what that HloModule said, from the same source
  *     (pjrt_ref/spmd/partitioner.py): the spmd output and parameter
  *     shardings of a partitioned program, none for any other.
