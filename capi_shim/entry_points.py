@@ -140,7 +140,12 @@ SHARDINGS_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Shardings_PJRT_Executable_ParameterShardings",
     "PJRT_Shardings_PJRT_Executable_OutputShardings",
 )
-EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS
+# The Custom Partitioner extension's (capi_shim/custom_partitioner.py).
+CUSTOM_PARTITIONER_FUNCTIONS: tuple[str, ...] = (
+    "PJRT_Register_Custom_Partitioner",
+    "PJRT_Register_Batch_Partitionable",
+)
+EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS + CUSTOM_PARTITIONER_FUNCTIONS
 
 
 def args_type(entry_point: str) -> str:

@@ -10,7 +10,7 @@ structs on the `PJRT_Api.extension_start` chain instead of the table.
 Their names, in struct order, are in entry_points.py (`LAYOUTS_FUNCTIONS`,
 `SHARDINGS_FUNCTIONS`). `tables(next_start, layouts, shardings)` is the C
 for the two structs, the Shardings one pointing at `next_start` (the
-profiler extension); `START` is what `PJRT_Api.extension_start` then
+next extension on the chain: build_shim.py says which); `START` is what `PJRT_Api.extension_start` then
 points at.
 """
 from __future__ import annotations

@@ -196,6 +196,7 @@ OP_FAMILIES = {
 }
 CUSTOM_CALL_FAMILIES = {
     'ApproxTopK': 'approx_top_k',
+    'CustomSPMDPartitioning': 'sharding',
     'LayoutConstraint': 'placement',
     'MoveToDevice': 'placement',
     'MoveToHost': 'placement',

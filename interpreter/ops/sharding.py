@@ -96,3 +96,16 @@ def manual_computation(op, *operands, regions):
     else:
         results = regions[0](*operands)
     return results[0] if len(results) == 1 else tuple(results)
+
+
+@register_custom_call("CustomSPMDPartitioning")
+def custom_partitioning(op, *operands):
+    """`jax.experimental.custom_partitioning` on several devices. The body is not
+    in the program: only the callbacks the framework registered know it, and
+    the partitioner replaces this call by their per-device module at load time
+    (pjrt_ref/spmd/custom_partitioning.py). Reaching it here means the program
+    was not partitioned (compiled for one partition) or no callbacks were
+    registered."""
+    raise op.error("CustomSPMDPartitioning runs only in a program partitioned over several devices, "
+                   "through the partition callbacks its framework registered (PJRT Custom "
+                   "Partitioner extension)", cls=Unimplemented)

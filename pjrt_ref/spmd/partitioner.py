@@ -85,7 +85,9 @@ import numpy as np
 from ..errors import InvalidArgument, Unimplemented
 from .layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
-from .gspmd import annotate_full_to_shard, attribute_text, custom_call_target, make_manual_calls
+from . import custom_partitioning
+from .gspmd import (MANUAL_CALL, OUT_SHARDINGS_ATTR, annotate_full_to_shard, attribute_text,
+                    custom_call_target, make_manual_calls)
 from ..interpreter import observer
 from ..interpreter.attributes import convert_attribute
 from ..interpreter.partitioned_run import current_partitioned_run, run_with
@@ -186,10 +188,13 @@ def load_per_device_gspmd(text: str):
 class PartitionedRunner:
     """`program` planned for N partitions: argument/result layouts and meshes."""
 
-    def __init__(self, program, *, num_partitions: int, num_replicas: int) -> None:
+    def __init__(self, program, *, num_partitions: int, num_replicas: int,
+                 custom_calls_partitioned: bool = False) -> None:
         if num_replicas != 1 and num_partitions != 1:
             raise Unimplemented(f"a program with {num_replicas} replicas x {num_partitions} "
                                 "partitions: the reference partitioner runs one replica")
+        if not custom_calls_partitioned and custom_partitioning.TARGET in program.text:
+            program = self._with_custom_calls_partitioned(program, num_partitions, num_replicas)
         self.program = program
         self.num_partitions = num_partitions
         self.num_replicas = num_replicas
@@ -231,6 +236,33 @@ class PartitionedRunner:
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
             layout.shard_shape(_shape(t), f"result {i} of @{program.entry}")
+
+    @staticmethod
+    def _with_custom_calls_partitioned(program, num_partitions: int, num_replicas: int):
+        """`program` with its @CustomSPMDPartitioning calls partitioned by their
+        callbacks (custom_partitioning.py), which are asked about the shardings
+        a partitioner of the program as it stands proposes."""
+        from ..interpreter import load
+
+        proposer = PartitionedRunner(program, num_partitions=num_partitions, num_replicas=num_replicas,
+                                     custom_calls_partitioned=True)
+        return load(custom_partitioning.partition_calls(
+            program, proposer.proposed_layout, proposer.annotated_shardings, proposer.devices))
+
+    def proposed_layout(self, value) -> Layout:
+        """The layout propagation gives `value` (`_inherited_layout`), replicated without one."""
+        return self._inherited_layout(value) or replicated(len(_shape_of(value)), self.devices)
+
+    def annotated_shardings(self, op) -> list[str] | None:
+        """The HloSharding texts of `op`'s results as its own `sdy.sharding` or
+        `mhlo.sharding` says, None when it says nothing."""
+        if "sdy.sharding" in op.attributes:
+            per_value = parse_sharding_per_value(attribute_text(op.attributes["sdy.sharding"]))
+            return [hlo_sharding_text(s.layout(self.meshes), self.devices) for s in per_value]
+        if "mhlo.sharding" in op.attributes:
+            return custom_partitioning.sharding_elements(attribute_text(op.attributes["mhlo.sharding"]),
+                                                         len(op.results))
+        return None
 
     # -- what PJRT reports per device --------------------------------------
     def argument_shard_shapes(self, device: int) -> list[tuple[int, ...]]:
@@ -500,6 +532,11 @@ class PartitionedRunner:
                 .layout(self.meshes), []
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
             return self._sdy_layout(attrs["sharding"], len(_shape_of(value))), []
+        if custom_call_target(op) == MANUAL_CALL:      # gspmd.py, custom_partitioning.py
+            known = (custom_partitioning.RESULT_SHARDINGS_ATTR
+                     if custom_partitioning.RESULT_SHARDINGS_ATTR in op.attributes else OUT_SHARDINGS_ATTR)
+            text = list(op.attributes[known])[value.result_number]
+            return parse_hlo_sharding(attribute_text(text), len(_shape_of(value)), self.devices), []
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices), []
