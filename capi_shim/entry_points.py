@@ -124,9 +124,9 @@ SLOTS: tuple[str, ...] = (
 )
 
 
-# Entry points outside the table: the functions of the Layouts and Shardings
-# extensions (capi_shim/layouts_shardings.py puts them on the
-# `extension_start` chain), in each extension struct's field order.
+# Entry points outside the table: the functions of the Layouts, Shardings and
+# FFI extensions (capi_shim/layouts_shardings.py and ffi_extension.py put
+# them on the `extension_start` chain), in each extension struct's field order.
 LAYOUTS_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Layouts_MemoryLayout_Destroy",
     "PJRT_Layouts_MemoryLayout_Serialize",
@@ -140,7 +140,13 @@ SHARDINGS_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Shardings_PJRT_Executable_ParameterShardings",
     "PJRT_Shardings_PJRT_Executable_OutputShardings",
 )
-EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS
+# The PJRT FFI extension's functions (capi_shim/ffi_extension.py), in its struct's order.
+FFI_FUNCTIONS: tuple[str, ...] = (
+    "PJRT_FFI_TypeID_Register",
+    "PJRT_FFI_UserData_Add",
+    "PJRT_FFI_Register_Handler",
+)
+EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS + FFI_FUNCTIONS
 
 
 def args_type(entry_point: str) -> str:

@@ -1,0 +1,104 @@
+"""The PJRT FFI extension (capi_shim/pjrt_ffi_extension.h): how a host hands
+pjrt-ref the XLA FFI handlers registered for its platform.
+
+    register_handler   add a handler to the table the interpreter's custom
+                       calls look in (interpreter/ffi/targets.py)
+    type_id_register   give a user type name an id (XLA_FFI_Type_Register's
+                       registry, shared with handlers: interpreter/ffi)
+    user_data_add      attach user data to a PJRT_ExecuteContext; an
+                       execution given that context hands it to handlers
+                       (XLA_FFI_ExecutionContext_Get)
+
+jaxlib calls register_handler for XLA's GPU plugins when a user registers
+a target for their platform; pjrt-ref's JAX hook does the same for
+"pjrt_ref" (pjrt_ref/frameworks/jax/ffi.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from ..errors import InvalidArgument
+from ..interpreter.ffi import context as ffi_context
+from ..interpreter.ffi import targets
+from ..interpreter.ffi.bridge import bridge
+from ..model import handles
+from . import cdata
+from ._boundary import entry_point
+from .cdata import Args, text_arg
+
+
+class ExecuteContext:
+    """PJRT_ExecuteContext: the user data FFI handlers of one execution see.
+
+    `user_data` holds (type_id, data address, deleter) per user_data_add;
+    `destroy` calls the deleters, as XLA does when the context is destroyed.
+    """
+
+    def __init__(self) -> None:
+        self.user_data: list[tuple[int, int, object]] = []
+
+    def execution_info(self, launch_id: int) -> ffi_context.ExecutionInfo:
+        return ffi_context.ExecutionInfo(run_id=launch_id,
+                                         user_data=tuple((t, a) for t, a, _ in self.user_data))
+
+    def destroy(self) -> None:
+        for _, address, deleter in self.user_data:
+            if deleter != cdata.NULL:
+                deleter(cdata.ffi.cast("void*", address))
+        self.user_data.clear()
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def attached_ffi_context(options):
+    """A context in which FFI handlers see the user data of `options.context`
+    (a PJRT_ExecuteContext); nothing to attach for most executions, which
+    then pay one field read."""
+    if options == cdata.NULL or options.struct_size < _context_end():
+        return _NOTHING
+    context = options.context
+    if context == cdata.NULL:
+        return _NOTHING
+    execute_context = handles.get(context, ExecuteContext, "PJRT_ExecuteContext")
+    return ffi_context.attach(execute_context.execution_info(options.launch_id))
+
+
+@functools.cache
+def _context_end() -> int:
+    return cdata.ffi.offsetof("PJRT_ExecuteOptions", "context") + cdata.ffi.sizeof("void*")
+
+
+@entry_point("PJRT_FFI_Register_Handler")
+def register_handler(args: Args) -> None:
+    """PJRT_FFI_Register_Handler: `handler` serves custom call `target_name`
+    on `platform_name`, which must be pjrt_ref's."""
+    name = text_arg(args.target_name, args.target_name_size, "target_name")
+    platform = text_arg(args.platform_name, args.platform_name_size, "platform_name")
+    address = int(cdata.ffi.cast("uintptr_t", args.handler))
+    targets.register(name, address, platform=platform, api_version=args.api_version,
+                     traits=int(args.traits))
+
+
+@entry_point("PJRT_FFI_TypeID_Register")
+def type_id_register(args: Args) -> None:
+    """PJRT_FFI_TypeID_Register: the id of `type_name` (a new one for type_id 0)."""
+    name = cdata.bytes_arg(args.type_name, args.type_name_size, "type_name")
+    module = bridge()
+    type_id = module.ffi.new("int64_t*", args.type_id)
+    error = module.lib.pjrt_ref_ffi_type_register(name, len(name), type_id)
+    if error != module.ffi.NULL:
+        message = module.ffi.string(module.lib.pjrt_ref_ffi_error_message(error)).decode()
+        module.lib.pjrt_ref_ffi_error_destroy(error)
+        raise InvalidArgument(f"PJRT_FFI_TypeID_Register: {message}")
+    args.type_id = type_id[0]
+
+
+@entry_point("PJRT_FFI_UserData_Add")
+def user_data_add(args: Args) -> None:
+    """PJRT_FFI_UserData_Add: attach `user_data` to `context`."""
+    context = handles.get(args.context, ExecuteContext, "PJRT_ExecuteContext")
+    user_data = args.user_data
+    context.user_data.append((int(user_data.type_id), int(cdata.ffi.cast("uintptr_t", user_data.data)),
+                              user_data.deleter))
