@@ -142,7 +142,7 @@ SHARDINGS_FUNCTIONS: tuple[str, ...] = (
 )
 # The PJRT FFI extension's functions (capi_shim/ffi_extension.py), in its struct's order.
 FFI_FUNCTIONS: tuple[str, ...] = (
-    "PJRT_FFI_TypeID_Register",
+    "PJRT_FFI_Type_Register",
     "PJRT_FFI_UserData_Add",
     "PJRT_FFI_Register_Handler",
 )

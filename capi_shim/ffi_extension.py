@@ -18,7 +18,7 @@ START = "&pjrt_ref_ffi_extension.base"
 
 # struct field -> entry point (pjrt_ffi_extension.h's PJRT_FFI_Extension)
 FIELDS = {
-    "type_id_register": "PJRT_FFI_TypeID_Register",
+    "type_register": "PJRT_FFI_Type_Register",
     "user_data_add": "PJRT_FFI_UserData_Add",
     "register_handler": "PJRT_FFI_Register_Handler",
 }

@@ -18,22 +18,27 @@
 #ifndef PJRT_REF_PJRT_FFI_EXTENSION_H_
 #define PJRT_REF_PJRT_FFI_EXTENSION_H_
 
-#define PJRT_API_FFI_EXTENSION_VERSION 2
+/* How to handle objects of a user type (state a handler keeps, user data). */
+typedef struct PJRT_FFI_Type_Info {
+  void (*deleter)(void* object);
+  void* serialize;     /* unused by pjrt-ref */
+  void* deserialize;   /* unused by pjrt-ref */
+} PJRT_FFI_Type_Info;
 
 /* Registers a type name; type_id 0 asks for one, another value must match. */
-typedef struct PJRT_FFI_TypeID_Register_Args {
+typedef struct PJRT_FFI_Type_Register_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
   const char* type_name;
   size_t type_name_size;
-  int64_t type_id;  /* in-out */
-} PJRT_FFI_TypeID_Register_Args;
+  int64_t type_id;                       /* in-out */
+  const PJRT_FFI_Type_Info* type_info;   /* optional */
+} PJRT_FFI_Type_Register_Args;
 
-/* User data for handlers of one execution (XLA_FFI_ExecutionContext_Get). */
+/* User data for the handlers of one execution (XLA_FFI_ExecutionContext_Get). */
 typedef struct PJRT_FFI_UserData {
   int64_t type_id;
   void* data;
-  void (*deleter)(void* data);  /* optional; called when the context is destroyed */
 } PJRT_FFI_UserData;
 
 typedef struct PJRT_FFI_UserData_Add_Args {
@@ -47,12 +52,12 @@ typedef enum {
   PJRT_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE = 1
 } PJRT_FFI_Handler_TraitsBits;
 
-/* Registers a handler for a platform. No extension_start in this struct. */
+/* Registers a typed XLA FFI handler (an XLA_FFI_Handler*, the execute stage)
+ * for a platform. This struct has no extension_start. */
 typedef struct PJRT_FFI_Register_Handler_Args {
   size_t struct_size;
   const char* target_name;
   size_t target_name_size;
-  int api_version;  /* 0: legacy custom call, 1: typed XLA FFI */
   void* handler;
   const char* platform_name;
   size_t platform_name_size;
@@ -61,7 +66,7 @@ typedef struct PJRT_FFI_Register_Handler_Args {
 
 typedef struct PJRT_FFI_Extension {
   PJRT_Extension_Base base;
-  PJRT_Error* (*type_id_register)(PJRT_FFI_TypeID_Register_Args* args);
+  PJRT_Error* (*type_register)(PJRT_FFI_Type_Register_Args* args);
   PJRT_Error* (*user_data_add)(PJRT_FFI_UserData_Add_Args* args);
   PJRT_Error* (*register_handler)(PJRT_FFI_Register_Handler_Args* args);
 } PJRT_FFI_Extension;

@@ -20,7 +20,11 @@ How a handler gets here and runs:
    the GIL. An error the handler returns is the execution's error, with the
    handler's message.
 
-Legacy custom calls (registered with api_version 0) run through legacy.py.
+Legacy custom calls (XLA CPU's raw-pointer targets, api_version 0) run
+through legacy.py. The PJRT FFI extension of PJRT 0.114 carries typed
+handlers only, so JAX's `register_ffi_target(..., api_version=0)` is refused
+for pjrt_ref with that reason; such a target is registered from Python with
+`targets.register(name, address, platform="pjrt_ref", api_version=0)`.
 """
 from __future__ import annotations
 

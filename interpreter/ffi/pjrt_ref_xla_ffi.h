@@ -59,7 +59,8 @@ void pjrt_ref_legacy_call(void* fn, int api_version, void* out, const void** in,
 int pjrt_ref_ffi_error_code(XLA_FFI_Error* error);
 const char* pjrt_ref_ffi_error_message(XLA_FFI_Error* error);
 void pjrt_ref_ffi_error_destroy(XLA_FFI_Error* error);
-XLA_FFI_Error* pjrt_ref_ffi_type_register(const char* name, size_t name_size, int64_t* type_id);
+XLA_FFI_Error* pjrt_ref_ffi_type_register(const char* name, size_t name_size, int64_t* type_id,
+                                          void (*deleter)(void* object));
 void pjrt_ref_ffi_state_destroy(pjrt_ref_ffi_state* state);
 int pjrt_ref_ffi_is_code_address(void* address);
 void pjrt_ref_ffi_free(void* data);

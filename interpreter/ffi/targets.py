@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from ...errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
 
 PLATFORM = "pjrt_ref"
-TYPED_FFI, LEGACY = 1, 0          # PJRT_FFI_Register_Handler_Args.api_version
+# A typed XLA FFI handler (XLA_FFI_Handler*; all the PJRT FFI extension
+# registers) or a legacy custom call (XLA CPU's raw-pointer signatures,
+# registered from Python with `register`: legacy.py).
+TYPED_FFI, LEGACY = 1, 0
 HOW_TO_REGISTER = 'jax.ffi.register_ffi_target(name, capsule, platform="pjrt_ref")'
 
 

@@ -150,8 +150,9 @@ static XLA_FFI_Error* type_register(XLA_FFI_Type_Register_Args* args) {
   return register_type(args->name.ptr, args->name.len, &args->type_id->type_id, deleter);
 }
 
-XLA_FFI_Error* pjrt_ref_ffi_type_register(const char* name, size_t name_size, int64_t* type_id) {
-  return register_type(name, name_size, type_id, NULL);
+XLA_FFI_Error* pjrt_ref_ffi_type_register(const char* name, size_t name_size, int64_t* type_id,
+                                          void (*deleter)(void* object)) {
+  return register_type(name, name_size, type_id, deleter);
 }
 
 /* ------------------------------------------------------------ context, state */

@@ -1,9 +1,10 @@
 """The PJRT FFI extension (capi_shim/pjrt_ffi_extension.h): how a host hands
 pjrt-ref the XLA FFI handlers registered for its platform.
 
-    register_handler   add a handler to the table the interpreter's custom
-                       calls look in (interpreter/ffi/targets.py)
-    type_id_register   give a user type name an id (XLA_FFI_Type_Register's
+    register_handler   add a typed XLA FFI handler to the table the
+                       interpreter's custom calls look in
+                       (interpreter/ffi/targets.py)
+    type_register      give a user type name an id (XLA_FFI_Type_Register's
                        registry, shared with handlers: interpreter/ffi)
     user_data_add      attach user data to a PJRT_ExecuteContext; an
                        execution given that context hands it to handlers
@@ -29,23 +30,16 @@ from .cdata import Args, text_arg
 
 
 class ExecuteContext:
-    """PJRT_ExecuteContext: the user data FFI handlers of one execution see.
-
-    `user_data` holds (type_id, data address, deleter) per user_data_add;
-    `destroy` calls the deleters, as XLA does when the context is destroyed.
-    """
+    """PJRT_ExecuteContext: the user data FFI handlers of one execution see,
+    (type_id, data address) per user_data_add. The data stays the caller's."""
 
     def __init__(self) -> None:
-        self.user_data: list[tuple[int, int, object]] = []
+        self.user_data: list[tuple[int, int]] = []
 
     def execution_info(self, launch_id: int) -> ffi_context.ExecutionInfo:
-        return ffi_context.ExecutionInfo(run_id=launch_id,
-                                         user_data=tuple((t, a) for t, a, _ in self.user_data))
+        return ffi_context.ExecutionInfo(run_id=launch_id, user_data=tuple(self.user_data))
 
     def destroy(self) -> None:
-        for _, address, deleter in self.user_data:
-            if deleter != cdata.NULL:
-                deleter(cdata.ffi.cast("void*", address))
         self.user_data.clear()
 
 
@@ -72,26 +66,31 @@ def _context_end() -> int:
 
 @entry_point("PJRT_FFI_Register_Handler")
 def register_handler(args: Args) -> None:
-    """PJRT_FFI_Register_Handler: `handler` serves custom call `target_name`
-    on `platform_name`, which must be pjrt_ref's."""
+    """PJRT_FFI_Register_Handler: the typed XLA FFI handler `handler` (an
+    XLA_FFI_Handler*) serves custom call `target_name` on `platform_name`,
+    which must be pjrt_ref's."""
     name = text_arg(args.target_name, args.target_name_size, "target_name")
     platform = text_arg(args.platform_name, args.platform_name_size, "platform_name")
     address = int(cdata.ffi.cast("uintptr_t", args.handler))
-    targets.register(name, address, platform=platform, api_version=args.api_version,
-                     traits=int(args.traits))
+    targets.register(name, address, platform=platform, api_version=targets.TYPED_FFI,
+                     traits=int(args.get("traits", 0)))
 
 
-@entry_point("PJRT_FFI_TypeID_Register")
-def type_id_register(args: Args) -> None:
-    """PJRT_FFI_TypeID_Register: the id of `type_name` (a new one for type_id 0)."""
+@entry_point("PJRT_FFI_Type_Register")
+def type_register(args: Args) -> None:
+    """PJRT_FFI_Type_Register: the id of `type_name` (a new one for type_id 0);
+    `type_info`'s deleter frees a handler's state of that type."""
     name = cdata.bytes_arg(args.type_name, args.type_name_size, "type_name")
+    type_info = args.get("type_info", cdata.NULL)
     module = bridge()
+    deleter = module.ffi.NULL if type_info == cdata.NULL else module.ffi.cast("void(*)(void*)",
+                                                                                type_info.deleter)
     type_id = module.ffi.new("int64_t*", args.type_id)
-    error = module.lib.pjrt_ref_ffi_type_register(name, len(name), type_id)
+    error = module.lib.pjrt_ref_ffi_type_register(name, len(name), type_id, deleter)
     if error != module.ffi.NULL:
         message = module.ffi.string(module.lib.pjrt_ref_ffi_error_message(error)).decode()
         module.lib.pjrt_ref_ffi_error_destroy(error)
-        raise InvalidArgument(f"PJRT_FFI_TypeID_Register: {message}")
+        raise InvalidArgument(f"PJRT_FFI_Type_Register: {message}")
     args.type_id = type_id[0]
 
 

@@ -33,7 +33,8 @@ class _Handler:
     def __call__(self, name, fn, platform, api_version=0, traits=0) -> None:
         name = name.decode() if isinstance(name, bytes) else str(name)
         try:
-            register_through_extension(name, _handler_address(name, fn), platform, api_version, traits)
+            _check_api_version(name, api_version)
+            register_through_extension(name, _handler_address(name, fn), platform, traits)
         except Exception as error:
             if not self.replaying:
                 raise
@@ -47,6 +48,15 @@ def install() -> None:
     handler = _Handler()
     xla_client.register_custom_call_handler(PLATFORM, handler)   # replays the queued ones
     handler.replaying = False
+
+
+def _check_api_version(name: str, api_version: int) -> None:
+    """The PJRT FFI extension carries typed XLA FFI handlers (api_version=1) only."""
+    if api_version != 1:
+        raise ValueError(
+            f"FFI target '{name}': pjrt_ref runs typed XLA FFI handlers (api_version=1, written "
+            "with xla/ffi/api/ffi.h); the PJRT FFI extension JAX registers through carries no "
+            f"legacy custom calls (api_version={api_version})")
 
 
 def _handler_address(name: str, fn) -> int:
@@ -107,27 +117,25 @@ class _Api(ctypes.Structure):
 
 class _RegisterHandlerArgs(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("target_name", ctypes.c_char_p),
-                ("target_name_size", ctypes.c_size_t), ("api_version", ctypes.c_int),
-                ("handler", ctypes.c_void_p), ("platform_name", ctypes.c_char_p),
-                ("platform_name_size", ctypes.c_size_t), ("traits", ctypes.c_int)]
+                ("target_name_size", ctypes.c_size_t), ("handler", ctypes.c_void_p),
+                ("platform_name", ctypes.c_char_p), ("platform_name_size", ctypes.c_size_t),
+                ("traits", ctypes.c_uint32)]
 
 
 class _FfiExtension(ctypes.Structure):
-    _fields_ = [("base", _ExtensionBase), ("type_id_register", ctypes.c_void_p),
+    _fields_ = [("base", _ExtensionBase), ("type_register", ctypes.c_void_p),
                 ("user_data_add", ctypes.c_void_p),
                 ("register_handler", ctypes.CFUNCTYPE(ctypes.c_void_p,
                                                       ctypes.POINTER(_RegisterHandlerArgs)))]
 
 
-def register_through_extension(name: str, address: int, platform: str, api_version: int,
-                               traits: int) -> None:
+def register_through_extension(name: str, address: int, platform: str, traits: int) -> None:
     """Call the PJRT FFI extension's register_handler, as jaxlib does for GPU plugins;
     its error becomes a ValueError with the plugin's message."""
     api = _api()
     target, platform_name = name.encode(), platform.encode()
-    args = _RegisterHandlerArgs(ctypes.sizeof(_RegisterHandlerArgs), target, len(target),
-                                int(api_version), address, platform_name, len(platform_name),
-                                int(traits))
+    args = _RegisterHandlerArgs(ctypes.sizeof(_RegisterHandlerArgs), target, len(target), address,
+                                platform_name, len(platform_name), int(traits))
     error = _ffi_extension(api).register_handler(ctypes.byref(args))
     if error:
         raise ValueError(_take_message(api, error))
