@@ -40,7 +40,7 @@ pjrt_ref = jax.devices("pjrt_ref")[0]
 def handlers(tmp_path_factory) -> str:
     import jax
     library = str(tmp_path_factory.mktemp("ffi") / "libhandlers.so")
-    subprocess.run([COMPILER, "-std=c++17", "-O1", "-shared", "-fPIC", "-w",
+    subprocess.run([COMPILER, "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-w",
                     f"-I{jax.ffi.include_dir()}", HANDLERS_SOURCE, "-o", library], check=True)
     return library
 
@@ -178,6 +178,21 @@ def test_bad_registrations_are_refused_clearly(handlers):
     assert lines[0].startswith("TypeError") and "expected a PyCapsule" in lines[0]
     assert lines[1].startswith("ValueError") and "not a function of any loaded library" in lines[1]
     assert lines[2].startswith("ValueError") and "execute stage" in lines[2]
+
+
+def test_an_async_handler_is_waited_for(handlers):
+    out = run(handlers, """
+    register("AsyncDouble")
+    f = jax.jit(lambda a: jax.ffi.ffi_call("AsyncDouble", jax.ShapeDtypeStruct(a.shape, a.dtype))(a))
+    print(np.asarray(f(jax.device_put(np.arange(4, dtype=np.float32), pjrt_ref))).tolist())
+    try:
+        f(jax.device_put(-np.ones(4, np.float32), pjrt_ref)).block_until_ready()
+    except Exception as error:
+        print(error)
+    """)
+    values, error = out.strip().splitlines()[-2:]
+    assert values == "[0.0, 2.0, 4.0, 6.0]"
+    assert "INVALID_ARGUMENT" in error and "AsyncDouble: negative element" in error
 
 
 def test_context_services(handlers):

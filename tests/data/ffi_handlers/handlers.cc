@@ -3,12 +3,14 @@
 // handler; the test compares their results with numpy.
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -125,6 +127,30 @@ static ffi::Error FailImpl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> 
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Fail, FailImpl,
+                              ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+
+// ---------------------------------------------------------------- async
+// Returns at once with a future that another thread completes: out = 2 * x,
+// or an error for a negative element (the runtime waits for the future).
+static ffi::Future AsyncDoubleImpl(ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> out) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  std::thread([promise, in = x.typed_data(), result = out->typed_data(),
+               n = x.element_count()]() mutable {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (size_t i = 0; i < n; ++i) {
+      if (in[i] < 0) {
+        promise.SetError(ffi::Error::InvalidArgument("AsyncDouble: negative element"));
+        return;
+      }
+      result[i] = 2 * in[i];
+    }
+    promise.SetAvailable();
+  }).detach();
+  return future;
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AsyncDouble, AsyncDoubleImpl,
                               ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
 
 // ---------------------------------------------------------------- context
