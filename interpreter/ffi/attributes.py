@@ -63,6 +63,15 @@ def typed_attributes(dictionary) -> dict[str, Any]:
 
 
 def typed_value(attr) -> Any:
+    """One attribute's typed value; `Unsupported` for what XLA FFI cannot pass
+    (never an exception: the op may be served by a target that reads none)."""
+    try:
+        return _typed_value(attr)
+    except (ValueError, TypeError, RuntimeError):
+        return Unsupported(str(attr))
+
+
+def _typed_value(attr) -> Any:
     from jaxlib.mlir import ir
     attr = attr.maybe_downcast()
     if isinstance(attr, ir.BoolAttr):
