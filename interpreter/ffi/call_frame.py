@@ -115,7 +115,8 @@ def check_typed_form(op, name: str) -> None:
         return
     raise op.error(f"custom call target '{name}' is a typed XLA FFI handler (registered with "
                    f"api_version=1) but is called as a legacy custom call (api_version {version}, "
-                   f"backend_config {config!r}); register a legacy handler with api_version=0",
+                   f"backend_config {config!r}); a legacy target is registered from Python with "
+                   "pjrt_ref.interpreter.ffi.targets.register(..., api_version=0)",
                    cls=InvalidArgument)
 
 
@@ -142,26 +143,32 @@ class TypedCall:
 
     def __call__(self, operands) -> list:
         arguments, results = buffers.call_arrays(self.op, operands, self.aliased)
-        keep: list = []
-        frame = self.ffi.new("XLA_FFI_CallFrame*")
-        frame.struct_size = self.lib.XLA_FFI_CallFrame_STRUCT_SIZE
-        frame.api = self.lib.pjrt_ref_ffi_api()
-        frame.ctx = self._context(keep)
-        frame.stage = self.lib.XLA_FFI_ExecutionStage_EXECUTE
-        lib = self.lib
-        frame.args.struct_size = self.lib.XLA_FFI_Args_STRUCT_SIZE
-        frame.args.size = len(arguments)
-        frame.args.types = self._kinds("XLA_FFI_ArgType", lib.XLA_FFI_ArgType_BUFFER, len(arguments), keep)
-        frame.args.args = self._buffers(arguments, keep)
-        frame.rets.struct_size = self.lib.XLA_FFI_Rets_STRUCT_SIZE
-        frame.rets.size = len(results)
-        frame.rets.types = self._kinds("XLA_FFI_RetType", lib.XLA_FFI_RetType_BUFFER, len(results), keep)
-        frame.rets.rets = self._buffers(results, keep)
-        frame.attrs = self.attrs[0]
+        keep: list = []     # the C memory the frame points into, alive until the call returns
+        frame = self._frame(arguments, results, keep)
         error = self.lib.pjrt_ref_ffi_call(self.function, frame)   # without the GIL
         if error != self.ffi.NULL:
             raise self._handler_error(error)
         return results
+
+    def _frame(self, arguments: list, results: list, keep: list):
+        """The XLA_FFI_CallFrame of one call (see the module docstring)."""
+        lib = self.lib
+        frame = self.ffi.new("XLA_FFI_CallFrame*")
+        frame.struct_size = lib.XLA_FFI_CallFrame_STRUCT_SIZE
+        frame.api = lib.pjrt_ref_ffi_api()
+        frame.ctx = self._context(keep)
+        frame.stage = lib.XLA_FFI_ExecutionStage_EXECUTE
+        frame.args.struct_size = lib.XLA_FFI_Args_STRUCT_SIZE
+        frame.args.size = len(arguments)
+        frame.args.types = self._kinds("XLA_FFI_ArgType", lib.XLA_FFI_ArgType_BUFFER, len(arguments), keep)
+        frame.args.args = self._buffers(arguments, keep)
+        frame.rets.struct_size = lib.XLA_FFI_Rets_STRUCT_SIZE
+        frame.rets.size = len(results)
+        frame.rets.types = self._kinds("XLA_FFI_RetType", lib.XLA_FFI_RetType_BUFFER, len(results), keep)
+        frame.rets.rets = self._buffers(results, keep)
+        frame.attrs = self.attrs[0]
+        keep.append(frame)
+        return frame
 
     def _context(self, keep: list):
         info = context.current()
