@@ -2,7 +2,11 @@
 
 What XLA's CPU runtime gives a handler, and so what pjrt-ref gives it:
 - each operand and result is dense row-major memory of its static shape
-  (pjrt-ref's arrays are; a view is copied first);
+  (a view is copied first). A call that asks for other layouts
+  (`operand_layouts`/`result_layouts`, ffi_call's input/output_layouts) is
+  refused when the program is planned: XLA would hand the handler memory in
+  that order, and a handler reading row-major memory would read other
+  numbers;
 - a result aliased to an operand (`output_operand_aliases`, jax.ffi.ffi_call's
   `input_output_aliases`) is one buffer: the handler sees the same pointer as
   that operand and as that result, holding the operand's values. The
@@ -49,6 +53,17 @@ def check_types(op) -> None:
                 raise op.error(f"FFI call: {role} {index} has element type {value_type.element_type}, "
                                "which pjrt-ref cannot hand to a handler (sub-byte types are packed "
                                "in XLA and one per byte here)", cls=Unimplemented)
+
+
+def check_layouts(op) -> None:
+    """Refuse layouts other than row-major (the descending minor-to-major order)."""
+    for name, types in (("operand_layouts", op.operand_types), ("result_layouts", op.result_types)):
+        for index, (layout, value_type) in enumerate(zip(op.attrs.get(name, ()), types)):
+            rank = len(getattr(value_type, "shape", ()))
+            if [int(d) for d in layout] != list(range(rank - 1, -1, -1)):
+                raise op.error(f"FFI call: {name}[{index}] is {[int(d) for d in layout]}; pjrt-ref "
+                               "hands handlers row-major buffers only (the default layout, "
+                               f"{list(range(rank - 1, -1, -1))})", cls=Unimplemented)
 
 
 def aliases(op) -> dict[int, int]:

@@ -126,6 +126,7 @@ class TypedCall:
     def __init__(self, op, handler) -> None:
         check_typed_form(op, handler.name)
         buffers.check_types(op)
+        buffers.check_layouts(op)
         attributes = op.attrs.get(FFI_ATTRIBUTES, {})
         check_attributes(op, attributes)
         module = bridge()

@@ -36,6 +36,7 @@ class LegacyCall:
                            "a typed XLA FFI handler is registered with api_version=1",
                            cls=InvalidArgument)
         buffers.check_types(op)
+        buffers.check_layouts(op)
         config = op.attrs.get("backend_config", "")
         self.opaque = config.encode("utf-8", "surrogateescape") if isinstance(config, str) else b""
         module = bridge()

@@ -133,6 +133,19 @@ def test_an_attribute_ffi_cannot_pass_is_named(handlers):
     assert "attribute 'half'" in out and "UNIMPLEMENTED" in out
 
 
+def test_a_layout_other_than_row_major_is_refused(handlers):
+    out = run(handlers, """
+    register("DoubleInPlace")
+    x = jax.device_put(np.ones((2, 3), np.float32), pjrt_ref)
+    try:
+        jax.jit(lambda a: jax.ffi.ffi_call("DoubleInPlace", jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                          input_layouts=[(1, 0)])(a))(x)   # major-to-minor: column-major
+    except Exception as error:
+        print(error)
+    """)
+    assert "operand_layouts[0] is [0, 1]" in out and "row-major" in out
+
+
 def test_the_handlers_error_is_the_users_exception(handlers):
     out = run(handlers, """
     register("Fail")
