@@ -33,6 +33,7 @@ from entry_points import (API_MAJOR, API_MINOR, EXTENSION_FUNCTIONS, FAST_PATHS,
                           callback_name)
 from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
                                 DEPENDS as PROFILER_DEPENDS, EXTENSION_START as PROFILER_START)
+import ffi_extension  # noqa: E402
 import layouts_shardings  # noqa: E402
 import custom_partitioner  # noqa: E402
 
@@ -255,6 +256,7 @@ def c_source(header: str) -> str:
 #include "pjrt_c_api.h"
 #include "pjrt_layouts_shardings.h"
 #include "pjrt_custom_partitioner.h"
+#include "pjrt_ffi_extension.h"
 
 {slot_declarations(header)}
 
@@ -270,12 +272,13 @@ def c_source(header: str) -> str:
 {PROFILER_C_SOURCE}
 {custom_partitioner.table(PROFILER_START)}
 {layouts_shardings.tables(custom_partitioner.START, LAYOUTS_FUNCTIONS, SHARDINGS_FUNCTIONS)}
+{ffi_extension.table(layouts_shardings.START)}
 
 static const PJRT_Api pjrt_ref_api = {{
     .struct_size = sizeof(PJRT_Api),
-    /* Layouts -> Shardings -> Custom Partitioner -> profiler (capi_shim/layouts_shardings.py,
-       custom_partitioner.py, profiler_extension.py) */
-    .extension_start = (PJRT_Extension_Base*){layouts_shardings.START},
+    /* FFI -> Layouts -> Shardings -> Custom Partitioner -> profiler (capi_shim/ffi_extension.py,
+       layouts_shardings.py, custom_partitioner.py, profiler_extension.py) */
+    .extension_start = (PJRT_Extension_Base*){ffi_extension.START},
     .pjrt_api_version = {{
         .struct_size = sizeof(PJRT_Api_Version),
         .extension_start = NULL,
@@ -297,6 +300,7 @@ def make_builder() -> cffi.FFI:
     ffibuilder.cdef(slot_declarations(header))
     ffibuilder.cdef(layouts_shardings.header_declarations())
     ffibuilder.cdef(custom_partitioner.header_declarations())
+    ffibuilder.cdef(ffi_extension.header_declarations())
     ffibuilder.cdef(extern_python_declarations())
     ffibuilder.cdef(HELPERS_CDEF)
     ffibuilder.cdef(caller_callbacks_cdef())
@@ -313,7 +317,8 @@ def make_builder() -> cffi.FFI:
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
         depends=[HEADER, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
-                 *PROFILER_DEPENDS, *layouts_shardings.DEPENDS, *custom_partitioner.DEPENDS],
+                 *PROFILER_DEPENDS, *layouts_shardings.DEPENDS, *custom_partitioner.DEPENDS,
+                 *ffi_extension.DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools
     )

@@ -124,9 +124,9 @@ SLOTS: tuple[str, ...] = (
 )
 
 
-# Entry points outside the table: the functions of the Layouts and Shardings
-# extensions (capi_shim/layouts_shardings.py puts them on the
-# `extension_start` chain), in each extension struct's field order.
+# Entry points outside the table: the functions of the Layouts, Shardings and
+# FFI extensions (capi_shim/layouts_shardings.py and ffi_extension.py put
+# them on the `extension_start` chain), in each extension struct's field order.
 LAYOUTS_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Layouts_MemoryLayout_Destroy",
     "PJRT_Layouts_MemoryLayout_Serialize",
@@ -145,7 +145,13 @@ CUSTOM_PARTITIONER_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Register_Custom_Partitioner",
     "PJRT_Register_Batch_Partitionable",
 )
-EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS + CUSTOM_PARTITIONER_FUNCTIONS
+# The PJRT FFI extension's functions (capi_shim/ffi_extension.py), in its struct's order.
+FFI_FUNCTIONS: tuple[str, ...] = (
+    "PJRT_FFI_Type_Register",
+    "PJRT_FFI_UserData_Add",
+    "PJRT_FFI_Register_Handler",
+)
+EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS + CUSTOM_PARTITIONER_FUNCTIONS + FFI_FUNCTIONS
 
 
 def args_type(entry_point: str) -> str:

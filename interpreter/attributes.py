@@ -237,6 +237,9 @@ def read_attributes(op) -> dict[str, Any]:
             values[name] = _parse_dense_with_type(text, op.context)
         else:
             values[name] = convert_attribute(op.attributes[name])
+    if op.name == "stablehlo.custom_call":   # typed as an XLA FFI handler sees them (ffi/attributes.py)
+        from .ffi.attributes import FFI_ATTRIBUTES, custom_call_dictionary, typed_attributes
+        values[FFI_ATTRIBUTES] = typed_attributes(custom_call_dictionary(op.attributes))
     return values
 
 

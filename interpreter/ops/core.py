@@ -5,7 +5,8 @@ Spec sections: "constant", "custom_call"; and `func.call` (builtin calls).
 from __future__ import annotations
 
 from ...errors import Unimplemented
-from ..registry import lookup_custom_call, register, register_custom_call
+from .. import ffi
+from ..registry import Kernel, lookup_custom_call, register, register_custom_call
 
 
 @register("stablehlo.constant")
@@ -26,19 +27,32 @@ def _validate_custom_call(op) -> None:
     target = op.attrs.get("call_target_name", "")
     kernel = lookup_custom_call(target)
     if kernel is None:
-        raise op.error(f"custom call target '{target}' is not registered in pjrt-ref",
-                       cls=Unimplemented)
+        kernel = _user_ffi_target(op, target)
     op.cache["target"] = kernel
     if kernel.validate is not None:
         kernel.validate(op)
+
+
+def _user_ffi_target(op, target: str) -> Kernel:
+    """A target the user registered as an XLA FFI handler (interpreter/ffi)."""
+    call = ffi.plan_call(op, target)
+    if call is None:
+        raise op.error(ffi.targets.unknown_target_message(target), cls=Unimplemented)
+    return Kernel(target, lambda op, *operands: _results(call(operands)))
+
+
+def _results(values: list):
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 @register("stablehlo.custom_call", validate=_validate_custom_call)
 def custom_call(op, *operands):
     """Spec "custom_call": run the registered target named by the op.
 
-    Targets are looked up in `registry.CUSTOM_CALL_TARGETS` when the program
-    is loaded; nothing in a program can reach any other Python code.
+    Targets are looked up when the program is loaded: pjrt-ref's own in
+    `registry.CUSTOM_CALL_TARGETS`, then the C handlers the user registered
+    through XLA FFI (interpreter/ffi); nothing in a program can reach any
+    other code.
     """
     return op.cache["target"].fn(op, *operands)
 

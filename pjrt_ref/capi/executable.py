@@ -10,11 +10,8 @@ from . import cdata
 from ._boundary import entry_point
 from .cdata import Args, hand_out_blob, owned, owned_array, owned_named_values, owned_text, require_array
 from .event import new_event_handle
+from .ffi_extension import ExecuteContext, attached_ffi_context
 from .host_callbacks import attached_device_host_transfers, attached_host_transfers
-
-
-class ExecuteContext:
-    """PJRT_ExecuteContext: per-execution user data; pjrt-ref keeps none."""
 
 
 def _executable(args: Args) -> Executable:
@@ -312,11 +309,12 @@ def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_don
     out_row = require_array(require_array(args.output_lists, 1, "output_lists")[0],
                             loaded.executable.num_outputs, "output_lists[0]")
     arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
-    if loaded.executable.uses_host_channel:
-        with attached_host_transfers(args.options, 0):    # send/recv host callbacks
+    with attached_ffi_context(args.options):   # user data for FFI handlers, if any
+        if loaded.executable.uses_host_channel:
+            with attached_host_transfers(args.options, 0):    # send/recv host callbacks
+                outputs = loaded.execute(arguments, device, non_donatable)
+        else:
             outputs = loaded.execute(arguments, device, non_donatable)
-    else:
-        outputs = loaded.execute(arguments, device, non_donatable)
     _hand_out(outputs, out_row)
     _hand_out_events(args, 1)
 
@@ -365,4 +363,4 @@ def execute_context_create(args: Args) -> None:
 @entry_point("PJRT_ExecuteContext_Destroy")
 def execute_context_destroy(args: Args) -> None:
     """PJRT_ExecuteContext_Destroy."""
-    handles.remove(args.context, ExecuteContext, "PJRT_ExecuteContext")
+    handles.remove(args.context, ExecuteContext, "PJRT_ExecuteContext").destroy()

@@ -120,6 +120,7 @@ def crossings() -> list[tuple[str, str]]:
 INTERPRETER_NEVER = {
     "pjrt_ref.interpreter.ops": ("pjrt_ref.interpreter.jit",),
     "pjrt_ref.interpreter.native": ("pjrt_ref.interpreter.jit", "pjrt_ref.interpreter.ops"),
+    "pjrt_ref.interpreter.ffi": ("pjrt_ref.interpreter.jit", "pjrt_ref.interpreter.ops"),
 }
 
 

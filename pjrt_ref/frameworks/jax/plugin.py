@@ -20,13 +20,16 @@ And it makes JAX's linear algebra (eigh, svd, qr, eig, ...) lower for
 serves with scipy: see `linalg.py`; and every other primitive JAX lowers
 only for the platforms it knows (checkify's `check`, ...) lower as on cpu:
 see `cpu_only_rules.py`. JAX's persistent compilation cache serves
-"pjrt_ref" too: see `compilation_cache.py`.
+"pjrt_ref" too: see `compilation_cache.py`. And XLA FFI handlers registered
+with `jax.ffi.register_ffi_target(..., platform="pjrt_ref")` reach the
+plugin: see `ffi.py`.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
 from .compilation_cache import open_compilation_cache
+from .ffi import install as install_ffi_handler
 from .cpu_only_rules import borrow_cpu_only_rules
 from .linalg import register_linalg_lowerings
 
@@ -74,6 +77,10 @@ def initialize() -> None:
     try:
         open_compilation_cache(PLATFORM)
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
+        pass
+    try:
+        install_ffi_handler()    # jax.ffi.register_ffi_target(..., platform="pjrt_ref")
+    except (ImportError, AttributeError):  # pragma: no cover - a future jaxlib moved it
         pass
     if xla_bridge.is_known_platform(PLATFORM):
         _install_lowerings()
