@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jax_support import run_python
+from jax_support import run_jax, run_python
 
 IMPORT_ALL_OF_JAX = """
 import importlib, pkgutil, warnings
@@ -91,3 +91,22 @@ def test_checkify_and_sparse_primitives_give_cpus_results():
     assert ours["debug_check"] == cpu["debug_check"] == 2.0
     import numpy as np
     np.testing.assert_allclose(ours["spsolve"], cpu["spsolve"], rtol=1e-6)
+
+
+def test_platform_dependent_takes_pjrt_ref_s_own_branch_else_the_default_else_cpu_s():
+    """`lax.platform_dependent` (jaxlib's FFI examples choose their target
+    with it) on pjrt_ref: a branch for pjrt_ref wins, then the default (JAX's rule
+    for a platform not named), then cpu's where JAX would fail."""
+    proc = run_jax("""
+        from jax import lax
+        cases = {
+            "cpu_and_cuda": lambda x: lax.platform_dependent(x, cpu=lambda v: v * 2, cuda=lambda v: v * 3),
+            "with_default": lambda x: lax.platform_dependent(x, cpu=lambda v: v * 2, default=lambda v: v * 5),
+            "own_branch": lambda x: lax.platform_dependent(x, cpu=lambda v: v * 2, pjrt_ref=lambda v: v * 7),
+            "default_only": lambda x: lax.platform_dependent(x, cuda=lambda v: v * 3, default=lambda v: v * 5),
+        }
+        x = jax.device_put(jnp.ones(2), jax.devices("pjrt_ref")[0])
+        print({name: float(jax.jit(f)(x)[0]) for name, f in cases.items()})
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
+    assert proc.stdout.strip().splitlines()[-1] == \
+        "{'cpu_and_cuda': 2.0, 'with_default': 5.0, 'own_branch': 7.0, 'default_only': 5.0}"

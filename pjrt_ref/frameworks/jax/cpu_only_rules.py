@@ -23,6 +23,14 @@ when the primitive has no default rule. A rule registered for "pjrt_ref"
 itself (linalg.py, the host-callback rules) always wins.
 tests/frameworks/test_jax_cpu_only_rules.py imports all of JAX, walks its
 registries, and runs such primitives on pjrt_ref and cpu side by side.
+
+The same holds one level up, for code that picks a branch by platform name:
+`lax.platform_dependent(x, cpu=..., cuda=...)` without a `default` fails on
+a plugin ("MLIR translation rule for primitive 'platform_index(...)' not
+found for platform pjrt_ref"). `borrow_cpu_branches` keeps JAX's rule (a
+platform's own branch, else the default) and, where it would fail, takes
+the cpu branch: pjrt-ref runs what cpu programs contain (jaxlib's own FFI
+examples and tests choose their targets this way).
 """
 from __future__ import annotations
 
@@ -70,3 +78,35 @@ def cpu_only_primitives_without_rule(platform: str) -> list:
     ours = mlir._platform_specific_lowerings.get(platform, {})
     return [primitive for primitive in mlir._platform_specific_lowerings.get("cpu", {})
             if primitive not in mlir._lowerings and primitive not in ours]
+
+
+def borrow_cpu_branches(platform: str) -> None:
+    """Lower the two primitives that choose by platform for `platform` so that
+    it gets its own branch, else the default, else the cpu branch:
+    `platform_index` (which branch) and `cond` with `branches_platforms`
+    (which branches to keep), both JAX's rules on amended platform lists."""
+    from jax._src.interpreters import mlir
+    from jax._src.lax.control_flow import conditionals
+
+    index_rule, cond_rule = conditionals._platform_index_lowering, conditionals._cond_lowering
+
+    def platform_index_lowering(ctx, *, platforms):
+        return index_rule(ctx, platforms=_cpu_branches_also_for(platform, platforms))
+
+    def cond_lowering(ctx, index, *args, **params):
+        if params.get("branches_platforms") is not None:
+            params = {**params, "branches_platforms": _cpu_branches_also_for(
+                platform, params["branches_platforms"])}
+        return cond_rule(ctx, index, *args, **params)
+
+    mlir.register_lowering(conditionals.platform_index_p, platform_index_lowering, platform=platform)
+    mlir.register_lowering(conditionals.cond_p, cond_lowering, platform=platform)
+
+
+def _cpu_branches_also_for(platform: str, platforms: tuple) -> tuple:
+    """`platforms` (a tuple per branch of platform names, None for the default)
+    with `platform` added to the cpu branches, unless a branch already names
+    it or there is a default (which JAX gives every platform not named)."""
+    if any(ps is None or platform in ps for ps in platforms):
+        return platforms
+    return tuple(ps + (platform,) if "cpu" in ps else ps for ps in platforms)
