@@ -121,6 +121,7 @@ def register_text_queries(queries: dict[str, tuple[str, str]], object_of: Callab
             pointer, size = owned_text(owner, attribute, getattr(owner, attribute))
             setattr(args, out_field, pointer)
             setattr(args, out_field + "_size", size)
+        query.__doc__ = f"The {attribute.replace('_', ' ')} text of the object, owned by it."
         return query
 
     for name, (out_field, attribute) in queries.items():

@@ -58,6 +58,7 @@ _COUNTS = {
 def _count_query(out_field: str, attribute: str):
     def query(args: Args) -> None:
         setattr(args, out_field, getattr(_executable(args), attribute))
+    query.__doc__ = f"The executable's {attribute.replace('_', ' ')}."
     return query
 
 
