@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from . import layouts, memory, multi_device, program_cache, program_formats
-from ..services import serialization
+from ..services import dumps, serialization
 from ..interpreter import observer
 from .buffer import Buffer
 from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
@@ -65,6 +65,7 @@ class Executable:
         executable = program_cache.compiled(fmt, code, compile_options, build)
         if executable.compile_options != bytes(compile_options):
             executable = executable.with_compile_options(compile_options)
+        dumps.dump_if_asked(executable.name, executable.program.text, executable.build_options.option_overrides)
         watch = observer.current     # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
         if watch.recording:
             watch.slice(f"compile {executable.name}", "compile", start, time.perf_counter(),
