@@ -18,10 +18,17 @@ linalg.py) and programs exported for CPU run here. What the targets share:
   dimension less are one vector per matrix (taus, pivots, diagonals). Results
   follow the same rule, and LAPACK's INFO is an int32 per matrix (no
   dimension of its own).
-* Matrices are column-major: `operand_layouts`/`result_layouts` are
+* Matrices are column-major: jaxlib's kernels read and write memory as
   [r-2, r-1, r-3, ..., 0] for them and the default (descending) layout for
-  everything else. The kernels read logical values, so the layouts are
-  checked, not used: another layout would make jaxlib read other numbers.
+  everything else, whatever `operand_layouts`/`result_layouts` say. XLA lays
+  the operands out as the call says; a call that says another layout
+  (ffi_test's batch partitioning does) makes the kernel read the same bytes
+  as other numbers, and XLA reads its results back the same way. pjrt-ref
+  does what XLA does (`reread`), so such a call gives XLA's numbers.
+* A call that breaks the contract (wrong operand count, types, options)
+  fails when it runs, with the reason, as on XLA CPU, whose handlers check
+  their arguments when called: a program may carry a call it never makes
+  (ffi_test's `test_effects_hlo` compiles one).
 * Some results start as a copy of an operand that LAPACK then overwrites in
   place (jaxlib's CopyIfDiffBuffer; JAX aliases the two with
   `output_operand_aliases`). A problem with an empty matrix does not call
@@ -156,20 +163,35 @@ def expected_layout(rank: int, matrix_rank: int) -> tuple[int, ...]:
     return tuple(range(rank - 1, -1, -1))
 
 
-def check_layouts(op, matrix_rank: int) -> None:
+def call_layouts(op, matrix_rank: int) -> tuple[list, list]:
+    """(operand layouts, result layouts) of the call, each paired with the one the
+    kernel reads or writes: [(given, kernel's)] per operand and per result."""
+    pairs = []
     for name, types in (("operand_layouts", op.operand_types), ("result_layouts", op.result_types)):
         layouts = op.attrs.get(name)
         if layouts is None:
             raise ValueError(f"{name} is missing: jaxlib's LAPACK targets read column-major "
-                             "matrices, and the call must say so")
+                             "matrices, and the call must say how its arrays are laid out")
+        found = []
         for index, (layout, ttype) in enumerate(zip(layouts, types)):
             rank = len(ttype.shape)
-            expected = expected_layout(rank, matrix_rank)
-            given = [int(d) for d in layout]
-            if tuple(given) != expected:
-                kind = "a column-major matrix" if rank == matrix_rank else "the default layout"
-                raise ValueError(f"{name}[{index}] is {given}; this target takes "
-                                 f"{kind}, {list(expected)}")
+            given = tuple(int(d) for d in layout)
+            if sorted(given) != list(range(rank)):
+                raise ValueError(f"{name}[{index}] is {list(given)}, not a layout of rank {rank}")
+            found.append((given, expected_layout(rank, matrix_rank)))
+        pairs.append(found)
+    return pairs[0], pairs[1]
+
+
+def reread(array: np.ndarray, stored_in: tuple[int, ...], read_as: tuple[int, ...]) -> np.ndarray:
+    """The array whose bytes in layout `read_as` (minor_to_major) are those of
+    `array` laid out in `stored_in`: what a kernel that reads memory its own
+    way sees (or what XLA reads back from memory a kernel wrote)."""
+    if stored_in == read_as or array.ndim < 2:
+        return array
+    memory = np.ascontiguousarray(np.transpose(array, stored_in[::-1])).reshape(-1)
+    physical = memory.reshape([array.shape[d] for d in read_as[::-1]])
+    return np.transpose(physical, np.argsort(read_as[::-1]))
 
 
 # ------------------------------------------------------------------ targets
@@ -194,16 +216,18 @@ class Target:
     copies: dict[int, int] = field(default_factory=dict)   # result -> operand it starts as
 
     def validate(self, op) -> None:
-        """Load-time check of the op against the contract (hook of the registry)."""
+        """Load-time reading of the op against the contract (hook of the registry):
+        what breaks it is kept and raised when the call runs (module docstring)."""
         try:
             options = self._decode_options(backend_options(op))
             dtype = self._check_operands(op)
             expected = self.results(*(t.shape for t in op.operand_types), dtype=dtype, **options)
             self._check_results(op, expected)
-            check_layouts(op, self._matrix_rank(op))
+            layouts = call_layouts(op, self._matrix_rank(op))
         except ValueError as error:
-            raise op.error(f"@{self.name}: {error}") from None
-        op.cache["lapack"] = (dtype, options)
+            op.cache["lapack_broken"] = f"@{self.name}: {error}"
+            return
+        op.cache["lapack"] = (dtype, options, layouts)
 
     def _decode_options(self, given: dict) -> dict:
         unknown = sorted(set(given) - set(self.options))
@@ -262,8 +286,17 @@ class Target:
                 raise ValueError(f"result #{index} must be {want}, got {ttype}")
 
     def run(self, op, *operands):
-        """The kernel: every problem of the batch through `solve`."""
-        dtype, options = op.cache["lapack"]
+        """The kernel: every problem of the batch through `solve`, on the
+        operands as the kernel reads them; the results as XLA reads them."""
+        if "lapack_broken" in op.cache:
+            raise op.error(op.cache["lapack_broken"])
+        dtype, options, (operand_layouts, result_layouts) = op.cache["lapack"]
+        operands = [reread(np.asarray(x), given, kernel_s) for x, (given, kernel_s) in zip(operands, operand_layouts)]
+        outputs = self._solve_all(operands, op, dtype, options)
+        outputs = [reread(x, kernel_s, given) for x, (given, kernel_s) in zip(outputs, result_layouts)]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _solve_all(self, operands, op, dtype, options) -> list[np.ndarray]:
         outputs = [np.zeros(t.shape, t.dtype) for t in op.result_types]
         for result, operand in self.copies.items():
             outputs[result][...] = operands[operand]
@@ -276,7 +309,7 @@ class Target:
             for output, value in zip(outputs, self.solve(lapack, *problem, **options)):
                 if value is not None:
                     output[index] = value
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return outputs
 
 
 def lapack_target(routines: dict[str, str], *, results: Callable, operands=(MATRIX,),

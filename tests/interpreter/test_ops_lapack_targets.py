@@ -2,9 +2,9 @@
 StableHLO (`stablehlo.custom_call @lapack_<p><routine>_ffi`) run on pjrt-ref
 and on XLA CPU (jaxlib's own kernels, the oracle), for the cases JAX's
 lowering rules hide: INFO outputs, fixed pivot columns, partial Hessenberg
-ranges, one-equation and singular tridiagonal systems. And the load-time
-checks: a malformed call fails when the program is loaded, naming the op,
-its location and the problem.
+ranges, one-equation and singular tridiagonal systems, matrices laid out
+other than column-major. And the contract: a malformed call fails when it
+runs (as on XLA CPU), naming the op, its location and the problem.
 """
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def test_the_typed_ffi_form_of_stablehlo_works_like_jaxs():
     np.testing.assert_allclose(load(typed)(spd)[1], np.linalg.eigvalsh(spd), rtol=1e-12)
 
 
-# ------------------------------------------------------------------ load-time errors
+# ------------------------------------------------------------------ broken calls
 SYEVD = ("lapack_ssyevd_ffi", [((2, 3, 3), np.float32)],
          [((2, 3, 3), np.float32), ((2, 3), np.float32), ((2,), np.int32)])
 GOOD_CONFIG = "mode = 86 : ui8, uplo = 76 : ui8"
@@ -233,10 +233,11 @@ GOOD_CONFIG = "mode = 86 : ui8, uplo = 76 : ui8"
                                                    ((), np.int32)], "mode = 79 : ui8",
      r"option 'mode'.*got 79"),
 ])
-def test_malformed_calls_fail_at_load_naming_op_location_and_problem(target, operands, results,
-                                                                     config, problem):
+def test_malformed_calls_fail_when_run_naming_op_location_and_problem(target, operands, results,
+                                                                      config, problem):
+    program = load(custom_call(target, operands, results, config))     # as XLA CPU compiles it
     with pytest.raises(InvalidArgument, match=problem) as error:
-        load(custom_call(target, operands, results, config))
+        program(*(np.zeros(shape, dtype) for shape, dtype in operands))
     message = str(error.value)
     assert f"@{target}" in message and "stablehlo.custom_call" in message
     assert "model.py:7" in message
@@ -245,14 +246,27 @@ def test_malformed_calls_fail_at_load_naming_op_location_and_problem(target, ope
 @pytest.mark.parametrize("attributes, problem", [
     ('backend_config = "", mhlo.backend_config = {mode = 86 : ui8, uplo = 76 : ui8}',
      "operand_layouts is missing"),
-    ('backend_config = "", mhlo.backend_config = {mode = 86 : ui8, uplo = 76 : ui8}, '
-     "operand_layouts = [dense<[2, 1, 0]> : tensor<3xindex>], result_layouts = "
-     "[dense<[1, 2, 0]> : tensor<3xindex>, dense<[1, 0]> : tensor<2xindex>, dense<0> : tensor<1xindex>]",
-     r"operand_layouts\[0\] is \[2, 1, 0\]; this target takes a column-major matrix, \[1, 2, 0\]"),
     ('api_version = 2 : i32, backend_config = "mode=V"',
      "typed-FFI calls: their options are a dictionary"),
 ])
-def test_calls_outside_the_typed_ffi_contract_fail_at_load(attributes, problem):
-    text = custom_call(*SYEVD, attributes=attributes)
+def test_calls_outside_the_typed_ffi_contract_fail_when_run(attributes, problem):
+    program = load(custom_call(*SYEVD, attributes=attributes))
     with pytest.raises(InvalidArgument, match=problem):
-        load(text)
+        program(np.zeros((2, 3, 3), np.float32))
+
+
+def test_a_call_that_lays_its_matrices_out_row_major_gives_xla_cpu_s_numbers():
+    """jaxlib's kernel reads a row-major operand's bytes as a column-major
+    matrix (other numbers) and XLA reads the results back as laid out; the
+    same bytes-level call on pjrt-ref (`reread`) gives the same numbers."""
+    a = RNG.standard_normal((2, 4, 3)).astype(np.float32)
+    row_major = "operand_layouts = [dense<[2, 1, 0]> : tensor<3xindex>], result_layouts = " \
+                "[dense<[2, 1, 0]> : tensor<3xindex>, dense<[1, 0]> : tensor<2xindex>]"
+    text = custom_call("lapack_sgeqrf_ffi", [((2, 4, 3), np.float32)],
+                       [((2, 4, 3), np.float32), ((2, 3), np.float32)],
+                       attributes='backend_config = "", mhlo.backend_config = {}, ' + row_major)
+    ours, theirs = ours_and_cpu(text, [a])
+    assert_close(ours, theirs, rtol=1e-4)
+    column_major, _ = ours_and_cpu(custom_call("lapack_sgeqrf_ffi", [((2, 4, 3), np.float32)],
+                                               [((2, 4, 3), np.float32), ((2, 3), np.float32)]), [a])
+    assert not np.allclose(ours[0], column_major[0])      # the layout changed the numbers
