@@ -33,9 +33,7 @@ from entry_points import (API_MAJOR, API_MINOR, EXTENSION_FUNCTIONS, FAST_PATHS,
                           callback_name)
 from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
                                 DEPENDS as PROFILER_DEPENDS, EXTENSION_START as PROFILER_START)
-import ffi_extension  # noqa: E402
-import layouts_shardings  # noqa: E402
-import custom_partitioner  # noqa: E402
+import extensions  # noqa: E402
 
 MODULE_NAME = "pjrt_ref.capi_shim._pjrt_ref_shim"
 HEADER = os.path.join(HERE, "pjrt_c_api.h")
@@ -90,6 +88,14 @@ def extern_python_declarations() -> str:
     return "\n".join(f'extern "Python" {callback_signature(n)};'
                      for n in SLOTS + EXTENSION_FUNCTIONS)
 
+
+# The deleter PJRT_Layouts_MemoryLayout_Serialize hands out: a serialized layout
+# is the layout's own bytes, which live as long as the process
+# (pjrt_ref/capi/layouts_extension.py).
+KEEP_SERIALIZED_LAYOUT = """
+void pjrt_ref_keep_serialized_layout(PJRT_Layouts_SerializedLayout* serialized) { (void)serialized; }
+"""
+KEEP_SERIALIZED_LAYOUT_CDEF = "void pjrt_ref_keep_serialized_layout(PJRT_Layouts_SerializedLayout* serialized);"
 
 # C-side helpers every host needs, declared to cffi so Python can call them.
 HELPERS_CDEF = """
@@ -242,6 +248,7 @@ def c_source(header: str) -> str:
     prototypes = "\n".join(f"static {callback_signature(n)};" for n in entry_points)
     wrappers = "\n\n".join(slot_wrapper(n) for n in entry_points)
     table = "\n".join(f"    .{n} = pjrt_ref_slot_{n}," for n in SLOTS)
+    extension_includes = "\n".join(f'#include "{header}"' for header in extensions.HEADERS)
     return f"""
 #include <dlfcn.h>
 #include <pthread.h>
@@ -254,9 +261,7 @@ def c_source(header: str) -> str:
 #include <string.h>
 #include <unistd.h>
 #include "pjrt_c_api.h"
-#include "pjrt_layouts_shardings.h"
-#include "pjrt_custom_partitioner.h"
-#include "pjrt_ffi_extension.h"
+{extension_includes}
 
 {slot_declarations(header)}
 
@@ -270,15 +275,13 @@ def c_source(header: str) -> str:
 {caller_callbacks_source()}
 
 {PROFILER_C_SOURCE}
-{custom_partitioner.table(PROFILER_START)}
-{layouts_shardings.tables(custom_partitioner.START, LAYOUTS_FUNCTIONS, SHARDINGS_FUNCTIONS)}
-{ffi_extension.table(layouts_shardings.START)}
+{KEEP_SERIALIZED_LAYOUT}
+{extensions.chain(PROFILER_START)}
 
 static const PJRT_Api pjrt_ref_api = {{
     .struct_size = sizeof(PJRT_Api),
-    /* FFI -> Layouts -> Shardings -> Custom Partitioner -> profiler (capi_shim/ffi_extension.py,
-       layouts_shardings.py, custom_partitioner.py, profiler_extension.py) */
-    .extension_start = (PJRT_Extension_Base*){ffi_extension.START},
+    /* extensions.CHAIN, then the profiler's (capi_shim/extensions.py, profiler_extension.py) */
+    .extension_start = (PJRT_Extension_Base*){extensions.CHAIN[0].start},
     .pjrt_api_version = {{
         .struct_size = sizeof(PJRT_Api_Version),
         .extension_start = NULL,
@@ -298,15 +301,13 @@ def make_builder() -> cffi.FFI:
     ffibuilder = cffi.FFI()
     ffibuilder.cdef(cdef_text(header))
     ffibuilder.cdef(slot_declarations(header))
-    ffibuilder.cdef(layouts_shardings.header_declarations())
-    ffibuilder.cdef(custom_partitioner.header_declarations())
-    ffibuilder.cdef(ffi_extension.header_declarations())
+    ffibuilder.cdef(extensions.header_declarations())
     ffibuilder.cdef(extern_python_declarations())
     ffibuilder.cdef(HELPERS_CDEF)
     ffibuilder.cdef(caller_callbacks_cdef())
     ffibuilder.cdef(FAST_PATHS_CDEF)
     ffibuilder.cdef(PROFILER_CDEF)
-    ffibuilder.cdef(layouts_shardings.HELPERS_CDEF)
+    ffibuilder.cdef(KEEP_SERIALIZED_LAYOUT_CDEF)
     libdir = sysconfig.get_config_var("LIBDIR")
     ldversion = sysconfig.get_config_var("LDVERSION") or sysconfig.get_python_version()
     ffibuilder.set_source(
@@ -317,8 +318,7 @@ def make_builder() -> cffi.FFI:
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
         depends=[HEADER, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
-                 *PROFILER_DEPENDS, *layouts_shardings.DEPENDS, *custom_partitioner.DEPENDS,
-                 *ffi_extension.DEPENDS],
+                 *PROFILER_DEPENDS, *extensions.DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools
     )

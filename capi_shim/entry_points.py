@@ -124,9 +124,9 @@ SLOTS: tuple[str, ...] = (
 )
 
 
-# Entry points outside the table: the functions of the Layouts, Shardings and
-# FFI extensions (capi_shim/layouts_shardings.py and ffi_extension.py put
-# them on the `extension_start` chain), in each extension struct's field order.
+# Entry points outside the table: the functions of the extensions
+# (capi_shim/extensions.py puts them on the `extension_start` chain), in each
+# extension struct's field order.
 LAYOUTS_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Layouts_MemoryLayout_Destroy",
     "PJRT_Layouts_MemoryLayout_Serialize",
@@ -140,18 +140,24 @@ SHARDINGS_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Shardings_PJRT_Executable_ParameterShardings",
     "PJRT_Shardings_PJRT_Executable_OutputShardings",
 )
-# The Custom Partitioner extension's (capi_shim/custom_partitioner.py).
+# The Custom Partitioner extension's.
 CUSTOM_PARTITIONER_FUNCTIONS: tuple[str, ...] = (
     "PJRT_Register_Custom_Partitioner",
     "PJRT_Register_Batch_Partitionable",
 )
-# The PJRT FFI extension's functions (capi_shim/ffi_extension.py), in its struct's order.
+# The PJRT FFI extension's.
 FFI_FUNCTIONS: tuple[str, ...] = (
     "PJRT_FFI_Type_Register",
     "PJRT_FFI_UserData_Add",
     "PJRT_FFI_Register_Handler",
 )
-EXTENSION_FUNCTIONS = LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS + CUSTOM_PARTITIONER_FUNCTIONS + FFI_FUNCTIONS
+# The MemoryDescriptions extension's.
+MEMORY_DESCRIPTIONS_FUNCTIONS: tuple[str, ...] = (
+    "PJRT_DeviceDescription_MemoryDescriptions",
+    "PJRT_MemoryDescription_Kind",
+)
+EXTENSION_FUNCTIONS = (LAYOUTS_FUNCTIONS + SHARDINGS_FUNCTIONS + CUSTOM_PARTITIONER_FUNCTIONS
+                       + FFI_FUNCTIONS + MEMORY_DESCRIPTIONS_FUNCTIONS)
 
 
 def args_type(entry_point: str) -> str:

@@ -40,7 +40,7 @@ def install(ffi, lib) -> None:
 
     table = _slot_table()
     from . import (custom_partitioner_extension, ffi_extension, layouts_extension,  # noqa: F401
-                   shardings_extension)  # (their entry points)
+                   memory_descriptions_extension, shardings_extension)  # (their entry points)
     for name in table.SLOTS + table.EXTENSION_FUNCTIONS:   # the table's and the extensions'
         fn = _boundary.REGISTRY.get(name)
         if fn is None:

@@ -63,3 +63,20 @@ class Memory:
     @property
     def to_string(self) -> str:
         return f"{self.kind.upper()}_{self.id}"
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryDescription:
+    """A kind of memory a device has, known without a client (the
+    MemoryDescriptions extension): what a topology's devices offer an
+    ahead-of-time compile."""
+
+    kind: str
+
+    @property
+    def kind_id(self) -> int:
+        return KINDS.index(self.kind)
+
+
+# Every device's memory descriptions, the default first (one set: the devices are alike).
+DESCRIPTIONS: tuple[MemoryDescription, ...] = tuple(MemoryDescription(kind) for kind in KINDS)

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from capi_calls import Api, PjrtCallError
+from capi_calls import Api, PjrtCallError, extension
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
 
 
 def _extension():
-    base = lib.GetPjrtApi().extension_start
-    while base != ffi.NULL and base.type != lib.PJRT_Extension_Type_FFI:
-        base = base.next
-    assert base != ffi.NULL, "no PJRT_FFI_Extension on PJRT_Api.extension_start"
-    return ffi.cast("PJRT_FFI_Extension*", base)
+    return extension(lib.PJRT_Extension_Type_FFI, "PJRT_FFI_Extension")
 
 
 def call(field: str, args_type: str, **fields):

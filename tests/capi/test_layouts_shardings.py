@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, assert_layout_matches
+from capi_calls import Api, PjrtCallError, assert_layout_matches, extension
 from jax_support import run_jax
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
@@ -40,20 +40,12 @@ func.func @main(%x: tensor<2x3xf32>, %s: tensor<f32>) -> (tensor<3x2xf32>, tenso
 """
 
 
-def _extension(type_: int, struct: str):
-    base = lib.GetPjrtApi().extension_start
-    while base != ffi.NULL and base.type != type_:
-        base = base.next
-    assert base != ffi.NULL, f"no {struct} on PJRT_Api.extension_start"
-    return ffi.cast(f"{struct}*", base)
-
-
 def layouts():
-    return _extension(lib.PJRT_Extension_Type_Layouts, "PJRT_Layouts_Extension")
+    return extension(lib.PJRT_Extension_Type_Layouts, "PJRT_Layouts_Extension")
 
 
 def shardings():
-    return _extension(lib.PJRT_Extension_Type_Shardings, "PJRT_Shardings_Extension")
+    return extension(lib.PJRT_Extension_Type_Shardings, "PJRT_Shardings_Extension")
 
 
 def call(api: Api, extension, name: str, **fields):

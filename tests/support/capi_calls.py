@@ -18,6 +18,16 @@ class PjrtCallError(Exception):
         self.code, self.message = code, message
 
 
+def extension(type_: int, struct: str):
+    """The extension of PJRT_Extension_Type `type_` on the plugin's
+    `extension_start` chain, as a `struct*` (the test fails without one)."""
+    base = lib.GetPjrtApi().extension_start
+    while base != ffi.NULL and base.type != type_:
+        base = base.next
+    assert base != ffi.NULL, f"no {struct} on PJRT_Api.extension_start"
+    return ffi.cast(f"{struct}*", base)
+
+
 class Api:
     """The plugin's PJRT_Api table, driven from Python."""
 
