@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import Internal, PjrtRefError, Unimplemented
 from ..interpreter.partitioned_run import enter
+from ..interpreter.types import TOKEN, TokenType
 from .gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from .layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
                           parse_sharding_per_value, parse_tensor_sharding)
@@ -258,8 +259,9 @@ def _cached_layout(op, text: str, rank: int, devices) -> Layout:
 
 
 def _cut_operands(op, layouts: list[Layout], operands, device: int) -> list[np.ndarray]:
-    """`device`'s local shard of each of the op's global operands."""
-    return [layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
+    """`device`'s local shard of each of the op's global operands (a token
+    orders effects; every device gets it whole)."""
+    return [x if x is TOKEN else layout.cut(np.asarray(x), device, f"operand {i} of {op.name}")
             for i, (layout, x) in enumerate(zip(layouts, operands))]
 
 
@@ -267,7 +269,8 @@ def _assemble_results(op, layouts: list[Layout], per_device: dict,
                       view_of: int | None = None) -> list[np.ndarray]:
     """Each of the op's global results, from {device: its local results}
     (unreduced ones as device `view_of`'s partial sum)."""
-    return [layout.assemble({d: values[i] for d, values in per_device.items()},
+    return [TOKEN if isinstance(t, TokenType) else
+            layout.assemble({d: values[i] for d, values in per_device.items()},
                             tuple(t.shape), t.dtype, f"result {i} of {op.name}", view_of=view_of)
             for i, (layout, t) in enumerate(zip(layouts, op.result_types))]
 

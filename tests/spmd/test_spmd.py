@@ -341,3 +341,27 @@ def test_inherited_layouts_visit_each_value_once_on_a_shared_chain():
     runner = make_partitioned_runner(load(_shared_chain(10)), num_partitions=4, num_replicas=1)
     for shard, outputs in zip(shards, runner([[shard] for shard in shards])):
         np.testing.assert_array_equal(outputs[0], shard * 2 ** 10)     # each device keeps its shard
+
+
+def test_an_ordered_callback_without_results_inside_shard_map_runs_as_on_cpu(tmp_path):
+    """The manual region carries a token (the ordered effect) in and out: it
+    passes every device whole, and the region's results come back as on cpu."""
+    script = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax import shard_map
+from jax.sharding import Mesh, PartitionSpec as P
+calls = []
+mesh = Mesh(np.array(jax.devices()[:4]), ("i",))
+def body(x, y):
+    jax.experimental.io_callback(lambda v: calls.append(v.shape), (), x, ordered=True)
+    return x + y[..., jnp.newaxis]
+f = jax.jit(shard_map(body, mesh=mesh, in_specs=(P(None, "i"), P(None)), out_specs=P(None, "i")))
+out = f(jnp.arange(32.0).reshape(2, 16), jnp.ones(2))
+jax.effects_barrier()
+with open(sys.argv[1], "w") as handle:
+    json.dump({"out": np.asarray(out).tolist(), "calls": sorted(map(list, calls))}, handle)
+"""
+    ours = run_inline(tmp_path, script, **{**PJRT_REF_4, "JAX_PLATFORMS": "pjrt_ref,cpu"})  # cpu: callback inputs
+    assert ours == run_inline(tmp_path, script, **CPU_4)
+    assert len(ours["calls"]) == 4
