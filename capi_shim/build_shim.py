@@ -29,7 +29,7 @@ import cffi
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from entry_points import (API_MAJOR, API_MINOR, EXTENSION_FUNCTIONS, FAST_PATHS,  # noqa: E402
-                          LAYOUTS_FUNCTIONS, RETURNS_VOID, SHARDINGS_FUNCTIONS, SLOTS, args_type,
+                          RETURNS_VOID, SLOTS, args_type,
                           callback_name)
 from profiler_extension import (C_SOURCE as PROFILER_C_SOURCE, CDEF as PROFILER_CDEF,  # noqa: E402
                                 DEPENDS as PROFILER_DEPENDS, EXTENSION_START as PROFILER_START)

@@ -5,7 +5,7 @@ import threading
 
 import numpy as np
 
-from . import handles, program_formats
+from . import handles
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from ..errors import AlreadyExists, InvalidArgument, NotFound

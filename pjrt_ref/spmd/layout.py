@@ -127,6 +127,19 @@ class Layout:
         return result
 
 
+def gathered(sources: list[tuple["Layout | None", int]], devices) -> "Layout | None":
+    """The layout whose dimension k is split as dimension `sources[k][1]` of
+    layout `sources[k][0]` is (None: whole), device by device; None when
+    such a layout would leave some tile to no device (two sources split
+    over the same devices, so only a diagonal of tiles is held)."""
+    counts = tuple(1 if layout is None else layout.tile_counts[dim] for layout, dim in sources)
+    tile_of = {d: tuple(0 if layout is None else layout.tile_of[d][dim] for layout, dim in sources)
+               for d in devices}
+    if len(set(tile_of.values())) != int(np.prod(counts, dtype=np.int64)):
+        return None
+    return Layout(counts, tile_of)
+
+
 def replicated(rank: int, devices) -> Layout:
     """Every device holds the whole array."""
     return Layout((1,) * rank, {d: (0,) * rank for d in devices})

@@ -83,7 +83,7 @@ import threading
 import numpy as np
 
 from ..errors import InvalidArgument, Unimplemented
-from .layout import (Layout, Mesh, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
+from .layout import (Layout, Mesh, gathered, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
 from . import custom_partitioning
 from .gspmd import (MANUAL_CALL, OUT_SHARDINGS_ATTR, annotate_full_to_shard, attribute_text,
@@ -526,6 +526,8 @@ class PartitionedRunner:
             found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
             permutation = tuple(convert_attribute(op.attributes["permutation"]))
             return (None if found is None else found.transposed(permutation)), []
+        if op.name == "stablehlo.dot_general":
+            return self._dot_general_layout(op, calls), []
         attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
         if op.name == "sdy.manual_computation":
             return parse_sharding_per_value(attrs["out_shardings"])[value.result_number] \
@@ -544,6 +546,25 @@ class PartitionedRunner:
             returned = _returned_values(self._callee(attrs["callee"]))[value.result_number]
             return None, [(returned.maybe_downcast(), calls + (op,))]
         return None, []
+
+    def _dot_general_layout(self, op, calls: tuple) -> Layout | None:
+        """A product's result split as its operands are along the dimensions it
+        keeps (batch and lhs free dimensions from lhs, rhs free ones from rhs),
+        as XLA's propagation splits it; where both operands split over the same
+        devices, the rhs's split gives way (an lhs-only layout), then none."""
+        numbers = convert_attribute(op.attributes["dot_dimension_numbers"])
+        lhs, rhs = (self._inherited_from((v.maybe_downcast(), calls)) for v in op.operands[:2])
+        if lhs is None and rhs is None:
+            return None
+        lhs_rank, rhs_rank = (len(_shape_of(v)) for v in op.operands[:2])
+        lhs_free = [d for d in range(lhs_rank) if d not in numbers.lhs_batching_dimensions
+                    and d not in numbers.lhs_contracting_dimensions]
+        rhs_free = [d for d in range(rhs_rank) if d not in numbers.rhs_batching_dimensions
+                    and d not in numbers.rhs_contracting_dimensions]
+        lhs_part = [(lhs, d) for d in (*numbers.lhs_batching_dimensions, *lhs_free)]
+        rhs_part = [(rhs, d) for d in rhs_free]
+        return (gathered(lhs_part + rhs_part, self.devices)
+                or gathered(lhs_part + [(None, 0)] * len(rhs_part), self.devices))
 
     def _kept_per_device(self, value, depth: int = 0, calls: tuple = ()) -> bool:
         """Whether a returned value is a manual computation's result that is

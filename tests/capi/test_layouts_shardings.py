@@ -83,11 +83,11 @@ def test_struct_layout_matches_pypjrt(name):
 
 
 def test_both_extensions_are_announced_with_every_function():
-    for extension, struct in ((layouts(), "PJRT_Layouts_Extension"),
-                              (shardings(), "PJRT_Shardings_Extension")):
-        assert extension.base.struct_size == ffi.sizeof(struct)
+    for found, struct in ((layouts(), "PJRT_Layouts_Extension"),
+                          (shardings(), "PJRT_Shardings_Extension")):
+        assert found.base.struct_size == ffi.sizeof(struct)
         for field, *_ in ffi.typeof(struct).fields[1:]:
-            assert getattr(extension, field) != ffi.NULL, field
+            assert getattr(found, field) != ffi.NULL, field
 
 
 def test_every_layout_is_row_major_in_xlas_text_form(loaded):

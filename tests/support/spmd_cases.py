@@ -65,6 +65,10 @@ def jit_cases():
     # ... and a transpose (also under an element-wise op) carries it, its dims permuted.
     yield ("jit_unspecified_transposed_out", jax.jit(lambda x: (x.T, jnp.cos(x).T * 2.0)),
            [put(m2, P("a", "b"), x)])
+    # ... and a product keeps its operands' splits along the dimensions it keeps
+    # (the rhs's giving way where both split over the same devices).
+    yield ("jit_unspecified_dot_out", jax.jit(lambda x, w: (x @ x.T, x.T @ x, x @ w)),
+           [put(m2, P("a", "b"), x), put(m2, P(None, "b"), w)])
     y = matrix(8, 6, 3)
 
     def loss(w, x, y):
