@@ -533,12 +533,32 @@ class PartitionedRunner:
             return parse_sharding_per_value(attrs["out_shardings"])[value.result_number] \
                 .layout(self.meshes), []
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
-            return self._sdy_layout(attrs["sharding"], len(_shape_of(value))), []
+            open_dims = _open_unsplit_dims(attrs["sharding"])
+            if open_dims is None:
+                return self._sdy_layout(attrs["sharding"], len(_shape_of(value))), []
+            found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+            return (None if found is None else
+                    gathered([(found if is_open else None, d) for d, is_open in enumerate(open_dims)],
+                             self.devices)), []
+        if op.name == "stablehlo.broadcast_in_dim":
+            return self._broadcast_layout(op, value, calls), []
+        if op.name == "stablehlo.concatenate":
+            found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+            axis = int(convert_attribute(op.attributes["dimension"]))
+            return (None if found is None else gathered(
+                [(None if d == axis else found, d) for d in range(len(_shape_of(value)))],
+                self.devices)), []
         if custom_call_target(op) == MANUAL_CALL:      # gspmd.py, custom_partitioning.py
             known = (custom_partitioning.RESULT_SHARDINGS_ATTR
                      if custom_partitioning.RESULT_SHARDINGS_ATTR in op.attributes else OUT_SHARDINGS_ATTR)
             text = list(op.attributes[known])[value.result_number]
             return parse_hlo_sharding(attribute_text(text), len(_shape_of(value)), self.devices), []
+        open_dims = _gspmd_open_dims(op, attrs, len(_shape_of(value)))
+        if open_dims is not None:
+            found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+            return (None if found is None else
+                    gathered([(found if is_open else None, d) for d, is_open in enumerate(open_dims)],
+                             self.devices)), []
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices), []
@@ -546,6 +566,18 @@ class PartitionedRunner:
             returned = _returned_values(self._callee(attrs["callee"]))[value.result_number]
             return None, [(returned.maybe_downcast(), calls + (op,))]
         return None, []
+
+    def _broadcast_layout(self, op, value, calls: tuple) -> Layout | None:
+        """A broadcast's result split as its operand along the dimensions it
+        maps (`broadcast_dimensions`), whole along the new or stretched ones."""
+        found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+        if found is None:
+            return None
+        operand_shape, shape = _shape_of(op.operands[0]), _shape_of(value)
+        source_of = {int(r): d for d, r in enumerate(convert_attribute(op.attributes["broadcast_dimensions"]))
+                     if operand_shape[d] == shape[int(r)]}
+        return gathered([(found, source_of[r]) if r in source_of else (None, 0) for r in range(len(shape))],
+                        self.devices)
 
     def _dot_general_layout(self, op, calls: tuple) -> Layout | None:
         """A product's result split as its operands are along the dimensions it
@@ -661,6 +693,31 @@ def _entry_function(module, entry: str):
         if op.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == entry:
             return op
     raise InvalidArgument(f"no function @{entry} in the program")
+
+
+def _open_unsplit_dims(text: str) -> list[bool] | None:
+    """For a Shardy sharding that splits no dimension and leaves some open
+    (`<@empty_mesh, [{?}, {?}, {}]>`: JAX's constraint that only says "keep
+    the last dimension whole"), whether each dimension is open; None for a
+    sharding that pins something (propagation gives way to it)."""
+    body = text[text.index("["):] if "[" in text else ""
+    groups = re.findall(r"\{([^}]*)\}", body[:body.find("]") + 1] if "]" in body else body)
+    if not groups or any(g.replace("?", "").strip() for g in groups) or not any("?" in g for g in groups):
+        return None
+    return ["?" in g for g in groups]
+
+
+def _gspmd_open_dims(op, attrs: dict, rank: int) -> list[bool] | None:
+    """`_open_unsplit_dims` in GSPMD's spelling: a `@Sharding` call that says
+    `{replicated}` with `backend_config = "unspecified_dims=[0,1]"` leaves
+    those dimensions open and the others whole; None for any other op."""
+    if custom_call_target(op) != "Sharding" or attrs.get("mhlo.sharding") != "{replicated}":
+        return None
+    match = re.search(r"unspecified_dims=\[([\d,\s]*)\]", attrs.get("backend_config", ""))
+    if match is None:
+        return None
+    unspecified = {int(d) for d in match.group(1).split(",") if d.strip()}
+    return [d in unspecified for d in range(rank)]
 
 
 def _attr_dicts(func, name: str, count: int) -> list[dict[str, str]]:

@@ -69,6 +69,12 @@ def jit_cases():
     # (the rhs's giving way where both split over the same devices).
     yield ("jit_unspecified_dot_out", jax.jit(lambda x, w: (x @ x.T, x.T @ x, x @ w)),
            [put(m2, P("a", "b"), x), put(m2, P(None, "b"), w)])
+    # ... and through broadcasts and concatenations (what jnp.stack lowers to),
+    # and a constraint that leaves its dimensions open (P.UNCONSTRAINED).
+    yield ("jit_unspecified_stacked_out", jax.jit(lambda x: jax.lax.with_sharding_constraint(
+        jnp.stack([x * 2.0, x + 1.0], axis=-1).transpose(1, 0, 2),
+        NamedSharding(m2, P(P.UNCONSTRAINED, P.UNCONSTRAINED, None)))),
+           [put(m2, P("a", "b"), x)])
     y = matrix(8, 6, 3)
 
     def loss(w, x, y):
