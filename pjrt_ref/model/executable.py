@@ -25,7 +25,6 @@ from ..errors import InvalidArgument
 from .execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
 from .xla_options import check_option_overrides
 
-_DONOR_ATTRIBUTES = ("tf.aliasing_output", "jax.buffer_donor")
 
 
 class Executable:
@@ -274,6 +273,27 @@ def _module_name(text: str) -> str:
 
 
 def _donor_indices(program) -> frozenset[int]:
-    """Entry-function parameters marked donatable (`tf.aliasing_output`, `jax.buffer_donor`)."""
-    return frozenset(i for i, names in enumerate(program.entry_argument_attributes)
-                     if any(name in names for name in _DONOR_ATTRIBUTES))
+    """Entry-function parameters the program gives up: each `tf.aliasing_output`
+    (an alias the program names), and each `jax.buffer_donor` for which an
+    output of the same type is left to reuse its buffer. XLA donates a buffer
+    donor only when its alias pass finds such an output; otherwise the
+    argument stays live (JAX warns "Some donated buffers were not usable")."""
+    attributes = program.entry_argument_attributes
+    aliased = [i for i, names in enumerate(attributes) if "tf.aliasing_output" in names]
+    donors = [i for i, names in enumerate(attributes)
+              if "jax.buffer_donor" in names and i not in aliased]
+    free = [_type_key(t) for t in program.output_types]
+    for index in aliased:
+        if _type_key(program.input_types[index]) in free:
+            free.remove(_type_key(program.input_types[index]))
+    usable = []
+    for index in donors:
+        key = _type_key(program.input_types[index])
+        if key in free:
+            free.remove(key)
+            usable.append(index)
+    return frozenset(aliased + usable)
+
+
+def _type_key(ttype) -> tuple:
+    return (str(getattr(ttype, "dtype", ttype)), tuple(getattr(ttype, "shape", ())))
