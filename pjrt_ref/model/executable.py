@@ -275,25 +275,29 @@ def _module_name(text: str) -> str:
 def _donor_indices(program) -> frozenset[int]:
     """Entry-function parameters the program gives up: each `tf.aliasing_output`
     (an alias the program names), and each `jax.buffer_donor` for which an
-    output of the same type is left to reuse its buffer. XLA donates a buffer
-    donor only when its alias pass finds such an output; otherwise the
-    argument stays live (JAX warns "Some donated buffers were not usable")."""
+    output of the same size in bytes is left to reuse its buffer (XLA's alias
+    pass pairs donors with outputs by buffer size, so `x.reshape(...)` reuses
+    `x`). XLA gives a buffer donor up only when that pass finds such an
+    output; otherwise the argument stays live (JAX warns "Some donated
+    buffers were not usable")."""
     attributes = program.entry_argument_attributes
     aliased = [i for i, names in enumerate(attributes) if "tf.aliasing_output" in names]
     donors = [i for i, names in enumerate(attributes)
               if "jax.buffer_donor" in names and i not in aliased]
-    free = [_type_key(t) for t in program.output_types]
-    for index in aliased:
-        if _type_key(program.input_types[index]) in free:
-            free.remove(_type_key(program.input_types[index]))
+    free = [size for size in map(_buffer_size, program.output_types) if size is not None]
     usable = []
-    for index in donors:
-        key = _type_key(program.input_types[index])
-        if key in free:
-            free.remove(key)
+    for index in aliased + donors:
+        size = _buffer_size(program.input_types[index])
+        if size is not None and size in free:
+            free.remove(size)
             usable.append(index)
-    return frozenset(aliased + usable)
+    return frozenset(aliased + [i for i in usable if i in donors])
 
 
-def _type_key(ttype) -> tuple:
-    return (str(getattr(ttype, "dtype", ttype)), tuple(getattr(ttype, "shape", ())))
+def _buffer_size(ttype) -> int | None:
+    """The size in bytes of a static tensor type's buffer; None for others (a
+    token, a dynamic shape: nothing to pair)."""
+    shape = getattr(ttype, "shape", None)
+    if shape is None or any(d is None for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(ttype.dtype).itemsize

@@ -323,8 +323,8 @@ def test_dlpack_is_jaxlib_s_limit_and_np_asarray_is_the_zero_copy_way_out():
 
 def test_a_donated_argument_no_output_can_reuse_stays_live_as_on_cpu():
     """XLA gives a `donate_argnums` buffer up only when an output of the same
-    type can take its place; the others stay live (JAX warns). One output,
-    two donors of its type: only the first is given up."""
+    size in bytes can take its place; the others stay live (JAX warns). One
+    output, two donors of its size: only the first is given up."""
     proc = run_jax("""
         import warnings
         jax.config.update("jax_num_cpu_devices", 2)
@@ -335,13 +335,15 @@ def test_a_donated_argument_no_output_can_reuse_stays_live_as_on_cpu():
             rows = NamedSharding(mesh, P("x"))
             x, y = (jax.device_put(np.arange(16.0).reshape(8, 2), rows) for _ in range(2))
             d, e = (jax.device_put(np.ones(4), jax.devices(platform)[0]) for _ in range(2))
+            column = jax.device_put(np.arange(16.0).reshape(16, 1), rows)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 jax.jit(lambda v: v @ v.T, donate_argnums=0)(x)      # (8, 8) cannot reuse (8, 2)
                 jax.jit(lambda v: v * 2, donate_argnums=0)(y)
                 jax.jit(lambda a, b: a + b, donate_argnums=(0, 1))(d, e)
-            flags[platform] = [v.is_deleted() for v in (x, y, d, e)]
+                jax.jit(lambda v: v.reshape(16), donate_argnums=0)(column)   # same bytes, other shape
+            flags[platform] = [v.is_deleted() for v in (x, y, d, e, column)]
         print(flags)
     """, JAX_PLATFORMS="pjrt_ref,cpu")
     flags = eval(proc.stdout.strip().splitlines()[-1])
-    assert flags["pjrt_ref"] == flags["cpu"] == [False, True, True, False]
+    assert flags["pjrt_ref"] == flags["cpu"] == [False, True, True, False, True]
