@@ -48,6 +48,9 @@ class Executable:
         self.parameter_memory_kinds, self.output_memory_kinds = (
             tuple(_known_kind(kind) for kind in kinds) for kinds in self.program.entry_memory_kinds)
         self.parameter_layouts, self.output_layouts = _entry_layouts(self.program)
+        # What each execution passes its output buffers: None for row-major (decided once, here).
+        self.stored_output_layouts = tuple(None if order == layouts.row_major(len(order)) else order
+                                           for order in self.output_layouts)
         self.fingerprint = _fingerprint(self.code, self.compile_options)
 
     @classmethod

@@ -58,7 +58,7 @@ def output_buffers(exe, values: list, device, arguments: list[np.ndarray]) -> li
             owner = id(array)
         taken.add(owner)
         buffers.append(Buffer(array, device, device.memory_of_kind(exe.output_memory_kinds[index]),
-                              buffer_type=buffer_type_of(ttype), minor_to_major=exe.output_layouts[index]))
+                              buffer_type=buffer_type_of(ttype), minor_to_major=exe.stored_output_layouts[index]))
     return buffers
 
 

@@ -126,3 +126,11 @@ def _program_fields(api, client, text: str) -> dict:
                                         "code_size": len(code), "format": c_fmt, "format_size": len(fmt)})
     api.keep += [c_code, c_fmt, program]
     return {"client": client, "program": program, "compile_options": ffi.NULL, "compile_options_size": 0}
+
+
+def test_the_interpreter_s_placement_kinds_are_the_model_s_memory_kinds():
+    """interpreter/ops/placement.py keeps its own copy (the interpreter does not import the model)."""
+    from pjrt_ref.interpreter.ops import placement
+    from pjrt_ref.model import memory
+
+    assert placement.MEMORY_KINDS == memory.KINDS

@@ -2,11 +2,9 @@
 the layouts JAX reports for arrays and compiled functions, and the values."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.support.jax_support import run_jax
+from tests.support.jax_support import run_on_cpu_and_pjrt_ref
 
 PROGRAMS = {
     "device_put_concrete_layout": """
@@ -56,17 +54,13 @@ def run(devices):
 """,
 }
 
-DRIVER = """
-import json
+PRELUDE = """
 from jax.experimental.layout import Format, Layout
 from jax.sharding import SingleDeviceSharding
-{program}
-print(json.dumps({{platform: run(jax.devices(platform)) for platform in ("cpu", "pjrt_ref")}}))
 """
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_layouts_and_values_are_cpu_s(name):
-    proc = run_jax(DRIVER.format(program=PROGRAMS[name]), JAX_PLATFORMS="pjrt_ref,cpu")
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_on_cpu_and_pjrt_ref(PROGRAMS[name], prelude=PRELUDE)
     assert results["pjrt_ref"] == results["cpu"]

@@ -5,11 +5,9 @@ what JAX reports (memory kinds of arrays and shards) and the values.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.support.jax_support import run_jax
+from tests.support.jax_support import run_on_cpu_and_pjrt_ref
 
 PROGRAMS = {
     "device_put": """
@@ -78,21 +76,19 @@ def run(devices):
 """,
 }
 
-DRIVER = """
-import json
+PRELUDE = """
 jax.config.update("jax_num_cpu_devices", 4)
 from jax.sharding import SingleDeviceSharding
-{program}
-print(json.dumps({{platform: run(jax.devices(platform)) for platform in ("cpu", "pjrt_ref")}}))
 """
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_memory_kinds_and_values_are_cpu_s(name):
-    proc = run_jax(DRIVER.format(program=PROGRAMS[name]), JAX_PLATFORMS="pjrt_ref,cpu")
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert results["pjrt_ref"] == pytest.approx(results["cpu"]) if _numbers(results["cpu"]) \
-        else results["pjrt_ref"] == results["cpu"]
+    results = run_on_cpu_and_pjrt_ref(PROGRAMS[name], prelude=PRELUDE)
+    if _numbers(results["cpu"]):
+        assert results["pjrt_ref"] == pytest.approx(results["cpu"])
+    else:
+        assert results["pjrt_ref"] == results["cpu"]
 
 
 def _numbers(value) -> bool:

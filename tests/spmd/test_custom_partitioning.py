@@ -4,23 +4,18 @@ values and result shardings against JAX's cpu backend, the sharding-rule
 propagation on its own, and the errors."""
 from __future__ import annotations
 
-import json
-
+import numpy as np
 import pytest
 
 from pjrt_ref.spmd.custom_partitioning import parse_sharding_rule
 from pjrt_ref.spmd.layout import Layout, replicated
-from tests.support.jax_support import run_jax
+from tests.support.jax_support import run_jax, run_on_cpu_and_pjrt_ref
 
 PRELUDE = """
-import json
 from functools import partial
 jax.config.update("jax_num_cpu_devices", 8)
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-def both(run):
-    print(json.dumps({p: run(jax.devices(p)) for p in ("cpu", "pjrt_ref")}))
 """
 
 CASES = {
@@ -41,7 +36,6 @@ def run(devices):
     y = jax.device_put(np.ones((8, 4)), NamedSharding(mesh, P()))
     r = jax.jit(f)(x, y)
     return [str(r.sharding.spec), np.asarray(r).tolist()]
-both(run)
 """,
     # A collective inside the per-device module.
     "psum_inside": """
@@ -61,7 +55,6 @@ def run(devices):
     x = jax.device_put(np.arange(32.0).reshape(8, 4), NamedSharding(mesh, P("x")))
     r = jax.jit(f)(x)
     return [str(r.sharding.spec), np.asarray(r).tolist()]
-both(run)
 """,
     # Two results, each split as the callbacks say.
     "two_results": """
@@ -80,7 +73,6 @@ def run(devices):
     x = jax.device_put(np.arange(32.0).reshape(8, 4), NamedSharding(mesh, P(None, "x")))
     s, t = jax.jit(f)(x)
     return [str(s.sharding.spec), str(t.sharding.spec), np.asarray(s).tolist(), np.asarray(t).tolist()]
-both(run)
 """,
     # JAX's reshape case: compound factors and a factor that must stay whole.
     "compound_factors": """
@@ -101,15 +93,13 @@ def run(devices):
     y = jax.device_put(np.arange(8), NamedSharding(mesh, P("x")))
     r = jax.jit(f)(x, y)
     return [str(r.sharding.spec), np.asarray(r).tolist()]
-both(run)
 """,
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_values_and_shardings_are_cpu_s(name):
-    proc = run_jax(PRELUDE + CASES[name], JAX_PLATFORMS="pjrt_ref,cpu", timeout=300)
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_on_cpu_and_pjrt_ref(CASES[name], prelude=PRELUDE, timeout=300)
     assert results["pjrt_ref"] == results["cpu"]
 
 
@@ -176,5 +166,3 @@ def test_compound_dimensions_split_their_major_factor_unless_it_must_stay_whole(
     (whole,) = blocked.result_layouts([_rows(devices)], devices)
     assert whole.tile_counts == (1,)
 
-
-import numpy as np  # noqa: E402  (used by the test above through `program(...)`)

@@ -29,3 +29,14 @@ def run_jax(code: str, *, timeout: float = 120, **env: str) -> subprocess.Comple
     prelude = "import jax, jax.numpy as jnp, numpy as np\n"
     env.setdefault("JAX_PLATFORMS", "pjrt_ref")
     return run_python(prelude + textwrap.dedent(code), timeout=timeout, **env)
+
+
+def run_on_cpu_and_pjrt_ref(program: str, *, prelude: str = "", timeout: float = 120) -> dict:
+    """{"cpu": ..., "pjrt_ref": ...}: `run(devices)` of `program` (which defines it
+    and returns JSON-able results) called with each platform's devices, in one
+    child process with JAX_PLATFORMS=pjrt_ref,cpu: JAX's cpu backend is the oracle."""
+    driver = (f"import json\n{textwrap.dedent(prelude)}\n{textwrap.dedent(program)}\n"
+              'print(json.dumps({p: run(jax.devices(p)) for p in ("cpu", "pjrt_ref")}))\n')
+    proc = run_jax(driver, timeout=timeout, JAX_PLATFORMS="pjrt_ref,cpu")
+    import json
+    return json.loads(proc.stdout.strip().splitlines()[-1])
