@@ -39,6 +39,7 @@ MODULE_NAME = "pjrt_ref.capi_shim._pjrt_ref_shim"
 HEADER = os.path.join(HERE, "pjrt_c_api.h")
 FAST_PATHS_SOURCE = os.path.join(HERE, "fast_paths.c")   # C answers for hot queries
 ENTRY_GUARDS_SOURCE = os.path.join(HERE, "entry_guards.c")   # what every slot passes through
+GIL_WATCH_SOURCE = os.path.join(HERE, "gil_watch.c")         # the hang detector the guards feed
 PYTHON_BOOT_SOURCE = os.path.join(HERE, "python_boot.c")  # GetPjrtApi: start/join Python, boot
 BOOT_SCRIPT = os.path.join(HERE, "boot.py")               # the Python that binds the slots
 
@@ -99,6 +100,7 @@ KEEP_SERIALIZED_LAYOUT_CDEF = "void pjrt_ref_keep_serialized_layout(PJRT_Layouts
 
 # C-side helpers every host needs, declared to cffi so Python can call them.
 HELPERS_CDEF = """
+void pjrt_ref_gil_watch(double seconds);
 const PJRT_Api* GetPjrtApi(void);
 const char* pjrt_ref_shim_path(void);
 void pjrt_ref_begin_shutdown(void);
@@ -135,7 +137,7 @@ def caller_callbacks_source() -> str:
     return "\n".join(f"""static void {name}_py({args}* args);
 void {name}({args}* args) {{
     if (!pjrt_ref_enter()) return;
-    PJRT_REF_ENTER;
+    PJRT_REF_ENTER("{name}");
     {name}_py(args);
     PJRT_REF_LEAVE;
     pjrt_ref_leave();
@@ -231,7 +233,7 @@ def slot_wrapper(name: str) -> str:
         answered = "return;" if ret == "void" else "return NULL;"
         lines.append(f"    if (atomic_load(&pjrt_ref_fast_enabled) && pjrt_ref_fast_{name}(args))"
                      f" {{ pjrt_ref_leave(); {answered} }}")
-    lines.append("    PJRT_REF_ENTER;")
+    lines.append(f'    PJRT_REF_ENTER("{name}");')
     call = f"{callback_name(name)}(args)"
     lines.append(f"    {call};" if ret == "void" else f"    PJRT_Error* error = {call};")
     lines.append("    PJRT_REF_LEAVE;")
@@ -267,6 +269,7 @@ def c_source(header: str) -> str:
 
 {prototypes}
 
+#include "gil_watch.c"
 #include "entry_guards.c"
 #include "fast_paths.c"
 
@@ -317,7 +320,7 @@ def make_builder() -> cffi.FFI:
         libraries=[f"python{ldversion}", "dl", "pthread"],
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
-        depends=[HEADER, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
+        depends=[HEADER, GIL_WATCH_SOURCE, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
                  *PROFILER_DEPENDS, *extensions.DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools

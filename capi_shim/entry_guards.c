@@ -6,7 +6,7 @@
  *   interpreter, and at shutdown only the exiting thread enters while the
  *   atexit hook (pjrt_ref/capi/__init__.py) waits for calls in flight.
  * - PJRT_REF_ENTER / PJRT_REF_LEAVE: take the GIL (re-entrantly, in any of
- *   the three states a host calls in), park the host's pending exception,
+ *   the three states a host calls in; a long wait is reported, gil_watch.c), park the host's pending exception,
  *   and carry a Ctrl-C back to the host's Python code.
  * - PJRT_REF_GONE: the one static error a slot returns when Python may not
  *   be entered; the Error_* entry points recognise it without Python.
@@ -82,8 +82,11 @@ void pjrt_ref_request_interrupt(void) {
  * framework destroying buffers while unwinding from a failed Python
  * callback). Park that exception around our call and put it back after, so
  * neither side sees the other's error. */
-#define PJRT_REF_ENTER                                          \
+#define PJRT_REF_ENTER(entry)                                   \
+    struct pjrt_ref_waiter* pjrt_ref_wait =                     \
+        PyGILState_Check() ? NULL : pjrt_ref_gil_wait_begin(entry); \
     PyGILState_STATE pjrt_ref_gil = PyGILState_Ensure();        \
+    pjrt_ref_gil_wait_end(pjrt_ref_wait);                       \
     PyObject *pjrt_ref_type, *pjrt_ref_value, *pjrt_ref_tb;     \
     PyErr_Fetch(&pjrt_ref_type, &pjrt_ref_value, &pjrt_ref_tb); \
     if (pjrt_ref_interrupt_carried && !PyOS_InterruptOccurred()) \

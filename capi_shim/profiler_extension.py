@@ -55,7 +55,7 @@ def _slot(name: str, args_type: str, gone: str) -> str:
     return f"""
 static PLUGIN_Profiler_Error* pjrt_ref_profiler_slot_{name}({args_type}* args) {{
     if (!pjrt_ref_enter()) return {gone};
-    PJRT_REF_ENTER;
+    PJRT_REF_ENTER("PLUGIN_Profiler_{name}");
     PLUGIN_Profiler_Error* error = pjrt_ref_profiler_{name}(args);
     PJRT_REF_LEAVE;
     pjrt_ref_leave();

@@ -223,6 +223,9 @@ _declare("PJRT_REF_NUM_DEVICES", Integer(1, 1024), 1,
          "so does `jax_num_cpu_devices`, as for JAX's cpu backend)")
 _declare("PJRT_REF_COLLECTIVE_TIMEOUT", SECONDS, 120.0,
          "seconds a device or process waits for its peers at a collective before DEADLINE_EXCEEDED")
+_declare("PJRT_REF_GIL_STALL", Number(positive=False, unit="seconds"), 60.0,
+         "report an entry point that has waited this long for Python's GIL, with every thread's "
+         "stack: the host holds the GIL while it waits for the call (0: never)")
 _declare("PJRT_REF_MAX_STEPS", Integer(0), 0,
          "stop a `while` after N iterations with RESOURCE_EXHAUSTED (0: no limit)")
 _declare("PJRT_REF_MAX_BYTES", Integer(0), None,

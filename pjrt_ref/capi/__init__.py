@@ -18,6 +18,7 @@ import atexit
 import time
 
 from . import _boundary, cdata
+from .. import settings
 # Importing pjrt_ref.debug also plugs PJRT_REF_PROFILE's and _DIFF's sinks into the interpreter.
 from ..debug import live_profile
 
@@ -55,6 +56,7 @@ def install(ffi, lib) -> None:
     from . import profiler_extension   # the PJRT profiler extension's callbacks
     profiler_extension.install(ffi, lib)
     live_profile.watch_from_settings()    # PJRT_REF_PROFILE: slices from the start
+    lib.pjrt_ref_gil_watch(settings.get("PJRT_REF_GIL_STALL"))   # the hang detector
     atexit.register(_drain, lib)
     _installed = True
 

@@ -15,6 +15,7 @@ child does that first.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -114,3 +115,42 @@ print("api", library.GetPjrtApi())
     assert "api None" in proc.stdout
     assert "GetPjrtApi could not start the plugin" in proc.stderr
     assert "pjrt_ref.capi is broken on purpose" in proc.stderr
+
+
+STALLED_CHILD = r"""
+import ctypes, threading
+from capi_calls import Api, ffi
+
+api = Api()
+client = api.client()
+answered = []
+def call_in():   # cffi releases the GIL around the call; the slot must take it back
+    platform = api.call("PJRT_Client_PlatformName", client=client)
+    answered.append(ffi.string(platform.platform_name, platform.platform_name_size))
+thread = threading.Thread(target=call_in, name="caller")
+libc = ctypes.PyDLL(None)          # PyDLL: usleep runs holding the GIL, as a C++ waiter does
+thread.start()
+libc.usleep(3_000_000)
+thread.join()
+print("answered", answered)
+"""
+
+
+def test_an_entry_point_waiting_long_for_the_gil_is_reported():
+    # The deadlock's shape, ended after 3 s: this thread holds the GIL in C
+    # code while another calls in. The hang detector names the entry point,
+    # the threads and the Python stacks, and the call then completes.
+    proc = run_python(STALLED_CHILD, timeout=120, PYTHONPATH=CHILD_PATH, PJRT_REF_GIL_STALL="1")
+    assert "answered [b'pjrt_ref']" in proc.stdout, proc.stdout + proc.stderr
+    report = proc.stderr
+    assert "PJRT_Client_PlatformName on thread" in report and "has waited" in report, report
+    assert "waiting" in report and "for the GIL" in report, report
+    assert "got the GIL after" in report, report
+    if sys.version_info < (3, 13):    # libpython exports its stack dump up to 3.12
+        assert "Python threads" in report and 'File "<string>"' in report, report
+
+
+def test_no_report_when_the_gil_comes_in_time():
+    proc = run_python(STALLED_CHILD, timeout=120, PYTHONPATH=CHILD_PATH, PJRT_REF_GIL_STALL="30")
+    assert "answered [b'pjrt_ref']" in proc.stdout, proc.stdout + proc.stderr
+    assert "has waited" not in proc.stderr, proc.stderr
