@@ -121,6 +121,8 @@ def bench_workload(name: str, repeats: int, time_limit: float, pjrt_path: str,
     rounds' medians. Compile time, peak memory and outputs come from the
     first round."""
     xla_rounds, our_rounds = [], []
+    if workload_kind(name) == "compile_scaling":
+        rounds = 1    # XLA alone takes about a minute per round (its 10,000-op rows)
     for _ in range(max(1, rounds)):
         xla_rounds.append(run_worker("cpu", name, repeats))
         our_rounds.append(run_pjrt_ref(name, repeats, pjrt_path))
@@ -164,10 +166,17 @@ def bench_workload(name: str, repeats: int, time_limit: float, pjrt_path: str,
         if rows:
             ours["ratio_to_xla"] = rows[0]["ratio"]           # the worst row
         summary["interpreted_rows"] = [r["row"] for r in rows if r["interpreted"]]
+    if workload_kind(name) == "compile_scaling" and "rows" in ours:
+        rows = scaling_rows(ours, xla)
+        summary["scaling_rows"] = rows
+        summary["per_op_growth"] = per_op_growth(rows)
+        if rows:
+            ours["ratio_to_xla"] = max(r["ratio"] for r in rows)
     for result in backends.values():
         result.pop("rows", None)
     if "ratio_to_xla" in ours:
-        summary["target_met"] = ours["ratio_to_xla"] <= target and not summary.get("interpreted_rows")
+        summary["target_met"] = (ours["ratio_to_xla"] <= target and not summary.get("interpreted_rows")
+                                 and all(g <= MAX_PER_OP_GROWTH for g in summary.get("per_op_growth", {}).values()))
     return {"workload": name, "title": WORKLOADS[name].title, "backends": backends, **summary}
 
 
@@ -261,11 +270,14 @@ def combine_rounds(rounds: list[dict]) -> dict:
                 "calls": sum(r.get("calls", 0) for r in rounds)}
     if all("backend_compile_s" in r for r in rounds):   # compile workloads: `.compile()` alone
         combined["round_backend_compile_s"] = [r["backend_compile_s"] for r in rounds]
-    if all("rows" in r for r in rounds):                  # W13: each row's median over the rounds
-        combined["rows"] = {label: {**row, "per_iteration_s": float(np.median(
-            [r["rows"][label]["per_iteration_s"] for r in rounds if label in r["rows"]]))}
-            for label, row in rounds[0]["rows"].items()}
+    if all("rows" in r for r in rounds):                  # W13, W14: each row's medians over the rounds
+        combined["rows"] = {label: {**row, **{key: float(np.median(
+            [r["rows"][label][key] for r in rounds if label in r["rows"]]))
+            for key in ROW_MEASURES if key in row}} for label, row in rounds[0]["rows"].items()}
     return combined
+
+
+ROW_MEASURES = ("per_iteration_s", "compile_s")   # what W13's and W14's rows time
 
 
 def loop_rows(ours: dict, xla: dict) -> list[dict]:
@@ -281,6 +293,34 @@ def loop_rows(ours: dict, xla: dict) -> list[dict]:
                       "xla_s": theirs["per_iteration_s"], "ratio": ratio,
                       "interpreted": row.get("interpreted", False)})
     return sorted(found, key=lambda r: -r["ratio"])
+
+
+# W14's "time per op roughly constant": per op at the largest size / at the smallest.
+MAX_PER_OP_GROWTH = 2.0
+
+
+def scaling_rows(ours: dict, xla: dict) -> list[dict]:
+    """W14's rows, in size order: compile time on each backend, per op, and the ratio."""
+    found = []
+    for label, row in ours.get("rows", {}).items():
+        theirs = xla.get("rows", {}).get(label)
+        if theirs is None:
+            continue
+        found.append({"row": label, "ops": row["ops"], "devices": row["devices"],
+                      "pjrt_ref_s": row["compile_s"], "xla_s": theirs["compile_s"],
+                      "ratio": row["compile_s"] / theirs["compile_s"]})
+    return found
+
+
+def per_op_growth(rows: list[dict]) -> dict[str, float]:
+    """For each device count: pjrt_ref's compile time per op at the largest
+    size over that at the smallest (1.0: linear)."""
+    growth = {}
+    for devices in sorted({r["devices"] for r in rows}):
+        mine = sorted((r for r in rows if r["devices"] == devices), key=lambda r: r["ops"])
+        first, last = mine[0], mine[-1]
+        growth[str(devices)] = (last["pjrt_ref_s"] / last["ops"]) / (first["pjrt_ref_s"] / first["ops"])
+    return growth
 
 
 # -- formatting ---------------------------------------------------------------
@@ -364,6 +404,8 @@ def markdown(report: dict) -> str:
     for entry in report["workloads"]:
         if "loop_rows" in entry:
             lines += ["", *loop_lines(entry)]
+        if "scaling_rows" in entry:
+            lines += ["", *scaling_lines(entry)]
     dispatch = report.get("dispatch")
     if dispatch:
         if "median_s" in dispatch:
@@ -400,6 +442,19 @@ def loop_lines(entry: dict, worst: int = 10) -> list[str]:
     lines += ["", f"Rows pjrt_ref ran interpreted ({len(interpreted)}): "
               + (", ".join(interpreted) if interpreted else "none") + "."]
     return lines
+
+
+def scaling_lines(entry: dict) -> list[str]:
+    """W14's rows and the growth of pjrt_ref's compile time per op."""
+    lines = [f"{entry['workload']}, `.compile()` by program size (target: every row ≤ XLA, and "
+             f"time per op at the largest size ≤ {MAX_PER_OP_GROWTH:g}x that at the smallest):", "",
+             "| row | pjrt_ref | per op | XLA | per op | ratio |", "|---|---|---|---|---|---|"]
+    for row in entry["scaling_rows"]:
+        lines.append(f"| {row['row']} | {fmt_time(row['pjrt_ref_s'])} | {fmt_time(row['pjrt_ref_s'] / row['ops'])} | "
+                     f"{fmt_time(row['xla_s'])} | {fmt_time(row['xla_s'] / row['ops'])} | {row['ratio']:.2f} |")
+    growth = ", ".join(f"{devices} device{'s' if devices != '1' else ''}: {value:.2f}"
+                       for devices, value in entry["per_op_growth"].items())
+    return lines + ["", f"pjrt_ref's time per op, largest size over smallest: {growth}."]
 
 
 def product_lines(report: dict) -> list[str]:

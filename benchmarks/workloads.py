@@ -1,4 +1,4 @@
-"""The workloads of issues 4 (W1 to W7) and 15 (W8 to W12), as JAX
+"""The workloads of issues 4 (W1 to W7), 15 (W8 to W12) and 32 (W0, W13, W14), as JAX
 functions with fixed inputs.
 
 Each workload is a `Workload(name, title, build, target_ratio, kind)`;
@@ -18,6 +18,9 @@ never imports it.
                  each (first_result.py), timed from start to result by cli.py
   loop_ops       `build()` returns [(row, fn(n, *args), args)]: each row's
                  time per loop iteration (loop_ops.py); the target is per row
+  compile_scaling  (W14) each row's `.compile()` time for elementwise DAGs of
+                 growing size on 1 and 8 devices (compile_scaling.py): the
+                 target is per row, and on the growth of time per op
 """
 from __future__ import annotations
 
@@ -200,6 +203,9 @@ WORKLOADS = {
                  build_small_programs, 1, "programs"),
         Workload("W13", "ops in loops: fori_loop over 8 elements, one op per row and element type "
                  "(time per iteration; the ratio is the worst row's)", build_loop_ops, 10, "loop_ops"),
+        Workload("W14", "compile scaling: elementwise DAGs of 100, 1,000 and 10,000 ops with shared "
+                 "operands, on 1 device and sharded over 8 (`.compile()`; the ratio is the worst "
+                 "row's)", None, 1.0, "compile_scaling"),
     )
 }
 

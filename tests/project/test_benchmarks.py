@@ -103,3 +103,45 @@ def test_w13_has_a_row_per_op_and_element_type_and_each_row_runs():
         for label, fn, args in rows[::7]:
             out = jax.jit(fn)(3, *args)
             assert out.shape == (loop_ops.SIZE,) and out.dtype == args[0].dtype, label
+
+
+def test_w14_rows_give_per_op_growth_and_the_worst_ratio():
+    from benchmarks import cli
+
+    ours = {"rows": {"100 ops, 1 device": {"compile_s": 0.05, "ops": 100, "devices": 1},
+                     "10000 ops, 1 device": {"compile_s": 3.0, "ops": 10000, "devices": 1}}}
+    xla = {"rows": {"100 ops, 1 device": {"compile_s": 0.1}, "10000 ops, 1 device": {"compile_s": 30.0}}}
+    rows = cli.scaling_rows(ours, xla)
+    assert [r["ratio"] for r in rows] == [0.5, 0.1]
+    assert cli.per_op_growth(rows) == {"1": pytest.approx(0.6)}   # 300 µs per op over 500 µs
+    lines = cli.scaling_lines({"workload": "W14", "scaling_rows": rows, "per_op_growth": {"1": 0.6}})
+    assert "| 10000 ops, 1 device | 3.00 s | 300.0 µs | 30.00 s | 3.00 ms | 0.10 |" in lines
+    assert lines[-1] == "pjrt_ref's time per op, largest size over smallest: 1 device: 0.60."
+
+
+def test_w14_dags_share_operands_and_agree_with_cpu():
+    """Each W14 program is a DAG whose values have several users, and pjrt_ref's value is cpu's."""
+    import re
+
+    import jax
+    import numpy as np
+
+    from benchmarks import compile_scaling
+    from jax_support import run_on_cpu_and_pjrt_ref
+
+    assert [devices for _, devices, _ in compile_scaling.rows()] == [1, 1, 1, 8, 8, 8]
+    text = jax.jit(compile_scaling.elementwise_dag(50)).lower(*compile_scaling.arguments()).as_text()
+    uses = [name for line in text.splitlines() if "=" in line
+            for name in set(re.findall(r"%\w+", line.split("=", 1)[1]))]
+    assert max(uses.count(name) for name in uses) >= 3, "no value is shared"
+    results = run_on_cpu_and_pjrt_ref(f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from benchmarks import compile_scaling
+
+        def run(devices):
+            args = [jax.device_put(a, devices[0]) for a in compile_scaling.arguments()]
+            return np.asarray(jax.jit(compile_scaling.elementwise_dag(300))(*args)).tolist()
+    """)
+    assert len(set(results["cpu"])) > 10, "the chain collapsed to a few values"
+    np.testing.assert_allclose(results["pjrt_ref"], results["cpu"], rtol=1e-5, atol=1e-6)
