@@ -57,8 +57,8 @@ class Switchable:
     def __init__(self, first: Kernel) -> None:
         self.current = first
 
-    def __call__(self, op, *values):
-        return self.current(op, *values)
+    def __call__(self, op, *values, **regions):   # regions: a loop's (jit/loops.py)
+        return self.current(op, *values, **regions)
 
 
 def enabled() -> bool:

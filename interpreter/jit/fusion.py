@@ -150,6 +150,11 @@ def count_uses(region, counts: dict | None = None) -> dict:
     return counts
 
 
+def _fuse_nested(step) -> None:
+    for nested in step.regions:
+        fuse_region(nested)
+
+
 def fuse_region(region) -> None:
     """Fuse runs of elementwise steps in `region` and in the bodies of the
     control-flow ops inside it (see the module docstring)."""
@@ -176,7 +181,7 @@ def fuse_region(region) -> None:
     order = _IdOrder(order)
     for step in region.steps:
         if step.op.name == "stablehlo.while":
-            step = compile_while(step) or step
+            step = compile_while(step, _fuse_nested) or step
         if step.op.name in CONTROL_FLOW_OPS:
             for nested in step.regions:
                 fuse_region(nested)

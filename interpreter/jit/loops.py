@@ -30,21 +30,29 @@ from ...limits import loop_limit_error, max_steps
 from ..native import codegen
 from ..native.translator import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
 from ..steps import OpInfo, Step
+from . import background
 
 
-def compile_while(step) -> Step | None:
-    """A Step running the whole loop in numba, or None if it does not qualify."""
-    from numba.core.errors import NumbaError
+def compile_while(step, fuse_regions=None) -> Step | None:
+    """A Step running the whole loop in numba, or None if it does not qualify.
 
+    Like a fused run (background.py), a loop whose kernel numba must compile,
+    or load before numba has started in the process, runs interpreted
+    behind a `Switchable` until the background thread has it: a fresh
+    process's first result does not wait for numba's import (W0, W6 in
+    benchmarks/README.md). `fuse_regions(step)` fuses the interpreted
+    loop's own regions for that time."""
     try:
-        return _compile_while(step)
+        return _compile_while(step, fuse_regions)
     except NotCompilable:
         return None
-    except NumbaError:  # a combination numba cannot type: keep interpreting
-        return None
+    except Exception as error:   # a combination numba cannot type: keep interpreting
+        if type(error).__module__.startswith("numba"):
+            return None
+        raise
 
 
-def _compile_while(step) -> Step:
+def _compile_while(step, fuse_regions) -> Step:
     op = step.op
     cond, body = step.regions
     carried_types = [compilable_tensor(t) for t in op.operand_types]
@@ -89,15 +97,37 @@ def _compile_while(step) -> Step:
     captures = translator.captures
     input_types = [(t.dtype, is_array) for _, is_array, t in carried] + \
                   [(t.dtype, is_array) for _, is_array, t in captures]
-    function = codegen.compile_safely(codegen.compile_loop, source, input_types)
-    if function is None:
-        raise NotCompilable("numba could not compile the loop")
-    kernel = _loop_kernel(function, carried, captures, shape)
+
+    def build():
+        function = codegen.compile_safely(codegen.compile_loop, source, input_types)
+        return None if function is None else _loop_kernel(function, carried, captures, shape)
+
     info = OpInfo(name="pjrt_ref.compiled_while", location=op.location,
                   attrs={"source": source}, operand_types=op.operand_types + tuple(t for _, _, t in captures),
                   result_types=op.result_types, module=op.module)
-    return Step(kernel=kernel, op=info, operands=tuple(step.operands) + tuple(s for s, _, _ in captures),
-                results=step.results)
+    operands = tuple(step.operands) + tuple(s for s, _, _ in captures)
+    if background.enabled() and not (codegen.is_built(source) and codegen.numba_started()):
+        if fuse_regions is not None:
+            fuse_regions(step)
+        switch = background.Switchable(_interpreted(step))
+        background.build_later(build, switch)
+        return Step(kernel=switch, op=info, operands=operands, results=step.results,
+                    regions=step.regions)
+    kernel = build()
+    if kernel is None:
+        raise NotCompilable("numba could not compile the loop")
+    return Step(kernel=kernel, op=info, operands=operands, results=step.results)
+
+
+def _interpreted(step):
+    """The loop's own kernel, for a compiled_while step's operands (the
+    loop's, then its captures, which its regions read from the frame)."""
+    kernel, op, count = step.kernel, step.op, len(step.operands)
+
+    def interpreted_while(_, *values, regions):
+        return kernel(op, *values[:count], regions=regions)
+
+    return interpreted_while
 
 
 def _alternates(carried, body_results, array_outputs) -> bool:
@@ -194,7 +224,7 @@ def _loop_kernel(function, carried, captures, shape):
     result_dtypes = [t.dtype for _, _, t in carried]
     result_shapes = [t.shape for _, _, t in carried]
 
-    def compiled_while(op, *values):
+    def compiled_while(op, *values, regions=None):   # regions: those of a Switchable's first form
         args = [v.ravel() if is_array else v[()] for v, is_array in zip(values, kinds)]
         results = _run_in_chunks(function, size, args, result_dtypes, op.location)
         out = tuple(np.asarray(r, dtype=d).reshape(s)

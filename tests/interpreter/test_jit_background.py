@@ -94,6 +94,37 @@ def test_a_new_kernel_runs_on_numpy_then_switches_to_its_compiled_loop(empty_cac
     assert codegen.is_built(step.op.attrs["source"])
 
 
+def _small_loop(x):   # W6's shape: a compiled `while` (jit/loops.py), with a capture
+    scale = jnp.float32(0.97) + x[0] * 0
+    return jax.lax.fori_loop(0, 300, lambda i, c: c * scale + 0.01 * jnp.sin(c) + i * 1e-4, x)
+
+
+def test_a_new_loop_runs_interpreted_then_switches_to_its_compiled_loop(empty_cache, monkeypatch):
+    """A compiled `while` whose kernel numba must build runs as the interpreted
+    loop meanwhile (its regions fused), with the same bits before and after."""
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    text = lower_to_text(_small_loop, x)
+    reference = _plain(text, x, monkeypatch)
+    release = background._BUILDING
+    release.acquire()
+    try:
+        program = load(text)
+        (step,) = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
+        assert isinstance(step.kernel, background.Switchable) and step.regions
+        interpreted = step.kernel.current
+        assert interpreted.__name__ == "interpreted_while"
+        for a, b in zip(program(x), reference):
+            assert_same_values(a, b)
+        assert step.kernel.current is interpreted and background.pending() == 1
+    finally:
+        release.release()
+    assert background.wait(timeout=120)
+    assert step.kernel.current.__name__ == "compiled_while"
+    for a, b in zip(program(x), reference):
+        assert_same_values(a, b)
+    assert codegen.is_built(step.op.attrs["source"])
+
+
 def test_a_kernel_built_before_loads_when_the_program_does(empty_cache, monkeypatch):
     x = _x(1)
     text = lower_to_text(_tanh_tanh, x)
