@@ -110,3 +110,31 @@ def test_platform_dependent_takes_pjrt_ref_s_own_branch_else_the_default_else_cp
     """, JAX_PLATFORMS="pjrt_ref,cpu")
     assert proc.stdout.strip().splitlines()[-1] == \
         "{'cpu_and_cuda': 2.0, 'with_default': 5.0, 'own_branch': 7.0, 'default_only': 5.0}"
+
+
+def test_an_export_lowered_for_cpu_is_called_on_pjrt_ref_as_on_cpu():
+    """`jax.export` for several platforms, cpu among them (JAX's
+    export_harnesses_multi_platform_test does this), called on pjrt_ref: the
+    cpu lowering runs, with cpu's platform-dependent choices; an export
+    without cpu is refused as before."""
+    proc = run_jax("""
+        from jax import export, lax
+        def f(x):
+            y = lax.platform_dependent(x, cpu=lambda v: v * 2, cuda=lambda v: v * 3, tpu=lambda v: v * 4)
+            return jnp.sin(y) + jnp.linalg.inv(jnp.eye(2) * 2 + y[:2, :2] * 0.1)[0, 0]
+        x = np.arange(9, dtype=np.float32).reshape(3, 3)
+        out = {}
+        for platforms in (("cpu", "cuda", "tpu"), ("cuda", "cpu"), ("cpu",)):
+            exported = export.export(jax.jit(f), platforms=platforms)(x)
+            for device in (jax.devices("pjrt_ref")[0], jax.devices("cpu")[0]):
+                out[(platforms, device.platform)] = np.asarray(exported.call(jax.device_put(x, device)))
+        for platforms in (("cpu", "cuda", "tpu"), ("cuda", "cpu"), ("cpu",)):
+            np.testing.assert_allclose(out[(platforms, "pjrt_ref")], out[(platforms, "cpu")], rtol=1e-6)
+            np.testing.assert_allclose(out[(platforms, "pjrt_ref")], np.asarray(jax.jit(f)(x)), rtol=1e-6)
+        cuda_only = export.export(jax.jit(f), platforms=("cuda",))(x)
+        try:
+            cuda_only.call(jax.device_put(x, jax.devices("pjrt_ref")[0]))
+        except ValueError as error:
+            print("refused:", "was exported for platforms" in str(error))
+    """, JAX_PLATFORMS="pjrt_ref,cpu")
+    assert proc.stdout.strip().splitlines()[-1] == "refused: True"

@@ -31,6 +31,12 @@ found for platform pjrt_ref"). `borrow_cpu_branches` keeps JAX's rule (a
 platform's own branch, else the default) and, where it would fail, takes
 the cpu branch: pjrt-ref runs what cpu programs contain (jaxlib's own FFI
 examples and tests choose their targets this way).
+
+And for serialized programs: an `Exported` (`jax.export`) lowered for
+("cpu", "cuda", "tpu") refuses to be called on "pjrt_ref" ("was exported
+for platforms ... but it is used on ('pjrt_ref',)"), where cpu runs it.
+`borrow_cpu_exports` calls it with its cpu lowering, as cpu would; an export
+for platforms without cpu is refused as before.
 """
 from __future__ import annotations
 
@@ -110,3 +116,21 @@ def _cpu_branches_also_for(platform: str, platforms: tuple) -> tuple:
     if any(ps is None or platform in ps for ps in platforms):
         return platforms
     return tuple(ps + (platform,) if "cpu" in ps else ps for ps in platforms)
+
+
+def borrow_cpu_exports(platform: str) -> None:
+    """Call an `Exported` that was lowered for cpu and not for `platform` on
+    `platform` with its cpu lowering (JAX's rule, told the caller is cpu)."""
+    from jax._src.export import _export
+    from jax._src.interpreters import mlir
+
+    rule = _export._call_exported_lowering
+
+    def call_exported_lowering(ctx, *args, exported):
+        platforms = ctx.module_context.platforms
+        if platform in platforms and platform not in exported.platforms and "cpu" in exported.platforms:
+            as_cpu = tuple("cpu" if p == platform else p for p in platforms)
+            ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
+        return rule(ctx, *args, exported=exported)
+
+    mlir.register_lowering(_export.call_exported_p, call_exported_lowering, platform=platform)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from .compilation_cache import open_compilation_cache
 from .ffi import install as install_ffi_handler
-from .cpu_only_rules import borrow_cpu_branches, borrow_cpu_only_rules
+from .cpu_only_rules import borrow_cpu_branches, borrow_cpu_exports, borrow_cpu_only_rules
 from .linalg import register_linalg_lowerings
 
 PLATFORM = "pjrt_ref"
@@ -138,10 +138,11 @@ def _install_lowerings() -> None:
         pass
     _borrow_linalg_lowerings()
     borrow_cpu_only_rules(PLATFORM)     # after ours: a rule of our own is never replaced
-    try:
-        borrow_cpu_branches(PLATFORM)
-    except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
-        pass
+    for borrow in (borrow_cpu_branches, borrow_cpu_exports):
+        try:
+            borrow(PLATFORM)
+        except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
+            pass
 
 
 def _borrow_linalg_lowerings() -> None:
