@@ -128,9 +128,13 @@ def borrow_cpu_exports(platform: str) -> None:
 
     def call_exported_lowering(ctx, *args, exported):
         platforms = ctx.module_context.platforms
-        if platform in platforms and platform not in exported.platforms and "cpu" in exported.platforms:
-            as_cpu = tuple("cpu" if p == platform else p for p in platforms)
-            ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
-        return rule(ctx, *args, exported=exported)
+        if platform not in platforms or platform in exported.platforms or "cpu" not in exported.platforms:
+            return rule(ctx, *args, exported=exported)
+        as_cpu = tuple("cpu" if p == platform else p for p in platforms)
+        cpu_ctx = ctx.replace(module_context=ctx.module_context.replace(platforms=as_cpu))
+        results = rule(cpu_ctx, *args, exported=exported)
+        if cpu_ctx.tokens_out is not None:      # an export with ordered effects threads tokens
+            ctx.set_tokens_out(cpu_ctx.tokens_out)
+        return results
 
     mlir.register_lowering(_export.call_exported_p, call_exported_lowering, platform=platform)
