@@ -8,6 +8,7 @@ storage type plus a `QuantParams` describing the quantization.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -56,6 +57,9 @@ for _name, _dtype in ELEMENT_DTYPES.items():
     DTYPE_ELEMENT_NAMES.setdefault(_dtype, _name)
 
 
+# The predicates below are memoised: `dtype.name` is a Python property that
+# costs microseconds, and kernels ask them on every call.
+@functools.cache
 def is_float(dtype: np.dtype) -> bool:
     """True for every floating-point element type, ml_dtypes' included."""
     return dtype.kind == "f" or (dtype.kind == "V" and "float" in dtype.name) or \
@@ -70,11 +74,13 @@ def is_bool(dtype: np.dtype) -> bool:
     return dtype == np.bool_
 
 
+@functools.cache
 def is_integer(dtype: np.dtype) -> bool:
     """True for signed and unsigned integers (not i1), ml_dtypes' included."""
     return dtype.kind in "iu" or dtype.name in ("int2", "int4", "uint2", "uint4")
 
 
+@functools.cache
 def is_unsigned(dtype: np.dtype) -> bool:
     return dtype.kind == "u" or dtype.name in ("uint2", "uint4")
 

@@ -25,6 +25,7 @@ _NARROW_INTEGERS = {"int2": (np.int8, 2), "int4": (np.int8, 4),
                     "uint2": (np.uint8, 2), "uint4": (np.uint8, 4)}
 
 
+@functools.cache   # dtype.name costs microseconds; kernels ask per call
 def bit_width(dtype: np.dtype) -> int:
     """Number of bits of one element of `dtype` (i1 counts as 1)."""
     if is_bool(dtype):
@@ -38,6 +39,7 @@ def bit_width(dtype: np.dtype) -> int:
     return dtype.itemsize * 8
 
 
+@functools.cache
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """The numpy dtype an elementwise op on `dtype` computes in."""
     if dtype.name in _NARROW_INTEGERS:
