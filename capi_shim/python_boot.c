@@ -34,12 +34,16 @@
  * multi-device execution) are Python threads, and the thread that waits
  * for them waits in Python (Thread.join), which releases the GIL.
  *
- * What no plugin that runs Python can survive: a host thread that holds
- * the GIL while it waits for another host thread's call into the plugin
- * (that call needs the GIL to run). PyTorch/XLA releases the GIL where it
- * waits for its executions, with one exception known to us: indexing a
- * tensor with an XLA scalar tensor (torch's THPVariable_getitem reads the
- * index with .item() holding the GIL) while an execution is pending.
+ * What no plugin that runs Python in the host's interpreter can survive: a
+ * host thread that holds the GIL while it waits for another host thread's
+ * call into the plugin (that call needs the GIL to run). PyTorch/XLA does
+ * it when indexing with a not-yet-computed tensor (`x[x == 0] = 1`), jaxlib
+ * when compiling against a topology. gil_watch.c reports such a wait. A
+ * second interpreter in this address space (this library dlmopen'ed into
+ * a new link namespace, with its own libpython) does not work on glibc
+ * 2.36: RTLD_GLOBAL there crashes (glibc bug 18684), the second libc's
+ * setlocale crashes, and the two libcs hand out the same pthread keys, so
+ * the two Pythons' thread-state slots collide.
  *
  * Included at the end of the C source build_shim.py generates, which
  * defines PJRT_REF_MODULE_INIT, PJRT_REF_LIBPYTHON,
