@@ -269,7 +269,6 @@ def c_source(header: str) -> str:
 
 {prototypes}
 
-#include "gil_watch.c"
 #include "entry_guards.c"
 #include "fast_paths.c"
 

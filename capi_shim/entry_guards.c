@@ -20,6 +20,8 @@ static int pjrt_ref_python_gone(void) {
 #endif
 }
 
+#include "gil_watch.c"                    /* the hang detector PJRT_REF_ENTER feeds */
+
 static atomic_int pjrt_ref_inflight;      /* calls inside Python right now */
 static atomic_int pjrt_ref_closing;       /* set by pjrt_ref_begin_shutdown */
 static pthread_t pjrt_ref_closing_thread;

@@ -1,6 +1,6 @@
 /* The hang detector: a report when an entry point has waited too long for
- * Python's GIL. Included by the C source build_shim.py generates, before
- * entry_guards.c.
+ * Python's GIL. Included by entry_guards.c, after
+ * pjrt_ref_python_gone.
  *
  * Every slot takes the GIL (PJRT_REF_ENTER). When another thread of the host
  * holds the GIL while it waits in C or C++ code for a result that this very
@@ -148,7 +148,7 @@ static void* pjrt_ref_gil_watchdog(void* unused) {
         struct timespec tick = {.tv_sec = 1, .tv_nsec = 0};
         if (stall > 0 && stall < 4000000000LL) tick = (struct timespec){0, stall / 4};
         nanosleep(&tick, NULL);
-        if (stall == 0) continue;
+        if (stall == 0 || pjrt_ref_python_gone()) continue;   /* at exit: nothing to dump */
         long long now = pjrt_ref_now_ns();
         for (int i = 0; i < PJRT_REF_WAITER_SLOTS; i++) {
             struct pjrt_ref_waiter* waiter = &pjrt_ref_waiters[i];
