@@ -118,21 +118,26 @@ print("api", library.GetPjrtApi())
 
 
 STALLED_CHILD = r"""
-import ctypes, threading
+import ctypes
 from capi_calls import Api, ffi
 
 api = Api()
 client = api.client()
-answered = []
-def call_in():   # cffi releases the GIL around the call; the slot must take it back
-    platform = api.call("PJRT_Client_PlatformName", client=client)
-    answered.append(ffi.string(platform.platform_name, platform.platform_name_size))
-thread = threading.Thread(target=call_in, name="caller")
-libc = ctypes.PyDLL(None)          # PyDLL: usleep runs holding the GIL, as a C++ waiter does
-thread.start()
-libc.usleep(3_000_000)
-thread.join()
-print("answered", answered)
+args = api.args("PJRT_Client_PlatformName", client=client)
+slot = int(ffi.cast("uintptr_t", api.api.PJRT_Client_PlatformName))
+# A C thread whose first act is the slot (its signature fits pthread_create's
+# start routine), started while this thread holds the GIL and keeps it in C
+# (PyDLL: usleep runs holding the GIL, as a C++ waiter does): the slot is
+# sure to wait for the GIL.
+holding = ctypes.PyDLL(None)
+holding.pthread_create.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+thread = ctypes.c_ulong()
+assert holding.pthread_create(ctypes.byref(thread), None, slot, int(ffi.cast("uintptr_t", args))) == 0
+holding.usleep(3_000_000)
+releasing = ctypes.CDLL(None)
+releasing.pthread_join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]
+assert releasing.pthread_join(thread, None) == 0
+print("answered", [ffi.string(args.platform_name, args.platform_name_size)])
 """
 
 
