@@ -277,7 +277,7 @@ def combine_rounds(rounds: list[dict]) -> dict:
     return combined
 
 
-ROW_MEASURES = ("per_iteration_s", "compile_s")   # what W13's and W14's rows time
+ROW_MEASURES = ("per_iteration_s", "compile_s", "over_s")   # what W13's and W14's rows time
 
 
 def loop_rows(ours: dict, xla: dict) -> list[dict]:
@@ -304,11 +304,15 @@ def scaling_rows(ours: dict, xla: dict) -> list[dict]:
     found = []
     for label, row in ours.get("rows", {}).items():
         theirs = xla.get("rows", {}).get(label)
-        if theirs is None:
+        if theirs is None or "compile_s" not in row:
             continue
-        found.append({"row": label, "ops": row["ops"], "devices": row["devices"],
-                      "pjrt_ref_s": row["compile_s"], "xla_s": theirs["compile_s"],
-                      "ratio": row["compile_s"] / theirs["compile_s"]})
+        entry = {"row": label, "ops": row["ops"], "devices": row["devices"], "pjrt_ref_s": row["compile_s"]}
+        if "compile_s" in theirs:
+            entry.update(xla_s=theirs["compile_s"], ratio=row["compile_s"] / theirs["compile_s"])
+        else:    # XLA outlasted the row's limit: the ratio is at most this
+            entry.update(xla_over_s=theirs["over_s"], ratio=row["compile_s"] / theirs["over_s"],
+                         ratio_is_bound=True)
+        found.append(entry)
     return found
 
 
@@ -450,8 +454,13 @@ def scaling_lines(entry: dict) -> list[str]:
              f"time per op at the largest size ≤ {MAX_PER_OP_GROWTH:g}x that at the smallest):", "",
              "| row | pjrt_ref | per op | XLA | per op | ratio |", "|---|---|---|---|---|---|"]
     for row in entry["scaling_rows"]:
-        lines.append(f"| {row['row']} | {fmt_time(row['pjrt_ref_s'])} | {fmt_time(row['pjrt_ref_s'] / row['ops'])} | "
-                     f"{fmt_time(row['xla_s'])} | {fmt_time(row['xla_s'] / row['ops'])} | {row['ratio']:.2f} |")
+        if "xla_s" in row:
+            theirs = f"{fmt_time(row['xla_s'])} | {fmt_time(row['xla_s'] / row['ops'])} | {row['ratio']:.2f}"
+        else:
+            theirs = (f"> {fmt_time(row['xla_over_s'])} (stopped) | > {fmt_time(row['xla_over_s'] / row['ops'])} | "
+                      f"< {row['ratio']:.2f}")
+        lines.append(f"| {row['row']} | {fmt_time(row['pjrt_ref_s'])} | "
+                     f"{fmt_time(row['pjrt_ref_s'] / row['ops'])} | {theirs} |")
     growth = ", ".join(f"{devices} device{'s' if devices != '1' else ''}: {value:.2f}"
                        for devices, value in entry["per_op_growth"].items())
     return lines + ["", f"pjrt_ref's time per op, largest size over smallest: {growth}."]

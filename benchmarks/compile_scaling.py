@@ -14,8 +14,19 @@ compile, so no row pays the process's first-compile costs (W11c does).
 Target: per device count, the time per op at the largest size is at most
 twice that at the smallest (roughly constant), and every row compiles at
 least as fast as XLA.
+
+Each row runs in a process of its own (`python -m benchmarks.compile_scaling
+ROW OUT.npy`, started by worker.py) under ROW_LIMIT_S: XLA's compile time
+grows faster than the program (about 40 s for 10,000 ops of an earlier,
+simpler DAG here, and past 15 minutes for this one), and a row that
+outlasts the limit is reported as "more than the limit".
 """
 from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
 
 import numpy as np
 
@@ -23,6 +34,7 @@ SIZES = (100, 1000, 10000)
 DEVICE_COUNTS = (1, 8)
 ELEMENTS = 64
 SHARED_WINDOW = 8
+ROW_LIMIT_S = 240.0
 
 
 def _ops():
@@ -55,3 +67,32 @@ def rows() -> list[tuple[str, int, int]]:
     """(label, devices, num_ops) for every row, smallest first."""
     return [(f"{num_ops} ops, {devices} device{'s' if devices > 1 else ''}", devices, num_ops)
             for devices in DEVICE_COUNTS for num_ops in SIZES]
+
+
+def time_row(label: str, output_path: str) -> dict:
+    """`.compile()` seconds of one row (the median of 3 programs of its size up
+    to 1,000 ops, each new to the backend's caches; one above), after a
+    warm-up compile; the last program's result is saved to `output_path`."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    jax.config.update("jax_num_cpu_devices", max(DEVICE_COUNTS))
+    (devices, num_ops), = [(d, n) for row, d, n in rows() if row == label]
+    args = arguments()
+    if devices > 1:
+        mesh = Mesh(np.array(jax.devices()[:devices]), ("x",))
+        args = tuple(jax.device_put(a, NamedSharding(mesh, PartitionSpec("x"))) for a in args)
+    jax.jit(elementwise_dag(10, seed=100)).lower(*args).compile()     # not a first compile
+    times = []
+    for seed in range(3 if num_ops <= 1000 else 1):
+        lowered = jax.jit(elementwise_dag(num_ops, seed)).lower(*args)
+        t0 = time.perf_counter()
+        compiled = lowered.compile()
+        times.append(time.perf_counter() - t0)
+    np.save(output_path, np.asarray(jax.block_until_ready(compiled(*args))))
+    return {"compile_s": statistics.median(times), "ops": num_ops, "devices": devices,
+            "platform": jax.devices()[0].platform}
+
+
+if __name__ == "__main__":
+    print(json.dumps(time_row(sys.argv[1], sys.argv[2])))

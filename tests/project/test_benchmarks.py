@@ -117,6 +117,12 @@ def test_w14_rows_give_per_op_growth_and_the_worst_ratio():
     lines = cli.scaling_lines({"workload": "W14", "scaling_rows": rows, "per_op_growth": {"1": 0.6}})
     assert "| 10000 ops, 1 device | 3.00 s | 300.0 µs | 30.00 s | 3.00 ms | 0.10 |" in lines
     assert lines[-1] == "pjrt_ref's time per op, largest size over smallest: 1 device: 0.60."
+    del xla["rows"]["10000 ops, 1 device"]["compile_s"]
+    xla["rows"]["10000 ops, 1 device"]["over_s"] = 240.0      # XLA stopped at the row's limit
+    (bound,) = [r for r in cli.scaling_rows(ours, xla) if r.get("ratio_is_bound")]
+    assert bound["ratio"] == 3.0 / 240.0
+    lines = cli.scaling_lines({"workload": "W14", "scaling_rows": [bound], "per_op_growth": {}})
+    assert "| 10000 ops, 1 device | 3.00 s | 300.0 µs | > 240.00 s (stopped) | > 24.00 ms | < 0.01 |" in lines
 
 
 def test_w14_dags_share_operands_and_agree_with_cpu():
