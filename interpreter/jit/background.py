@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import threading
 import warnings
 from collections import deque
@@ -142,8 +143,25 @@ def _close() -> None:
     with _CONDITION:
         _STATE["closing"] = True
         _JOBS.clear()
+        compiling = _STATE["busy"]
         _CONDITION.notify_all()
         _CONDITION.wait_for(lambda: not _STATE["busy"], timeout=60)
+    if compiling:
+        _keep_interrupted_exit()
+
+
+def _keep_interrupted_exit() -> None:
+    """After an uncaught Ctrl-C, CPython exits by SIGINT (a shell sees ^C),
+    unless a string is exec'd before it exits: each `exec(str)` clears that
+    flag (pythonrun.c, run_eval_code_obj), and numba's compile, finishing
+    here, execs strings. Set it again the only way there is: a string whose
+    evaluation ends in KeyboardInterrupt."""
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if isinstance(last, KeyboardInterrupt):
+        try:
+            exec("raise KeyboardInterrupt")
+        except KeyboardInterrupt:
+            pass
 
 
 def _before_fork() -> None:

@@ -137,20 +137,27 @@ def test_program_result_over_the_limit_fails_at_compile(api, monkeypatch):
 
 
 # ------------------------------------------------------------------ Ctrl-C
+_COMPILABLE = "lambda x: jax.lax.while_loop(lambda c: c[0] != -1, lambda c: (c[0] + 2, c[1] * 3 + 1), (0, 0))"
 INFINITE_LOOPS = {
-    # interpreted (a reduce in the body) and numba-compiled (integers only)
-    "interpreted": "lambda x: jax.lax.while_loop(lambda c: c[0] < 2**30, "
-                   "lambda c: (c[0] + 1, c[1] + jnp.sum(c[1]) * 0), (0, x))",
-    "compiled": "lambda x: jax.lax.while_loop(lambda c: c[0] != -1, lambda c: (c[0] + 2, c[1] * 3 + 1), (0, 0))",
+    # interpreted (a reduce in the body); numba-compiled (integers only) before
+    # the program runs; and the same loop interpreted while its kernel builds
+    # in the background (at exit the build finishes, and the process must
+    # still exit as interrupted: background._keep_interrupted_exit)
+    "interpreted": ("lambda x: jax.lax.while_loop(lambda c: c[0] < 2**30, "
+                    "lambda c: (c[0] + 1, c[1] + jnp.sum(c[1]) * 0), (0, x))", "1"),
+    "compiled": (_COMPILABLE, "0"),
+    "compiling": (_COMPILABLE, "1"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(INFINITE_LOOPS))
-def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
+def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind, tmp_path):
     """SIGINT while a jitted infinite-ish loop runs: a Python traceback ending in KeyboardInterrupt."""
+    loop, background = INFINITE_LOOPS[kind]
+    cache = tmp_path / "cache"          # empty: "compiling" really builds its kernel
     code = textwrap.dedent(f"""
         import jax, jax.numpy as jnp
-        f = jax.jit({INFINITE_LOOPS[kind]}).lower(jnp.ones(3)).compile()
+        f = jax.jit({loop}).lower(jnp.ones(3)).compile()
         print("start", flush=True)
         f(jnp.ones(3))
         print("finished", flush=True)
@@ -162,7 +169,9 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind):
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=clean_env(JAX_PLATFORMS="pjrt_ref"))
+                                stderr=subprocess.PIPE, text=True,
+                                env=clean_env(JAX_PLATFORMS="pjrt_ref", PJRT_REF_JIT_BACKGROUND=background,
+                                              PJRT_REF_CACHE_DIR=str(cache)))
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
