@@ -71,27 +71,36 @@ def _plain(text: str, x: np.ndarray, monkeypatch) -> list:
         return load(text)(x)
 
 
-def test_a_new_kernel_runs_on_numpy_then_switches_to_its_compiled_loop(empty_cache, monkeypatch):
-    x = _x()
-    text = lower_to_text(_gelu_like, x)
+def _switch_after_a_first_run(text, x, monkeypatch, op_name: str):
+    """Load `text` with the background thread held, run it on its `op_name`
+    step's first form, let the kernel build, run again: (step, first form).
+    Both runs give the unoptimised program's bits."""
     reference = _plain(text, x, monkeypatch)
     release = background._BUILDING
     release.acquire()         # hold the background thread before it compiles
     try:
         program = load(text)
-        (step,) = _fused_steps(program)
-        assert isinstance(step.kernel, background.Switchable) and step.op.attrs["background"]
-        numpy_form = step.kernel.current
+        (step,) = [s for s in program.function.body.steps if s.op.name == op_name]
+        assert isinstance(step.kernel, background.Switchable)
+        first_form = step.kernel.current
         for a, b in zip(program(x), reference):
             assert_same_values(a, b)
-        assert step.kernel.current is numpy_form and background.pending() == 1
+        assert step.kernel.current is first_form and background.pending() == 1
     finally:
         release.release()
     assert background.wait(timeout=120)
-    assert step.kernel.current is not numpy_form           # the compiled loop
     for a, b in zip(program(x), reference):
         assert_same_values(a, b)
     assert codegen.is_built(step.op.attrs["source"])
+    return step, first_form
+
+
+def test_a_new_kernel_runs_on_numpy_then_switches_to_its_compiled_loop(empty_cache, monkeypatch):
+    x = _x()
+    step, numpy_form = _switch_after_a_first_run(lower_to_text(_gelu_like, x), x, monkeypatch,
+                                                 "pjrt_ref.fused")
+    assert step.op.attrs["background"]
+    assert step.kernel.current is not numpy_form           # the compiled loop
 
 
 def _small_loop(x):   # W6's shape: a compiled `while` (jit/loops.py), with a capture
@@ -103,26 +112,10 @@ def test_a_new_loop_runs_interpreted_then_switches_to_its_compiled_loop(empty_ca
     """A compiled `while` whose kernel numba must build runs as the interpreted
     loop meanwhile (its regions fused), with the same bits before and after."""
     x = np.linspace(-2, 2, 16, dtype=np.float32)
-    text = lower_to_text(_small_loop, x)
-    reference = _plain(text, x, monkeypatch)
-    release = background._BUILDING
-    release.acquire()
-    try:
-        program = load(text)
-        (step,) = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
-        assert isinstance(step.kernel, background.Switchable) and step.regions
-        interpreted = step.kernel.current
-        assert interpreted.__name__ == "interpreted_while"
-        for a, b in zip(program(x), reference):
-            assert_same_values(a, b)
-        assert step.kernel.current is interpreted and background.pending() == 1
-    finally:
-        release.release()
-    assert background.wait(timeout=120)
+    step, interpreted = _switch_after_a_first_run(lower_to_text(_small_loop, x), x, monkeypatch,
+                                                  "pjrt_ref.compiled_while")
+    assert step.regions and interpreted.__name__ == "interpreted_while"
     assert step.kernel.current.__name__ == "compiled_while"
-    for a, b in zip(program(x), reference):
-        assert_same_values(a, b)
-    assert codegen.is_built(step.op.attrs["source"])
 
 
 def test_a_kernel_built_before_loads_when_the_program_does(empty_cache, monkeypatch):
