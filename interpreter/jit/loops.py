@@ -8,8 +8,9 @@ such a loop into a numba function that runs every iteration natively.
 What qualifies (anything else keeps the interpreted loop):
 
 * cond and body are made of what native/translator.py translates (plain
-  tensors of static shape, 0-d or of one common shape S; f32, f64, i32,
-  i64 or i1; element-wise ops, constants, splats and inlined calls);
+  tensors of static shape, 0-d or of one common shape S; floats from f16
+  to f64, integers of 8 to 64 bits or i1; element-wise ops, constants,
+  splats and inlined calls);
 * `cond` only computes 0-d values (there is no reduction to bring an
   S-shaped value down to a predicate).
 
@@ -28,7 +29,8 @@ import numpy as np
 
 from ...limits import loop_limit_error, max_steps
 from ..native import codegen
-from ..native.translator import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
+from ..native.translator import (NotCompilable, Translator, compilable_tensor, compute_dtype,
+                                 type_name)
 from ..steps import OpInfo, Step
 from . import background
 
@@ -55,12 +57,12 @@ def compile_while(step, fuse_regions=None) -> Step | None:
 def _compile_while(step, fuse_regions) -> Step:
     op = step.op
     cond, body = step.regions
-    carried_types = [compilable_tensor(t) for t in op.operand_types]
+    carried_types = [compilable_tensor(t, halves=True) for t in op.operand_types]
     shapes = {t.shape for t in carried_types if t.shape != ()}
     if len(shapes) > 1:
         raise NotCompilable("carried values of several shapes")
     shape = shapes.pop() if shapes else ()
-    translator = Translator(shape, op.module)
+    translator = Translator(shape, op.module, halves=True)
     carried = []
     for index, ttype in enumerate(carried_types):
         is_array = ttype.shape != () and ttype.shape == shape
@@ -95,10 +97,11 @@ def _compile_while(step, fuse_regions) -> Step:
             body_results.append(name)
     source = _loop_source(carried, translator, cond_lines, predicate[0], body_results, array_outputs)
     captures = translator.captures
-    input_types = [(t.dtype, is_array) for _, is_array, t in carried] + \
-                  [(t.dtype, is_array) for _, is_array, t in captures]
+    input_types = [(compute_dtype(t.dtype), is_array) for _, is_array, t in carried + captures]
 
     def build():
+        if not translator.math_verified():
+            return None
         function = codegen.compile_safely(codegen.compile_loop, source, input_types)
         return None if function is None else _loop_kernel(function, carried, captures, shape)
 
@@ -161,7 +164,7 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
     array_lines = translator.array_lines
     if rows:
         for index in sorted(computed):
-            name, dtype = carried[index][0], TYPE_NAMES[carried[index][2].dtype]
+            name, dtype = carried[index][0], type_name(carried[index][2].dtype)
             lines += [f"    rows{index} = np.empty((2, n), {dtype})", f"    rows{index}[0, :] = {name}"]
             array_lines = [re.sub(rf"\b{name}\[i\]", f"rows{index}[p, i]", line) for line in array_lines]
     lines.append("    while True:")
@@ -172,7 +175,7 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
     if rows:
         lines += ["        p = k % 2", "        q = 1 - p"]
     else:
-        lines += [f"        n{index} = np.empty(n, {TYPE_NAMES[carried[index][2].dtype]})"
+        lines += [f"        n{index} = np.empty(n, {type_name(carried[index][2].dtype)})"
                   for index, _ in array_outputs]
     if array_outputs:
         lines.append("        for i in range(n):")
@@ -219,14 +222,19 @@ def _run_in_chunks(function, size: int, args: list, dtypes: list, location) -> t
 
 
 def _loop_kernel(function, carried, captures, shape):
+    """The kernel of a compiled_while step. Values go to numba flat (arrays)
+    or as numpy scalars, in the dtype they compute in: f16 and bf16 as the
+    float32 holding them, converted back on the way out (exact both ways)."""
     size = math.prod(shape)
-    kinds = [is_array for _, is_array, _ in carried] + [is_array for _, is_array, _ in captures]
+    inputs = [(is_array, compute_dtype(t.dtype)) for _, is_array, t in carried + captures]
     result_dtypes = [t.dtype for _, _, t in carried]
     result_shapes = [t.shape for _, _, t in carried]
+    carried_dtypes = [compute_dtype(d) for d in result_dtypes]
 
     def compiled_while(op, *values, regions=None):   # regions: those of a Switchable's first form
-        args = [v.ravel() if is_array else v[()] for v, is_array in zip(values, kinds)]
-        results = _run_in_chunks(function, size, args, result_dtypes, op.location)
+        args = [v.ravel().astype(dtype, copy=False) if is_array else dtype.type(v[()])
+                for v, (is_array, dtype) in zip(values, inputs)]
+        results = _run_in_chunks(function, size, args, carried_dtypes, op.location)
         out = tuple(np.asarray(r, dtype=d).reshape(s)
                     for r, d, s in zip(results, result_dtypes, result_shapes))
         return out[0] if len(out) == 1 else out

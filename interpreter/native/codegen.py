@@ -19,7 +19,7 @@ import threading
 
 
 from ... import settings
-from . import loop_expressions, vector_math
+from . import half_precision, loop_expressions, vector_math
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}
@@ -82,14 +82,18 @@ _MATH_CALL = re.compile(r"\b(%s)\(" % "|".join(vector_math.ENTRY_POINTS))
 
 # Integer, bit and rounding helpers (loop_expressions.py), added the same way.
 _INTEGER_CALL = re.compile(r"\b(%s)\(" % "|".join(loop_expressions.PRELUDE_FUNCTIONS))
+# float16/bfloat16 rounding (half_precision.py), added the same way.
+_ROUNDING_CALL = re.compile(r"\b(%s)\(" % "|".join(half_precision.PRELUDE_FUNCTIONS))
 
 
 def with_prelude(code: str) -> str:
     """The source of a generated module: the prelude (and the float32 math
-    functions or the integer helpers, if `code` calls them), then `code`."""
+    functions, the integer helpers or the half-precision rounding, if `code`
+    calls them), then `code`."""
     math = _MATH_PRELUDE if _MATH_CALL.search(code) else ""
     integer = loop_expressions.INTEGER_PRELUDE if _INTEGER_CALL.search(code) else ""
-    return PRELUDE + math + integer + code
+    rounding = half_precision.ROUNDING_PRELUDE if _ROUNDING_CALL.search(code) else ""
+    return PRELUDE + math + integer + rounding + code
 
 
 

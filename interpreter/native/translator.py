@@ -8,7 +8,9 @@ shape S (computed in an inner loop over the elements). It translates
 (anything else raises NotCompilable, and the caller keeps interpreting):
 
 * tensors of static shape whose element type is a signed or unsigned
-  integer of 8 to 64 bits, f32, f64 or i1 (`compilable_tensor`);
+  integer of 8 to 64 bits, f32, f64 or i1 (`compilable_tensor`), and, for
+  whole loops (`halves=True`), f16 and bf16, held as float32 and
+  rounded after each op (half_precision.py);
 * the ops `loop_expressions.loop_expression` (integers, bits, conversions,
   rounding) and `scalar_expressions.scalar_expression` (float arithmetic and
   math) translate exactly, constants, splats (broadcast_in_dim of a 0-d
@@ -19,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import TensorType
+from . import half_precision
 from .loop_expressions import TYPE_NAMES, loop_expression
-from .scalar_expressions import scalar_expression
+from .scalar_expressions import F32, scalar_expression
 
 SCALAR_DTYPES = tuple(TYPE_NAMES)
 MAX_INLINE_DEPTH = 4
@@ -30,22 +33,38 @@ class NotCompilable(Exception):
     """The loop uses something this compiler does not translate."""
 
 
-def compilable_tensor(ttype) -> TensorType:
+def compilable_tensor(ttype, halves=False) -> TensorType:
     """`ttype` if the compilers can translate a value of it (a plain tensor
-    of static shape, element type in SCALAR_DTYPES); else NotCompilable."""
+    of static shape, element type in SCALAR_DTYPES, or f16/bf16 if
+    `halves`); else NotCompilable."""
     if not isinstance(ttype, TensorType) or ttype.quant is not None:
         raise NotCompilable("not a plain tensor")
-    if ttype.dtype not in SCALAR_DTYPES or any(d is None for d in ttype.shape):
+    allowed = ttype.dtype in SCALAR_DTYPES or (halves and half_precision.is_half(ttype.dtype))
+    if not allowed or any(d is None for d in ttype.shape):
         raise NotCompilable(f"type {ttype}")
     return ttype
+
+
+def type_name(dtype) -> str:
+    """The numba type a value of `dtype` is computed in (halves: float32)."""
+    return "float32" if half_precision.is_half(dtype) else TYPE_NAMES[dtype]
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The numpy dtype a value of `dtype` is passed to numba in."""
+    return F32 if half_precision.is_half(dtype) else dtype
 
 
 class Translator:
     """Translates the steps of cond and body into lines of numba source."""
 
-    def __init__(self, shape: tuple, module):
+    def __init__(self, shape: tuple, module, halves=False):
         self.shape = shape
         self.module = module
+        self.halves = halves
+        # (op name, half dtype) of transcendentals that must pass
+        # half_precision.math_agrees before the code may run.
+        self.math_checks: set = set()
         self.names: dict = {}      # slot (or inlined value key) -> (name, is_array)
         self.captures: list = []   # (slot, is_array, ttype) read from the frame
         self.scalar_lines: list = []
@@ -61,7 +80,7 @@ class Translator:
         if key not in self.names:
             if not isinstance(key, int):
                 raise NotCompilable("value of an inlined function defined nowhere")
-            ttype = compilable_tensor(ttype)
+            ttype = compilable_tensor(ttype, self.halves)
             is_array = self._is_array(ttype)
             name = self.fresh("c")
             self.names[key] = (name, is_array)
@@ -85,7 +104,7 @@ class Translator:
                 self.call(step, keys, depth)
                 continue
             for ttype in op.operand_types + op.result_types:
-                compilable_tensor(ttype)
+                compilable_tensor(ttype, self.halves)
             if len(step.results) != 1:
                 raise NotCompilable(op.name)
             result_key, result_type = keys(step.results[0]), op.result_types[0]
@@ -99,9 +118,7 @@ class Translator:
                 self._is_array(result_type)
                 self.names[result_key] = operands[0]
                 continue
-            template = loop_expression(op) or scalar_expression(op)
-            if template is None:
-                raise NotCompilable(op.name)
+            template = self.template(op)
             is_array = self._is_array(result_type)
             if any(a for _, a in operands) and not is_array:
                 raise NotCompilable("array operand, scalar result")
@@ -109,10 +126,34 @@ class Translator:
             # the array loop are scalars there ("local").
             expression = template.format(*(f"{n}[i]" if a is True else n for n, a in operands))
             name = self.fresh("v")
-            line = f"{name} = {TYPE_NAMES[result_type.dtype]}({expression})"
+            line = f"{name} = {type_name(result_type.dtype)}({expression})"
             (self.array_lines if is_array else self.scalar_lines).append(line)
             # Inside the array loop a computed value is a scalar named `name`.
             self.names[result_key] = (name, False) if not is_array else (name, "local")
+
+    def template(self, op) -> str:
+        """The expression template of `op` over its operands {0}, {1}, ..."""
+        def widened(op):
+            return loop_expression(op) or scalar_expression(op)
+
+        dtypes = [t.dtype for t in op.operand_types + op.result_types]
+        if not any(half_precision.is_half(d) for d in dtypes):
+            template = widened(op)
+        else:
+            found = half_precision.half_expression(op, widened)
+            template = None if found is None else found[0]
+            if found is not None and found[1]:
+                self.math_checks.add((op.name, op.result_types[0].dtype))
+        if template is None:
+            raise NotCompilable(op.name)
+        return template
+
+    def math_verified(self) -> bool:
+        """Whether every transcendental on half types gives the interpreter's
+        bits here (half_precision.math_agrees; a numba build, so callers ask
+        where they compile)."""
+        return all(half_precision.math_agrees(name, dtype) for name, dtype in sorted(
+            self.math_checks, key=str))
 
     def constant(self, key, op):
         value = np.asarray(op.attrs["value"])
@@ -122,7 +163,7 @@ class Translator:
         literal = repr(value.item())
         if value.dtype.kind == "f" and not np.isfinite(value):
             literal = "np.nan" if np.isnan(value) else ("np.inf" if value > 0 else "-np.inf")
-        self.scalar_lines.append(f"{name} = {TYPE_NAMES[value.dtype]}({literal})")
+        self.scalar_lines.append(f"{name} = {type_name(value.dtype)}({literal})")
         self.names[key] = (name, False)
 
     def call(self, step, keys, depth):

@@ -50,7 +50,7 @@ def loop_program(op_line: str, element: str, result: str, size: int, operands: i
     """A while loop that runs its body once: `%v = op(%a, %b, %c)` on arrays captured from outside."""
     t, r = f"tensor<{size}x{element}>", f"tensor<{size}x{result}>"
     arguments = ", ".join(f"%{name}: {t}" for name in "abc"[:max(operands, 2)])
-    zero = "false" if result == "i1" else ("0.0" if result.startswith("f") else "0")
+    zero = "false" if result == "i1" else ("0.0" if result.startswith(("f", "bf")) else "0")
     return f"""
     func.func @main({arguments}) -> {r} {{
       %c0 = stablehlo.constant dense<0> : tensor<i32>
@@ -181,3 +181,132 @@ def test_the_loop_that_fell_off_the_compiled_path_is_compiled(monkeypatch):
     names = {s.op.name for f in program.module_plan.functions.values() for s in f.body.steps}
     assert "pjrt_ref.compiled_while" in names and "stablehlo.while" not in names
     assert int(program(np.int32(1000))[0]) == int(jax.jit(fn)(np.int32(1000)))
+
+
+# float16 and bfloat16 (interpreter/native/half_precision.py): computed in
+# float32 or float64 and rounded as the interpreter rounds.
+HALVES = ["f16", "bf16"]
+
+
+def half_values(element: str) -> np.ndarray:
+    """Edge values of a half type: +-0, +-inf, NaN, the largest finite and
+    the smallest subnormal, values at rounding boundaries, and a sample
+    of every binade."""
+    import ml_dtypes
+
+    dtype = np.float16 if element == "f16" else ml_dtypes.bfloat16
+    info = ml_dtypes.finfo(dtype)
+    specials = [0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, np.inf, -np.inf, np.nan,
+                float(info.max), -float(info.max), float(info.smallest_subnormal), 3.0, 7.0, 1e-3]
+    rng = np.random.default_rng(5)
+    sampled = rng.integers(0, 1 << 16, 40, dtype=np.uint16).view(dtype)
+    return np.concatenate([np.array(specials, np.float32).astype(dtype), sampled])
+
+
+def half_pairs(element: str) -> tuple[np.ndarray, np.ndarray]:
+    values = half_values(element)
+    a, b = zip(*itertools.product(values, values))
+    return np.array(a, values.dtype), np.array(b, values.dtype)
+
+
+@pytest.mark.parametrize("element", HALVES)
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "remainder", "maximum",
+                                "minimum"])
+def test_half_binary_ops(op, element, monkeypatch):
+    """Computed in float32 and rounded once: the exact sum of two float32
+    values needs at most 2 * 24 + 2 bits of float64, so there is no double
+    rounding, and none either in the interpreter's float32 -> half cast."""
+    run(binary(op, element), element, element, half_pairs(element), monkeypatch)
+
+
+HALF_UNARY = ["negate", "abs", "floor", "ceil", "round_nearest_even", "round_nearest_afz", "sign",
+              "sqrt", "exponential", "exponential_minus_one", "log", "log_plus_one", "sine", "cosine",
+              "tanh", "logistic"]
+
+
+@pytest.mark.parametrize("element", HALVES)
+@pytest.mark.parametrize("op", HALF_UNARY)
+def test_half_unary_ops(op, element, monkeypatch):
+    values = half_values(element)
+    run(unary(op, element), element, element, (values, values), monkeypatch)
+
+
+@pytest.mark.parametrize("source, result", [(s, r) for s in HALVES + FLOATS for r in HALVES + FLOATS + ["i32", "ui8", "i1"]
+                                            if s != r and (s in HALVES or r in HALVES)])
+def test_half_converts(source, result, monkeypatch):
+    """Between floats (bfloat16 from float64 through float32, as ml_dtypes
+    casts), and from a half type to integers (truncated, saturated) and i1."""
+    values = half_values(source) if source in HALVES else edge_values(source)
+    run(unary("convert", source, result), source, result, (values, values), monkeypatch)
+
+
+@pytest.mark.parametrize("element", HALVES)
+def test_half_compare_clamp_and_select(element, monkeypatch):
+    a, b = half_pairs(element)
+    c = np.roll(b, 7)
+    t = f"tensor<{a.size}x{element}>"
+    line = f'%v = "stablehlo.clamp"(%b, %a, %c) : ({t}, {t}, {t}) -> {t}'
+    check_compiled_like_interpreted(line, element, element, (a, b, c), monkeypatch)
+    for compare_type in ("FLOAT", "TOTALORDER"):
+        choose = (f'%p = "stablehlo.compare"(%a, %b) {{comparison_direction = #stablehlo<comparison_direction LT>,'
+                  f' compare_type = #stablehlo<comparison_type {compare_type}>}}'
+                  f' : ({t}, {t}) -> tensor<{a.size}xi1>\n'
+                  f'        %v = "stablehlo.select"(%p, %c, %b) : (tensor<{a.size}xi1>, {t}, {t}) -> {t}')
+        check_compiled_like_interpreted(choose, element, element, (a, b, c), monkeypatch)
+
+
+@pytest.mark.parametrize("element", HALVES)
+def test_rounding_helpers_match_the_interpreters_casts(element):
+    """round_to_float16 / round_to_bfloat16 against numpy's and ml_dtypes'
+    casts from float32 (every 97th bit pattern, all of them near the
+    rounding boundaries of the half type) and from float64 (ml_dtypes goes
+    through float32 for bfloat16: double rounding, which the helper keeps)."""
+    from pjrt_ref.interpreter.native import codegen, half_precision
+
+    dtype = np.dtype(np.float16) if element == "f16" else half_precision.BF16
+    helper = half_precision.ROUNDERS[dtype]
+    f64 = np.dtype(np.float64)
+    source = codegen.fused_loop_source([("x", True, f64)], [("v", f"{helper}(x)", np.dtype(np.float32))],
+                                       [("v", np.dtype(np.float32))])
+    kernel = codegen.compile_fused(source, [(f64, True)], [np.dtype(np.float32)])
+    patterns = np.arange(0, 1 << 32, 97, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    rng = np.random.default_rng(3)
+    wide = np.concatenate([rng.standard_normal(200_000) * 10.0 ** rng.integers(-9, 6, 200_000),
+                           [1 + 2 ** -8 + 2 ** -30, 1 + 2 ** -11 + 2 ** -40, 65519.999, 65520.0,
+                            3.3961775292304e38, 3.39617752923046e38, 1e300, -1e-300]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide_patterns = patterns.astype(f64)
+    for values in (wide_patterns, wide):
+        out = np.empty(values.size, np.float32)
+        kernel(values.size, values, out)
+        with np.errstate(over="ignore", invalid="ignore"):
+            expected = values.astype(dtype)
+        compiled = out.astype(dtype)
+        nan = np.isnan(expected.astype(np.float32))
+        assert np.array_equal(np.isnan(compiled.astype(np.float32)), nan)
+        assert np.array_equal(compiled.view(np.uint16)[~nan], expected.view(np.uint16)[~nan])
+
+
+def test_half_math_that_disagrees_stays_interpreted(monkeypatch):
+    """The other branch of `math_agrees`: a float64 function that is off in
+    the last bits fails the sweep, and the loop runs interpreted, with the
+    interpreter's values."""
+    from pjrt_ref.interpreter.native import half_precision
+
+    monkeypatch.setitem(half_precision.MATH_F64, "stablehlo.exponential",
+                        "math.exp(float64({0})) * (1.0 + 2.0 ** -12)")
+    half_precision.math_agrees.cache_clear()
+    try:
+        assert not half_precision.math_agrees("stablehlo.exponential", np.dtype(np.float16))
+        values = half_values("f16")
+        text = loop_program(unary("exponential", "f16").replace("SIZE", str(values.size)), "f16", "f16",
+                            values.size, 1)
+        monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
+        interpreted = load(text)(values, values)[0]
+        monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+        program = load(text)
+        steps = [s.op.name for s in program.function.body.steps]
+        assert "stablehlo.while" in steps and "pjrt_ref.compiled_while" not in steps
+        assert_same_values(program(values, values)[0], interpreted)
+    finally:
+        half_precision.math_agrees.cache_clear()

@@ -15,7 +15,7 @@ def assert_same_values(ours: np.ndarray, theirs: np.ndarray) -> None:
     """
     assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, (ours.dtype, theirs.dtype)
     a, b = ours.reshape(-1), theirs.reshape(-1)
-    if a.dtype.kind in "fc":
+    if a.dtype.kind in "fc" or "float" in a.dtype.name:     # ml_dtypes' floats are kind "V"
         nan_a, nan_b = np.isnan(a), np.isnan(b)
         np.testing.assert_array_equal(nan_a, nan_b)
         a, b = a[~nan_a], b[~nan_b]

@@ -1,0 +1,167 @@
+"""float16 and bfloat16 in compiled loops: computed in float32, rounded as the interpreter rounds.
+
+numba has no half-precision arithmetic, and before this module a loop
+with one float16 or bfloat16 op ran interpreted as a whole (W13 in
+benchmarks/README.md). The interpreter computes these types widened
+(`ops/elementwise_support.compute_dtype`, `widen_for_math`) and rounds each
+result back with numpy's or ml_dtypes' casts. Compiled loops do the same:
+
+* a half-precision value lives in the loop as the float32 holding it
+  exactly (jit/loops.py converts carried and captured arrays on the way
+  in and out, which is exact both ways);
+* an exact op (arithmetic, compare, select, maximum, rounding, sign, clamp,
+  converts between floats) is its float32 expression from
+  loop_expressions.py or scalar_expressions.py, as the interpreter applies
+  numpy's float32 function, then rounded to the result type;
+* a transcendental op is a float64 expression (libm, through numba's
+  `math`), where the interpreter applies numpy's float64 function, then
+  rounded. The two float64 functions may differ in the last bit, which
+  changes the rounded result only if the exact value lies that close to a
+  rounding boundary. A half type has only 65,536 values, so each such op
+  is run on all of them the first time a process compiles it
+  (`math_agrees`), on the machine it runs on, against the interpreter's
+  own kernel; it compiles only if every result has the interpreter's bits
+  (NaNs compare as NaNs: their payloads are an exception the jit's
+  "Bits" list already names).
+
+Rounding (`ROUNDING_PRELUDE`) is to nearest even, with overflow to
+infinity and subnormals kept, from a float64 holding the exact value: as
+numpy rounds float64 -> float16 directly, and as ml_dtypes rounds to
+bfloat16 through float32 (a float64 is first rounded to float32: its
+double rounding is what the interpreter returns, so it is what this
+returns).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from ..types import TensorType
+from .scalar_expressions import F32, FLOATS
+
+F16 = np.dtype(np.float16)
+BF16 = np.dtype("bfloat16")
+HALF_TYPES = (F16, BF16)
+ELEMENT_TYPES = {F16: "f16", BF16: "bf16"}
+# The numba helper that rounds a float64 to each type (ROUNDING_PRELUDE).
+ROUNDERS = {F16: "round_to_float16", BF16: "round_to_bfloat16"}
+
+# Transcendentals as float64 expressions: numpy's float64 functions in the
+# interpreter (ops/elementwise_unary.py MATH_UNARY_OPS), libm's here.
+MATH_F64 = {
+    "stablehlo.exponential": "math.exp(float64({0}))",
+    "stablehlo.exponential_minus_one": "math.expm1(float64({0}))",
+    "stablehlo.log": "math.log(float64({0}))",
+    "stablehlo.log_plus_one": "math.log1p(float64({0}))",
+    "stablehlo.sine": "math.sin(float64({0}))",
+    "stablehlo.cosine": "math.cos(float64({0}))",
+    "stablehlo.tanh": "math.tanh(float64({0}))",
+    "stablehlo.logistic": "1.0 / (1.0 + math.exp(-float64({0})))",
+}
+# Correctly rounded on every IEEE machine, in numpy and in libm alike.
+SQRT_F64 = "math.sqrt(float64({0}))"
+
+
+def is_half(dtype) -> bool:
+    return dtype in HALF_TYPES
+
+
+def half_expression(op, widened_expression) -> tuple[str, bool] | None:
+    """The numba expression of `op`, some of whose types are float16 or
+    bfloat16, and whether it must pass `math_agrees` first; or None.
+
+    `widened_expression(op)` is the translator's template of an op whose
+    types are float32 and wider (loop_expressions, scalar_expressions)."""
+    types = op.operand_types + op.result_types
+    if any(not isinstance(t, TensorType) or t.quant is not None for t in types):
+        return None
+    operands = [t.dtype for t in op.operand_types]
+    result = op.result_types[0].dtype
+    if op.name == "stablehlo.bitcast_convert":
+        return None
+    if op.name == "stablehlo.convert" and is_half(result) and operands[0] not in FLOATS + HALF_TYPES:
+        return None   # integer -> half: numpy and ml_dtypes take different routes; kept interpreted
+    if op.name in MATH_F64 or op.name == "stablehlo.sqrt":
+        if not (is_half(result) and operands == [result]):
+            return None
+        template = MATH_F64.get(op.name, SQRT_F64)
+        return f"{ROUNDERS[result]}({template})", op.name in MATH_F64
+    template = widened_expression(_widened(op))
+    if template is None:
+        return None
+    if is_half(result):
+        template = f"{ROUNDERS[result]}(float64({template}))"
+    return template, False
+
+
+def _widened(op):
+    """`op` with every half type replaced by float32 (what it computes in)."""
+    def widen(ttype):
+        return dataclasses.replace(ttype, dtype=F32, element_type="f32") if is_half(ttype.dtype) else ttype
+
+    return dataclasses.replace(op, operand_types=tuple(map(widen, op.operand_types)),
+                               result_types=tuple(map(widen, op.result_types)), cache={})
+
+
+@functools.cache
+def math_agrees(op_name: str, dtype: np.dtype) -> bool:
+    """Whether the compiled `op_name` gives the interpreter's bits for every
+    value of half type `dtype` on this machine (see the module docstring)."""
+    from .. import registry
+    from ..steps import OpInfo
+    from . import codegen
+
+    inputs = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    ttype = TensorType(shape=inputs.shape, dtype=dtype, element_type=ELEMENT_TYPES[dtype])
+    op = OpInfo(name=op_name, location="half_precision.math_agrees", attrs={},
+                operand_types=(ttype,), result_types=(ttype,))
+    expected = np.asarray(registry.lookup(op_name).fn(op, inputs))
+    template = f"{ROUNDERS[dtype]}({MATH_F64[op_name]})"
+    source = codegen.fused_loop_source([("x", True, F32)], [("v", template.format("x"), F32)],
+                                       [("v", F32)])
+    kernel = codegen.compile_safely(codegen.compile_fused, source, [(F32, True)], [F32])
+    if kernel is None:
+        return False
+    compiled = np.empty(inputs.shape, F32)
+    kernel(inputs.size, inputs.astype(F32), compiled)
+    compiled = compiled.astype(dtype)
+    same_bits = compiled.view(np.uint16) == expected.view(np.uint16)
+    both_nan = np.isnan(compiled.astype(F32)) & np.isnan(expected.astype(F32))
+    return bool(np.all(same_bits | both_nan))
+
+
+# The rounding helpers, added by codegen to a generated module that calls one.
+ROUNDING_PRELUDE = '''
+
+@njit(cache=True, error_model="numpy", inline="always")
+def round_to_precision(x, fraction_bits, min_exponent, overflow):
+    """x (a float64 holding the exact value) rounded to nearest even onto a
+    binary format with `fraction_bits` after the point, normal exponents
+    down to `min_exponent` (subnormals below share its quantum), and
+    magnitudes from `overflow` (the midpoint past the largest finite
+    value) going to infinity. Scaling by powers of two is exact, so
+    np.rint does the one rounding."""
+    if x != x or x == 0.0 or abs(x) == np.inf:
+        return x
+    if abs(x) >= overflow:
+        return math.copysign(np.inf, x)
+    exponent = math.frexp(x)[1] - 1          # x = 1.f * 2^exponent
+    quantum = max(exponent, min_exponent) - fraction_bits
+    return math.copysign(math.ldexp(np.rint(math.ldexp(abs(x), -quantum)), quantum), x)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def round_to_float16(x):
+    """float16: 10 fraction bits, exponents from -14, largest 65504."""
+    return float32(round_to_precision(float64(x), 10, -14, 65520.0))  # 4095 * 2^4
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def round_to_bfloat16(x):
+    """bfloat16 through float32, as ml_dtypes casts: 7 fraction bits,
+    exponents from -126, largest (2 - 2^-7) * 2^127."""
+    return float32(round_to_precision(float64(float32(x)), 7, -126, 3.39617752923046e+38))  # 511 * 2^119
+'''
+PRELUDE_FUNCTIONS = ("round_to_float16", "round_to_bfloat16")
