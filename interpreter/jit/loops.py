@@ -29,8 +29,8 @@ import numpy as np
 
 from ...limits import loop_limit_error, max_steps
 from ..native import codegen
-from ..native.translator import (NotCompilable, Translator, compilable_tensor, compute_dtype,
-                                 type_name)
+from ..native.translator import (ARRAY, SCALAR, NotCompilable, Segment, Translator, compilable_tensor,
+                                 compute_dtype, type_name)
 from ..steps import OpInfo, Step
 from . import background
 
@@ -58,52 +58,25 @@ def _compile_while(step, fuse_regions) -> Step:
     op = step.op
     cond, body = step.regions
     carried_types = [compilable_tensor(t, halves=True) for t in op.operand_types]
-    shapes = {t.shape for t in carried_types if t.shape != ()}
-    if len(shapes) > 1:
-        raise NotCompilable("carried values of several shapes")
-    shape = shapes.pop() if shapes else ()
-    translator = Translator(shape, op.module, halves=True)
-    carried = []
-    for index, ttype in enumerate(carried_types):
-        is_array = ttype.shape != () and ttype.shape == shape
-        carried.append((f"x{index}", is_array, ttype))
+    translator = Translator(_element_loop_shape(carried_types), op.module, loop_body=True)
+    carried = [(f"x{index}", translator.kind_of(ttype.shape), ttype)
+               for index, ttype in enumerate(carried_types)]
     identity = lambda slot: slot  # noqa: E731
+    cond_lines, predicate = _translate_cond(translator, cond, carried, identity)
 
-    # cond: scalars only.
-    for (name, is_array, _), slot in zip(carried, cond.arg_slots):
-        translator.names[slot] = (name, is_array)
-    translator.steps(getattr(cond, "unfused_steps", cond.steps), identity)
-    if translator.array_lines:
-        raise NotCompilable("cond computes arrays")
-    predicate = translator.names.get(cond.result_slots[0])
-    if predicate is None or predicate[1]:
-        raise NotCompilable("cond result")
-    cond_lines = translator.scalar_lines
-    translator.scalar_lines = []
-
-    for (name, is_array, _), slot in zip(carried, body.arg_slots):
-        translator.names[slot] = (name, is_array)
+    for (name, kind, ttype), slot in zip(carried, body.arg_slots):
+        translator.define(slot, name, kind, ttype.dtype)
     translator.steps(getattr(body, "unfused_steps", body.steps), identity)
-    body_results = []
-    array_outputs = []  # (carried index, scalar expression in the array loop)
-    for index, slot in enumerate(body.result_slots):
-        name, kind = translator.value(slot, carried_types[index])
-        if carried[index][1] and kind is not True:
-            array_outputs.append((index, name))  # computed, or a splat
-            body_results.append(f"n{index}")
-        elif not carried[index][1] and kind:
-            raise NotCompilable("array result for a scalar")
-        else:
-            body_results.append(name)
-    source = _loop_source(carried, translator, cond_lines, predicate[0], body_results, array_outputs)
+    body_results, array_outputs = _body_results(translator, body, carried)
+    source = _loop_source(carried, translator, cond_lines, predicate, body_results, array_outputs)
     captures = translator.captures
-    input_types = [(compute_dtype(t.dtype), is_array) for _, is_array, t in carried + captures]
+    input_types = [(compute_dtype(t.dtype), kind is not SCALAR) for _, kind, t in carried + captures]
 
     def build():
-        if not translator.math_verified():
+        if not translator.verified():
             return None
         function = codegen.compile_safely(codegen.compile_loop, source, input_types)
-        return None if function is None else _loop_kernel(function, carried, captures, shape)
+        return None if function is None else _loop_kernel(function, carried, captures)
 
     info = OpInfo(name="pjrt_ref.compiled_while", location=op.location,
                   attrs={"source": source}, operand_types=op.operand_types + tuple(t for _, _, t in captures),
@@ -120,6 +93,54 @@ def _compile_while(step, fuse_regions) -> Step:
     if kernel is None:
         raise NotCompilable("numba could not compile the loop")
     return Step(kernel=kernel, op=info, operands=operands, results=step.results)
+
+
+def _element_loop_shape(carried_types) -> tuple:
+    """S, the shape computed element by element in the loop over `i`: that
+    of the largest carried array (the others are whole arrays)."""
+    shapes = [t.shape for t in carried_types if t.shape != ()]
+    return max(shapes, key=math.prod) if shapes else ()
+
+
+def _translate_cond(translator, cond, carried, keys) -> tuple[list, str]:
+    """cond's lines and its predicate's name. cond runs before the body's
+    arrays exist: it may read carried arrays whole (a reduction) but not
+    compute arrays of its own."""
+    for (name, kind, ttype), slot in zip(carried, cond.arg_slots):
+        translator.define(slot, name, kind, ttype.dtype)
+    translator.steps(getattr(cond, "unfused_steps", cond.steps), keys)
+    if len(translator.segments) > 1 or translator.array_lines or translator.buffers:
+        raise NotCompilable("cond computes arrays")
+    predicate = translator.names.get(cond.result_slots[0])
+    if predicate is None or predicate[1] is not SCALAR:
+        raise NotCompilable("cond result")
+    lines = translator.scalar_lines
+    translator.segments = [Segment()]
+    return lines, predicate[0]
+
+
+def _body_results(translator, body, carried) -> tuple[list, list]:
+    """What each carried value becomes: a name rebound after the iteration
+    (scalars, whole arrays, an input array passed through), or, for the
+    arrays of shape S the body computes, the expression of their element
+    `i` written in the last element loop (`array_outputs`: index, expression)."""
+    inputs = {name for name, _, _ in carried} | {translator.names[slot][0] for slot, _, _ in translator.captures}
+    body_results, array_outputs = [], []
+    for index, slot in enumerate(body.result_slots):
+        carried_name, carried_kind, ttype = carried[index]
+        name, kind = translator.value(slot, ttype)
+        if carried_kind is SCALAR:
+            if kind is not SCALAR:
+                raise NotCompilable("array result for a scalar")
+            body_results.append(name)
+        elif carried_kind is ARRAY and not (kind is ARRAY and name in inputs):
+            array_outputs.append((index, translator.element(slot, ttype)))
+            body_results.append(f"n{index}")
+        elif kind is SCALAR:                   # a splat for a whole array
+            body_results.append(f"np.full({math.prod(ttype.shape)}, {name})")
+        else:                                  # a whole array, made anew each iteration, or an input
+            body_results.append(name)
+    return body_results, array_outputs
 
 
 def _interpreted(step):
@@ -146,7 +167,8 @@ def _alternates(carried, body_results, array_outputs) -> bool:
 
 
 def _loop_source(carried, translator, cond_lines, predicate, body_results, array_outputs) -> str:
-    """The numba `loop`: cond, then the body's scalar lines and its array loop.
+    """The numba `loop`: cond, then the body's segments, each its lines and
+    its element loop (the last one also writes the computed arrays).
 
     Computed arrays live in two-row buffers when `_alternates` allows: no
     array is made or rebound per iteration (numba counts references to an
@@ -159,34 +181,38 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
              f"def loop({', '.join(parameters)}):",
              "    done = False",
              "    k = 0"]
+    lines += [f"    {name} = np.empty({size}, {type_name(dtype)})" for name, size, dtype in translator.buffers]
     rows = _alternates(carried, body_results, array_outputs) and bool(array_outputs)
     computed = {index for index, _ in array_outputs}
-    array_lines = translator.array_lines
     if rows:
         for index in sorted(computed):
             name, dtype = carried[index][0], type_name(carried[index][2].dtype)
             lines += [f"    rows{index} = np.empty((2, n), {dtype})", f"    rows{index}[0, :] = {name}"]
-            array_lines = [re.sub(rf"\b{name}\[i\]", f"rows{index}[p, i]", line) for line in array_lines]
-    lines.append("    while True:")
-    lines += [f"        {line}" for line in cond_lines]
-    lines += [f"        if not {predicate}:", "            done = True", "            break"]
-    lines += ["        if k >= budget:", "            break"]
-    lines += [f"        {line}" for line in translator.scalar_lines]
-    if rows:
-        lines += ["        p = k % 2", "        q = 1 - p"]
-    else:
-        lines += [f"        n{index} = np.empty(n, {type_name(carried[index][2].dtype)})"
-                  for index, _ in array_outputs]
-    if array_outputs:
-        lines.append("        for i in range(n):")
-        lines += [f"            {line}" for line in array_lines]
-        lines += [f"            rows{index}[q, i] = {name}" if rows else f"            n{index}[i] = {name}"
-                  for index, name in array_outputs]
+    iteration = ["p = k % 2", "q = 1 - p"] if rows else []
+    iteration += cond_lines + [f"if not {predicate}:", "    done = True", "    break",
+                               "if k >= budget:", "    break"]
+    if not rows:
+        iteration += [f"n{index} = np.empty(n, {type_name(carried[index][2].dtype)})"
+                      for index, _ in array_outputs]
+    segments = translator.segments
+    for number, segment in enumerate(segments):
+        iteration += segment.lines
+        loop = list(segment.loop)
+        if number == len(segments) - 1:
+            loop += [f"rows{index}[q, i] = {expression}" if rows else f"n{index}[i] = {expression}"
+                     for index, expression in array_outputs]
+        if loop:
+            iteration += ["for i in range(n):"] + [f"    {line}" for line in loop]
+    if rows:       # a computed carried array is read from the row the last iteration wrote
+        for index in sorted(computed):
+            iteration = [re.sub(rf"\b{carried[index][0]}\[", f"rows{index}[p, ", line) for line in iteration]
     rebound = [(name, result) for index, ((name, _, _), result) in enumerate(zip(carried, body_results))
                if not (rows and index in computed)]
     if rebound:
-        lines.append(f"        {', '.join(n for n, _ in rebound)}, = {', '.join(r for _, r in rebound)},")
-    lines.append("        k += 1")
+        iteration.append(f"{', '.join(n for n, _ in rebound)}, = {', '.join(r for _, r in rebound)},")
+    iteration.append("k += 1")
+    lines.append("    while True:")
+    lines += [f"        {line}" for line in iteration]
     returned = [f"rows{index}[k % 2]" if rows and index in computed else name
                 for index, (name, _, _) in enumerate(carried)]
     lines.append(f"    return done, k, {', '.join(returned)},")
@@ -221,12 +247,13 @@ def _run_in_chunks(function, size: int, args: list, dtypes: list, location) -> t
         args = carried + args[len(carried):]
 
 
-def _loop_kernel(function, carried, captures, shape):
+def _loop_kernel(function, carried, captures):
     """The kernel of a compiled_while step. Values go to numba flat (arrays)
     or as numpy scalars, in the dtype they compute in: f16 and bf16 as the
     float32 holding them, converted back on the way out (exact both ways)."""
-    size = math.prod(shape)
-    inputs = [(is_array, compute_dtype(t.dtype)) for _, is_array, t in carried + captures]
+    shapes = [t.shape for _, kind, t in carried if kind is ARRAY]
+    size = math.prod(shapes[0]) if shapes else 1
+    inputs = [(is_array is not SCALAR, compute_dtype(t.dtype)) for _, is_array, t in carried + captures]
     result_dtypes = [t.dtype for _, _, t in carried]
     result_shapes = [t.shape for _, _, t in carried]
     carried_dtypes = [compute_dtype(d) for d in result_dtypes]

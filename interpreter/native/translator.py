@@ -8,15 +8,32 @@ shape S (computed in an inner loop over the elements). It translates
 (anything else raises NotCompilable, and the caller keeps interpreting):
 
 * tensors of static shape whose element type is a signed or unsigned
-  integer of 8 to 64 bits, f32, f64 or i1 (`compilable_tensor`), and, for
-  whole loops (`halves=True`), f16 and bf16, held as float32 and
-  rounded after each op (half_precision.py);
+  integer of 8 to 64 bits, f32, f64 or i1 (`compilable_tensor`);
 * the ops `loop_expressions.loop_expression` (integers, bits, conversions,
   rounding) and `scalar_expressions.scalar_expression` (float arithmetic and
   math) translate exactly, constants, splats (broadcast_in_dim of a 0-d
   value) and `func.call`s of functions made of the same (inlined).
+
+For a whole loop's body (`loop_body=True`) it also translates:
+
+* f16 and bf16 values, held as float32 and rounded after each op
+  (half_precision.py);
+* values of other shapes than S and the ops that move elements between
+  shapes, reduce or multiply them (tensor_ops.py: iota, reshape,
+  transpose, broadcast, slices, concatenate, dynamic slices and updates,
+  reduce, dot_general).
+
+The lines come in `segments`: each segment's `lines` run once per
+iteration, then its element loop (`loop`, over the elements of S, index
+`i`). One segment suffices while every value is element-wise on S; a value
+that needs a whole computed array (a reduction, an element at another
+index) ends the segment: the array is stored in a buffer made before the
+while loop (`buffers`) and the next segment reads it.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,81 +72,252 @@ def compute_dtype(dtype) -> np.dtype:
     return F32 if half_precision.is_half(dtype) else dtype
 
 
+@dataclass
+class Segment:
+    """Lines run once per iteration, then the element loop's lines."""
+
+    lines: list = field(default_factory=list)
+    loop: list = field(default_factory=list)
+
+
+# The kinds of a value's name (Translator.names):
+SCALAR = False     # a numba scalar
+ARRAY = True       # a flat array of shape S, read at [i]
+# ("local", k): an element of S computed in segment k's loop, a scalar there
+# ("tensor", shape): a flat array of another shape (loop bodies only)
+
+
+def is_local(kind) -> bool:
+    return isinstance(kind, tuple) and kind[0] == "local"
+
+
+def is_tensor(kind) -> bool:
+    return isinstance(kind, tuple) and kind[0] == "tensor"
+
+
 class Translator:
     """Translates the steps of cond and body into lines of numba source."""
 
-    def __init__(self, shape: tuple, module, halves=False):
+    def __init__(self, shape: tuple, module, loop_body=False):
         self.shape = shape
         self.module = module
-        self.halves = halves
+        self.loop_body = loop_body
         # (op name, half dtype) of transcendentals that must pass
         # half_precision.math_agrees before the code may run.
         self.math_checks: set = set()
-        self.names: dict = {}      # slot (or inlined value key) -> (name, is_array)
+        # float dtypes whose sums and products follow numpy's order, which
+        # tensor_ops.fold_orders_agree must confirm before the code may run.
+        self.fold_checks: set = set()
+        self.names: dict = {}      # slot (or inlined value key) -> (name, kind)
+        self.dtypes: dict = {}     # name -> numpy dtype of the value
         self.captures: list = []   # (slot, is_array, ttype) read from the frame
-        self.scalar_lines: list = []
-        self.array_lines: list = []
+        self.segments = [Segment()]
+        self.buffers: list = []    # (name, elements, dtype) made before the loop
+        self.written_in: dict = {}  # buffer name -> segment whose loop writes it
+        self.reads: list = []      # arrays read by the expression being made
         self.counter = 0
+
+    # --- where lines go --------------------------------------------------------
+
+    @property
+    def scalar_lines(self) -> list:
+        """The first segment's lines (cond and region bodies have one segment)."""
+        return self.segments[0].lines
+
+    @property
+    def array_lines(self) -> list:
+        return [line for segment in self.segments for line in segment.loop]
+
+    @property
+    def current(self) -> int:
+        return len(self.segments) - 1
+
+    def new_segment(self) -> None:
+        self.segments.append(Segment())
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
+
+    def statement(self, lines: list, reads: list) -> None:
+        """Lines run once per iteration, reading the arrays `reads`: after
+        the current segment's loop if that loop writes one of them."""
+        if any(self.written_in.get(name) == self.current for name in reads):
+            self.new_segment()
+        self.segments[-1].lines.extend(lines)
+
+    # --- values --------------------------------------------------------------
 
     def value(self, key, ttype):
         """The name of a value; a value from outside the loop becomes an input."""
         if key not in self.names:
             if not isinstance(key, int):
                 raise NotCompilable("value of an inlined function defined nowhere")
-            ttype = compilable_tensor(ttype, self.halves)
-            is_array = self._is_array(ttype)
+            ttype = compilable_tensor(ttype, self.loop_body)
+            kind = self.kind_of(ttype.shape)
             name = self.fresh("c")
-            self.names[key] = (name, is_array)
-            self.captures.append((key, is_array, ttype))
+            self.names[key] = (name, kind)
+            self.dtypes[name] = ttype.dtype
+            self.captures.append((key, kind, ttype))
         return self.names[key]
 
-    def _is_array(self, ttype) -> bool:
-        if ttype.shape == ():
-            return False
-        if ttype.shape != self.shape:
+    def kind_of(self, shape) -> object:
+        """SCALAR, ARRAY or ("tensor", shape) for a flat array of `shape`."""
+        if shape == ():
+            return SCALAR
+        if shape == self.shape:
+            return ARRAY
+        if not self.loop_body:
             raise NotCompilable("two different non-scalar shapes")
-        return True
+        return ("tensor", tuple(shape))
+
+    def element(self, key, ttype) -> str:
+        """`key`'s value as an element of S in the current segment's loop:
+        a scalar as itself, an array at [i], an earlier segment's element
+        through the buffer it is stored in."""
+        name, kind = self.value(key, ttype)
+        if kind is SCALAR:
+            return name
+        if is_local(kind) and kind[1] == self.current:
+            return name
+        if is_tensor(kind):
+            raise NotCompilable("an array of another shape read element-wise")
+        return f"{self.array(key, ttype)}[i]"
+
+    def array(self, key, ttype) -> str:
+        """`key`'s value as a flat array (a computed element of S is stored
+        in a buffer by the loop that computes it)."""
+        name, kind = self.value(key, ttype)
+        if kind is SCALAR:
+            raise NotCompilable("a scalar where an array is read")
+        if is_local(kind):
+            buffer = self.fresh("b")
+            dtype = self.dtypes[name]
+            self.segments[kind[1]].loop.append(f"{buffer}[i] = {name}")
+            self.buffers.append((buffer, math.prod(self.shape), dtype))
+            self.written_in[buffer] = kind[1]
+            self.dtypes[buffer] = dtype
+            self.names[key] = (buffer, ARRAY)
+            return buffer
+        return name
+
+    def scratch(self, size: int, dtype) -> str:
+        """A flat array of `size` elements made once before the loop, for
+        lines that fill and read it within one iteration."""
+        name = self.fresh("g")
+        self.buffers.append((name, size, dtype))
+        return name
+
+    def define(self, key, name: str, kind, dtype) -> None:
+        self.names[key] = (name, kind)
+        self.dtypes[name] = dtype
+
+    def elementwise(self, key, ttype, expression_at) -> None:
+        """Define `key` (of type `ttype`) element by element:
+        `expression_at(index)` is its element at the flat index `index`,
+        reading other values through `read`. An element of S is computed in
+        the current segment's loop (index `i`); a 0-d value once per
+        iteration; another shape fills a new array once per iteration."""
+        dtype = ttype.dtype
+        cast = type_name(dtype)
+        name = self.fresh("v")
+        kind = self.kind_of(ttype.shape)
+        index = "i" if kind is ARRAY else ("0" if kind is SCALAR else "j")
+        expression = self._expression(expression_at, index)
+        if self._reads_current_loop():
+            self.new_segment()
+            expression = self._expression(expression_at, index)
+        if kind is ARRAY:
+            self.segments[-1].loop.append(f"{name} = {cast}({expression})")
+            self.define(key, name, ("local", self.current), dtype)
+            return
+        if kind is SCALAR:
+            self.segments[-1].lines.append(f"{name} = {cast}({expression})")
+        else:
+            size = math.prod(ttype.shape)
+            self.segments[-1].lines += [f"{name} = np.empty({size}, {cast})",
+                                        f"for j in range({size}):",
+                                        f"    {name}[j] = {cast}({expression})"]
+        self.define(key, name, kind, dtype)
+
+    def _expression(self, expression_at, index: str) -> str:
+        self.reads = []
+        return expression_at(index)
+
+    def _reads_current_loop(self) -> bool:
+        """Whether the expression just made reads a buffer that the current
+        segment's loop writes (at another index than its own): then it must
+        come after that loop."""
+        return any(self.written_in.get(name) == self.current for name in self.reads)
+
+    def read(self, key, ttype, index: str) -> str:
+        """`key`'s element at flat `index` inside an `elementwise`
+        expression: a scalar as itself, an element of S at the loop's own
+        index as `element` gives it, anything else from its whole array."""
+        name, kind = self.value(key, ttype)
+        if kind is SCALAR:
+            return name
+        if index == "i" and not is_tensor(kind):
+            return self.element(key, ttype)
+        array = self.array(key, ttype)
+        self.reads.append(array)
+        return f"{array}[{index}]"
+
+    # --- steps ---------------------------------------------------------------
 
     def steps(self, steps, keys, depth=0):
         """Translate `steps`; `keys(slot)` maps a slot to its value key."""
+        from . import tensor_ops
+
         for step in steps:
             op = step.op
-            if step.regions:
-                raise NotCompilable(f"{op.name} has regions")
             if op.name == "func.call":
                 self.call(step, keys, depth)
                 continue
             for ttype in op.operand_types + op.result_types:
-                compilable_tensor(ttype, self.halves)
+                compilable_tensor(ttype, self.loop_body)
             if len(step.results) != 1:
                 raise NotCompilable(op.name)
             result_key, result_type = keys(step.results[0]), op.result_types[0]
+            if step.regions and not (self.loop_body and op.name in tensor_ops.WITH_REGIONS):
+                raise NotCompilable(f"{op.name} has regions")
             if op.name == "stablehlo.constant":
                 self.constant(result_key, op)
                 continue
-            operands = [self.value(keys(s), t) for s, t in zip(step.operands, op.operand_types)]
+            operands = [keys(s) for s in step.operands]
             if op.name == "stablehlo.broadcast_in_dim" and op.operand_types[0].shape == ():
                 if op.operand_types[0].dtype != result_type.dtype:
                     raise NotCompilable("broadcast changes type")
-                self._is_array(result_type)
-                self.names[result_key] = operands[0]
+                self.kind_of(result_type.shape)
+                self.names[result_key] = self.value(operands[0], op.operand_types[0])   # a splat
                 continue
-            template = self.template(op)
-            is_array = self._is_array(result_type)
-            if any(a for _, a in operands) and not is_array:
+            if self.loop_body and op.name in tensor_ops.TRANSLATIONS:
+                tensor_ops.TRANSLATIONS[op.name](self, step, operands, result_key)
+                continue
+            self.elementwise_op(op, operands, result_key)
+
+    def elementwise_op(self, op, operands, result_key) -> None:
+        """One element-wise op: a line in the current segment's loop (S),
+        before it (0-d), or a loop of its own (another shape)."""
+        template = self.template(op)
+        result_type = op.result_types[0]
+        kind = self.kind_of(result_type.shape)
+        pairs = list(zip(operands, op.operand_types))
+        if kind is SCALAR:
+            if any(self.value(k, t)[1] is not SCALAR for k, t in pairs):
                 raise NotCompilable("array operand, scalar result")
-            # Arrays from outside the loop are read at [i]; values computed in
-            # the array loop are scalars there ("local").
-            expression = template.format(*(f"{n}[i]" if a is True else n for n, a in operands))
+            expression = template.format(*(self.value(k, t)[0] for k, t in pairs))
             name = self.fresh("v")
-            line = f"{name} = {type_name(result_type.dtype)}({expression})"
-            (self.array_lines if is_array else self.scalar_lines).append(line)
-            # Inside the array loop a computed value is a scalar named `name`.
-            self.names[result_key] = (name, False) if not is_array else (name, "local")
+            self.segments[-1].lines.append(f"{name} = {type_name(result_type.dtype)}({expression})")
+            self.define(result_key, name, SCALAR, result_type.dtype)
+        elif kind is ARRAY:
+            expression = template.format(*(self.element(k, t) for k, t in pairs))
+            name = self.fresh("v")
+            self.segments[-1].loop.append(f"{name} = {type_name(result_type.dtype)}({expression})")
+            self.define(result_key, name, ("local", self.current), result_type.dtype)
+        else:
+            self.elementwise(result_key, result_type, lambda index: template.format(
+                *(self.read(k, t, index) for k, t in pairs)))
 
     def template(self, op) -> str:
         """The expression template of `op` over its operands {0}, {1}, ..."""
@@ -148,23 +336,34 @@ class Translator:
             raise NotCompilable(op.name)
         return template
 
-    def math_verified(self) -> bool:
-        """Whether every transcendental on half types gives the interpreter's
-        bits here (half_precision.math_agrees; a numba build, so callers ask
-        where they compile)."""
-        return all(half_precision.math_agrees(name, dtype) for name, dtype in sorted(
-            self.math_checks, key=str))
+    def verified(self) -> bool:
+        """Whether the code gives the interpreter's bits on this machine where
+        that rests on a probe: transcendentals on half types
+        (half_precision.math_agrees) and float sums and products
+        (tensor_ops.fold_orders_agree). Each probe is a numba build, so
+        callers ask where they compile."""
+        from . import tensor_ops
+
+        return all(half_precision.math_agrees(name, dtype)
+                   for name, dtype in sorted(self.math_checks, key=str)) and \
+            all(tensor_ops.fold_orders_agree(dtype) for dtype in sorted(self.fold_checks, key=str))
 
     def constant(self, key, op):
+        """A 0-d constant, or (in a loop body) a splat: every element the same."""
         value = np.asarray(op.attrs["value"])
+        flat = value.reshape(-1)
         if value.shape != ():
-            raise NotCompilable("non-scalar constant")
+            bits = flat.view(f"u{value.dtype.itemsize}")
+            if not self.loop_body or flat.size == 0 or np.any(bits != bits[0]):
+                raise NotCompilable("non-scalar constant")
+            self.kind_of(value.shape)
         name = self.fresh("k")
-        literal = repr(value.item())
-        if value.dtype.kind == "f" and not np.isfinite(value):
-            literal = "np.nan" if np.isnan(value) else ("np.inf" if value > 0 else "-np.inf")
-        self.scalar_lines.append(f"{name} = {type_name(value.dtype)}({literal})")
-        self.names[key] = (name, False)
+        first = flat[0]
+        literal = repr(float(first) if half_precision.is_half(value.dtype) else first.item())
+        if (value.dtype.kind == "f" or half_precision.is_half(value.dtype)) and not np.isfinite(float(first)):
+            literal = "np.nan" if np.isnan(first) else ("np.inf" if first > 0 else "-np.inf")
+        self.segments[-1].lines.append(f"{name} = {type_name(value.dtype)}({literal})")
+        self.define(key, name, SCALAR, value.dtype)
 
     def call(self, step, keys, depth):
         """Inline a `func.call`: the callee's steps, in a namespace of their own."""

@@ -61,13 +61,29 @@ def run_both(monkeypatch, fn, *args):
 
 
 def test_scan_outputs_are_written_in_place_with_the_same_values(monkeypatch):
+    """Stacked outputs larger than a compiled loop updates whole each
+    iteration (tensor_ops.MAX_UPDATED_ELEMENTS): the interpreted loop
+    writes each step's row in place."""
+    from pjrt_ref.interpreter.native.tensor_ops import MAX_UPDATED_ELEMENTS
+
+    rng = np.random.default_rng(3)
+    steps = MAX_UPDATED_ELEMENTS // 32 + 1
+    program = run_both(monkeypatch, scan_with_stacked_outputs,
+                       rng.standard_normal((8, 4), dtype=np.float32),
+                       rng.standard_normal((steps, 8, 4), dtype=np.float32))
+    assert "while_owning_carries" in stepwise_kernels(program)
+    # A second call starts from fresh copies again (the loop owns only its own).
+    program(rng.standard_normal((8, 4), dtype=np.float32), rng.standard_normal((steps, 8, 4), dtype=np.float32))
+
+
+def test_a_small_scan_compiles_whole_with_the_same_values(monkeypatch):
+    """Below that size the whole scan, stacking and sums included, is one
+    compiled loop (jit/loops.py, native/tensor_ops.py)."""
     rng = np.random.default_rng(3)
     program = run_both(monkeypatch, scan_with_stacked_outputs,
                        rng.standard_normal((4, 3), dtype=np.float32),
                        rng.standard_normal((6, 4, 3), dtype=np.float32))
-    assert "while_owning_carries" in stepwise_kernels(program)
-    # A second call starts from fresh copies again (the loop owns only its own).
-    program(rng.standard_normal((4, 3), dtype=np.float32), rng.standard_normal((6, 4, 3), dtype=np.float32))
+    assert "compiled_while" in stepwise_kernels(program)
 
 
 def test_a_buffer_the_body_also_reads_is_copied_as_before(monkeypatch):
