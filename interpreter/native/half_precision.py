@@ -39,6 +39,7 @@ import functools
 import numpy as np
 
 from ..types import TensorType
+from . import float64_math
 from .scalar_expressions import F32, FLOATS
 
 F16 = np.dtype(np.float16)
@@ -48,18 +49,9 @@ ELEMENT_TYPES = {F16: "f16", BF16: "bf16"}
 # The numba helper that rounds a float64 to each type (ROUNDING_PRELUDE).
 ROUNDERS = {F16: "round_to_float16", BF16: "round_to_bfloat16"}
 
-# Transcendentals as float64 expressions: numpy's float64 functions in the
-# interpreter (ops/elementwise_unary.py MATH_UNARY_OPS), libm's here.
-MATH_F64 = {
-    "stablehlo.exponential": "math.exp(float64({0}))",
-    "stablehlo.exponential_minus_one": "math.expm1(float64({0}))",
-    "stablehlo.log": "math.log(float64({0}))",
-    "stablehlo.log_plus_one": "math.log1p(float64({0}))",
-    "stablehlo.sine": "math.sin(float64({0}))",
-    "stablehlo.cosine": "math.cos(float64({0}))",
-    "stablehlo.tanh": "math.tanh(float64({0}))",
-    "stablehlo.logistic": "1.0 / (1.0 + math.exp(-float64({0})))",
-}
+# Transcendentals as float64 expressions (float64_math.py): numpy's
+# float64 functions in the interpreter, libm's here.
+MATH_F64 = float64_math.MATH_F64
 # Correctly rounded on every IEEE machine, in numpy and in libm alike.
 SQRT_F64 = "math.sqrt(float64({0}))"
 

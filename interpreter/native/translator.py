@@ -17,7 +17,8 @@ shape S (computed in an inner loop over the elements). It translates
 For a whole loop's body (`loop_body=True`) it also translates:
 
 * f16 and bf16 values, held as float32 and rounded after each op
-  (half_precision.py);
+  (half_precision.py), and float64 transcendentals where libm gives
+  numpy's bits on the machine (float64_math.py);
 * values of other shapes than S and the ops that move elements between
   shapes, reduce or multiply them (tensor_ops.py: iota, reshape,
   transpose, broadcast, slices, concatenate, dynamic slices and updates,
@@ -38,9 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..types import TensorType
-from . import half_precision
+from . import float64_math, half_precision
 from .loop_expressions import TYPE_NAMES, loop_expression
-from .scalar_expressions import F32, scalar_expression
+from .scalar_expressions import F32, F64, scalar_expression
 
 SCALAR_DTYPES = tuple(TYPE_NAMES)
 MAX_INLINE_DEPTH = 4
@@ -102,8 +103,8 @@ class Translator:
         self.shape = shape
         self.module = module
         self.loop_body = loop_body
-        # (op name, half dtype) of transcendentals that must pass
-        # half_precision.math_agrees before the code may run.
+        # (op name, dtype) of transcendentals on f16, bf16 or f64 whose
+        # probe must pass before the code may run (`verified`).
         self.math_checks: set = set()
         # float dtypes whose sums and products follow numpy's order, which
         # tensor_ops.fold_orders_agree must confirm before the code may run.
@@ -325,7 +326,10 @@ class Translator:
             return loop_expression(op) or scalar_expression(op)
 
         dtypes = [t.dtype for t in op.operand_types + op.result_types]
-        if not any(half_precision.is_half(d) for d in dtypes):
+        if self.loop_body and op.name in float64_math.MATH_F64 and dtypes == [F64, F64]:
+            self.math_checks.add((op.name, F64))
+            template = float64_math.MATH_F64[op.name]
+        elif not any(half_precision.is_half(d) for d in dtypes):
             template = widened(op)
         else:
             found = half_precision.half_expression(op, widened)
@@ -339,13 +343,16 @@ class Translator:
     def verified(self) -> bool:
         """Whether the code gives the interpreter's bits on this machine where
         that rests on a probe: transcendentals on half types
-        (half_precision.math_agrees) and float sums and products
+        (half_precision.math_agrees) and float64 (float64_math.libm_agrees),
+        float sums and products
         (tensor_ops.fold_orders_agree). Each probe is a numba build, so
         callers ask where they compile."""
         from . import tensor_ops
 
-        return all(half_precision.math_agrees(name, dtype)
-                   for name, dtype in sorted(self.math_checks, key=str)) and \
+        def agrees(name, dtype):
+            return float64_math.libm_agrees(name) if dtype == F64 else half_precision.math_agrees(name, dtype)
+
+        return all(agrees(name, dtype) for name, dtype in sorted(self.math_checks, key=str)) and \
             all(tensor_ops.fold_orders_agree(dtype) for dtype in sorted(self.fold_checks, key=str))
 
     def constant(self, key, op):

@@ -310,3 +310,43 @@ def test_half_math_that_disagrees_stays_interpreted(monkeypatch):
         assert_same_values(program(values, values)[0], interpreted)
     finally:
         half_precision.math_agrees.cache_clear()
+
+
+F64_MATH = ["exponential", "exponential_minus_one", "log", "log_plus_one", "sine", "cosine", "tanh",
+            "logistic"]
+
+
+def float64_math_values() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    return np.concatenate([edge_values("f64"), rng.uniform(-30, 30, 200), rng.uniform(-1, 1, 100),
+                           rng.integers(0, 1 << 63, 100, dtype=np.uint64).view(np.float64)])
+
+
+@pytest.mark.parametrize("op", F64_MATH)
+def test_float64_math_compiles_where_libm_gives_numpys_bits(op, monkeypatch):
+    """float64_math.libm_agrees decides on the machine the tests run on;
+    either way the loop gives the interpreter's bits."""
+    from pjrt_ref.interpreter.native import float64_math
+
+    values = float64_math_values()
+    text = loop_program(unary(op, "f64").replace("SIZE", str(values.size)), "f64", "f64", values.size, 1)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
+    interpreted = load(text)(values, values)[0]
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    program = load(text)
+    steps = [s.op.name for s in program.function.body.steps]
+    assert ("pjrt_ref.compiled_while" in steps) == float64_math.libm_agrees(f"stablehlo.{op}")
+    assert_same_values(program(values, values)[0], interpreted)
+
+
+def test_float64_math_whose_libm_disagrees_stays_interpreted(monkeypatch):
+    from pjrt_ref.interpreter.native import float64_math
+
+    monkeypatch.setattr(float64_math, "libm_agrees", lambda op_name: False)
+    values = float64_math_values()
+    text = loop_program(unary("exponential", "f64").replace("SIZE", str(values.size)), "f64", "f64",
+                        values.size, 1)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    program = load(text)
+    steps = [s.op.name for s in program.function.body.steps]
+    assert "stablehlo.while" in steps and "pjrt_ref.compiled_while" not in steps
