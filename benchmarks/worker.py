@@ -227,6 +227,7 @@ def run_loop_ops(workload) -> tuple[dict, list]:
         jitted = jax.jit(fn)
         on_device = jax.device_put(args)
         out = jax.block_until_ready(jitted(100, *on_device))
+        wait_for_background_kernels()       # steady state: the loop's kernel built, as in W1-W12
         seconds = per_iteration_seconds(lambda n: jax.block_until_ready(jitted(n, *on_device)))
         results[label] = {"per_iteration_s": seconds}
         if platform == "pjrt_ref":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,35 +55,36 @@ def compile_while(step, fuse_regions=None) -> Step | None:
         raise
 
 
+@dataclass
+class TranslatedLoop:
+    """A loop's numba source and what calling it takes."""
+
+    translator: Translator
+    carried: list         # (name, kind, type) of each carried value
+    source: str
+
+    @property
+    def captures(self) -> list:
+        return self.translator.captures
+
+    @property
+    def input_types(self) -> list:
+        return [(compute_dtype(t.dtype), kind is not SCALAR) for _, kind, t in self.carried + self.captures]
+
+
 def _compile_while(step, fuse_regions) -> Step:
     op = step.op
-    cond, body = step.regions
-    carried_types = [compilable_tensor(t, halves=True) for t in op.operand_types]
-    translator = Translator(_element_loop_shape(carried_types), op.module, loop_body=True)
-    carried = [(f"x{index}", translator.kind_of(ttype.shape), ttype)
-               for index, ttype in enumerate(carried_types)]
-    identity = lambda slot: slot  # noqa: E731
-    cond_lines, predicate = _translate_cond(translator, cond, carried, identity)
-
-    for (name, kind, ttype), slot in zip(carried, body.arg_slots):
-        translator.define(slot, name, kind, ttype.dtype)
-    translator.steps(getattr(body, "unfused_steps", body.steps), identity)
-    body_results, array_outputs = _body_results(translator, body, carried)
-    source = _loop_source(carried, translator, cond_lines, predicate, body_results, array_outputs)
-    captures = translator.captures
-    input_types = [(compute_dtype(t.dtype), kind is not SCALAR) for _, kind, t in carried + captures]
+    loop = _translate(step, frozenset())
 
     def build():
-        if not translator.verified():
-            return None
-        function = codegen.compile_safely(codegen.compile_loop, source, input_types)
-        return None if function is None else _loop_kernel(function, carried, captures)
+        return _build(step, loop)
 
+    captures = loop.captures
     info = OpInfo(name="pjrt_ref.compiled_while", location=op.location,
-                  attrs={"source": source}, operand_types=op.operand_types + tuple(t for _, _, t in captures),
+                  attrs={"source": loop.source}, operand_types=op.operand_types + tuple(t for _, _, t in captures),
                   result_types=op.result_types, module=op.module)
     operands = tuple(step.operands) + tuple(s for s, _, _ in captures)
-    if background.enabled() and not (codegen.is_built(source) and codegen.numba_started()):
+    if background.enabled() and not (codegen.is_built(loop.source) and codegen.numba_started()):
         if fuse_regions is not None:
             fuse_regions(step)
         switch = background.Switchable(_interpreted(step))
@@ -93,6 +95,45 @@ def _compile_while(step, fuse_regions) -> Step:
     if kernel is None:
         raise NotCompilable("numba could not compile the loop")
     return Step(kernel=kernel, op=info, operands=operands, results=step.results)
+
+
+def _translate(step, handed_back: frozenset) -> TranslatedLoop:
+    """The numba source of `step`'s loop; the transcendentals in
+    `handed_back` run by the interpreter's kernels (native/hand_back.py)."""
+    op = step.op
+    cond, body = step.regions
+    carried_types = [compilable_tensor(t, halves=True) for t in op.operand_types]
+    translator = Translator(_element_loop_shape(carried_types), op.module, loop_body=True,
+                            handed_back=handed_back)
+    carried = [(f"x{index}", translator.kind_of(ttype.shape), ttype)
+               for index, ttype in enumerate(carried_types)]
+    identity = lambda slot: slot  # noqa: E731
+    cond_lines, predicate = _translate_cond(translator, cond, carried, identity)
+    for (name, kind, ttype), slot in zip(carried, body.arg_slots):
+        translator.define(slot, name, kind, ttype.dtype)
+    translator.steps(getattr(body, "unfused_steps", body.steps), identity)
+    body_results, array_outputs = _body_results(translator, body, carried)
+    source = _loop_source(carried, translator, cond_lines, predicate, body_results, array_outputs)
+    return TranslatedLoop(translator, carried, source)
+
+
+def _build(step, loop: TranslatedLoop):
+    """The loop's kernel, or None (it stays interpreted). A transcendental
+    whose probe fails on this machine is handed back to the interpreter in
+    a second translation, which must read the same values."""
+    failed = loop.translator.failed_math()
+    if failed:
+        try:
+            retried = _translate(step, failed)
+        except NotCompilable:
+            return None
+        if [c[:2] for c in retried.captures] != [c[:2] for c in loop.captures]:
+            return None
+        loop = retried
+    if not loop.translator.verified():
+        return None
+    function = codegen.compile_safely(codegen.compile_loop, loop.source, loop.input_types)
+    return None if function is None else _loop_kernel(function, loop)
 
 
 def _element_loop_shape(carried_types) -> tuple:
@@ -205,7 +246,9 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
             iteration += ["for i in range(n):"] + [f"    {line}" for line in loop]
     if rows:       # a computed carried array is read from the row the last iteration wrote
         for index in sorted(computed):
-            iteration = [re.sub(rf"\b{carried[index][0]}\[", f"rows{index}[p, ", line) for line in iteration]
+            name = carried[index][0]
+            iteration = [re.sub(rf"\b{name}\b", f"rows{index}[p]", re.sub(rf"\b{name}\[", f"rows{index}[p, ", line))
+                         for line in iteration]
     rebound = [(name, result) for index, ((name, _, _), result) in enumerate(zip(carried, body_results))
                if not (rows and index in computed)]
     if rebound:
@@ -247,10 +290,11 @@ def _run_in_chunks(function, size: int, args: list, dtypes: list, location) -> t
         args = carried + args[len(carried):]
 
 
-def _loop_kernel(function, carried, captures):
+def _loop_kernel(function, loop: TranslatedLoop):
     """The kernel of a compiled_while step. Values go to numba flat (arrays)
     or as numpy scalars, in the dtype they compute in: f16 and bf16 as the
     float32 holding them, converted back on the way out (exact both ways)."""
+    carried, captures = loop.carried, loop.captures
     shapes = [t.shape for _, kind, t in carried if kind is ARRAY]
     size = math.prod(shapes[0]) if shapes else 1
     inputs = [(is_array is not SCALAR, compute_dtype(t.dtype)) for _, is_array, t in carried + captures]
@@ -267,4 +311,5 @@ def _loop_kernel(function, carried, captures):
         return out[0] if len(out) == 1 else out
 
     compiled_while.__doc__ = "A while loop compiled by numba (interpreter/jit/loops.py)."
+    compiled_while.source = loop.source      # what runs: the translation with hand-backs, if any
     return compiled_while

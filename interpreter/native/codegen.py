@@ -19,7 +19,7 @@ import threading
 
 
 from ... import settings
-from . import half_precision, loop_expressions, tensor_ops, vector_math
+from . import half_precision, hand_back, loop_expressions, tensor_ops, vector_math
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}
@@ -84,19 +84,27 @@ _MATH_CALL = re.compile(r"\b(%s)\(" % "|".join(vector_math.ENTRY_POINTS))
 _INTEGER_CALL = re.compile(r"\b(%s)\(" % "|".join(loop_expressions.PRELUDE_FUNCTIONS))
 # float16/bfloat16 rounding (half_precision.py), added the same way.
 _ROUNDING_CALL = re.compile(r"\b(%s)\(" % "|".join(half_precision.PRELUDE_FUNCTIONS))
+# Ops handed back to the interpreter (hand_back.py), imported the same way.
+_HAND_BACK_CALL = re.compile(r"\bhand_back_run\(")
+_HAND_BACK_PRELUDE = f"""
+from numba import objmode
+from {hand_back.__name__} import run as hand_back_run
+"""
 # numpy's summation order (tensor_ops.py), added the same way.
 _FOLD_CALL = re.compile(r"\b(%s)\(" % "|".join(tensor_ops.PRELUDE_FUNCTIONS))
 
 
 def with_prelude(code: str) -> str:
     """The source of a generated module: the prelude (and the float32 math
-    functions, the integer helpers, the half-precision rounding or numpy's
-    summation, if `code` calls them), then `code`."""
+    functions, the integer helpers, the half-precision rounding, numpy's
+    summation or the interpreter's kernels, if `code` calls them), then
+    `code`."""
     math = _MATH_PRELUDE if _MATH_CALL.search(code) else ""
     integer = loop_expressions.INTEGER_PRELUDE if _INTEGER_CALL.search(code) else ""
     rounding = half_precision.ROUNDING_PRELUDE if _ROUNDING_CALL.search(code) else ""
     folds = tensor_ops.FOLD_PRELUDE if _FOLD_CALL.search(code) else ""
-    return PRELUDE + math + integer + rounding + folds + code
+    handed = _HAND_BACK_PRELUDE if _HAND_BACK_CALL.search(code) else ""
+    return PRELUDE + handed + math + integer + rounding + folds + code
 
 
 

@@ -40,7 +40,7 @@ import math
 import numpy as np
 
 from . import half_precision
-from .translator import NotCompilable, type_name
+from .translator import KeepInterpreted, NotCompilable, type_name
 
 WITH_REGIONS = ("stablehlo.reduce",)
 # Folding ops of a reduce body: exact in any order on integers and i1.
@@ -218,7 +218,7 @@ def dynamic_update_slice(t, step, operands, key) -> None:
     operand, update, *starts = operands
     operand_type, update_type, *start_types = step.op.operand_types
     if math.prod(operand_type.shape) > MAX_UPDATED_ELEMENTS:
-        raise NotCompilable("dynamic_update_slice of a large array: updated in place when interpreted")
+        raise KeepInterpreted("dynamic_update_slice of a large array: updated in place when interpreted")
     result = step.op.result_types[0]
     at_start = _clamped_starts(t, starts, start_types, operand_type.shape, update_type.shape)
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..types import TensorType
-from . import float64_math, half_precision
+from . import float64_math, half_precision, hand_back
 from .loop_expressions import TYPE_NAMES, loop_expression
 from .scalar_expressions import F32, F64, scalar_expression
 
@@ -49,6 +49,10 @@ MAX_INLINE_DEPTH = 4
 
 class NotCompilable(Exception):
     """The loop uses something this compiler does not translate."""
+
+
+class KeepInterpreted(NotCompilable):
+    """An op the whole loop is better off interpreted for (not handed back)."""
 
 
 def compilable_tensor(ttype, halves=False) -> TensorType:
@@ -99,10 +103,13 @@ def is_tensor(kind) -> bool:
 class Translator:
     """Translates the steps of cond and body into lines of numba source."""
 
-    def __init__(self, shape: tuple, module, loop_body=False):
+    def __init__(self, shape: tuple, module, loop_body=False, handed_back=frozenset()):
         self.shape = shape
         self.module = module
         self.loop_body = loop_body
+        # (op name, dtype) of transcendentals whose probe failed: run by the
+        # interpreter's kernel (hand_back.py), not by compiled code.
+        self.handed_back = handed_back
         # (op name, dtype) of transcendentals on f16, bf16 or f64 whose
         # probe must pass before the code may run (`verified`).
         self.math_checks: set = set()
@@ -267,9 +274,9 @@ class Translator:
     # --- steps ---------------------------------------------------------------
 
     def steps(self, steps, keys, depth=0):
-        """Translate `steps`; `keys(slot)` maps a slot to its value key."""
-        from . import tensor_ops
-
+        """Translate `steps`; `keys(slot)` maps a slot to its value key. In
+        a loop body, a step that cannot be translated is handed back to the
+        interpreter (hand_back.py) where it can be."""
         for step in steps:
             op = step.op
             if op.name == "func.call":
@@ -277,25 +284,59 @@ class Translator:
                 continue
             for ttype in op.operand_types + op.result_types:
                 compilable_tensor(ttype, self.loop_body)
-            if len(step.results) != 1:
-                raise NotCompilable(op.name)
-            result_key, result_type = keys(step.results[0]), op.result_types[0]
-            if step.regions and not (self.loop_body and op.name in tensor_ops.WITH_REGIONS):
-                raise NotCompilable(f"{op.name} has regions")
-            if op.name == "stablehlo.constant":
-                self.constant(result_key, op)
-                continue
-            operands = [keys(s) for s in step.operands]
-            if op.name == "stablehlo.broadcast_in_dim" and op.operand_types[0].shape == ():
-                if op.operand_types[0].dtype != result_type.dtype:
-                    raise NotCompilable("broadcast changes type")
-                self.kind_of(result_type.shape)
-                self.names[result_key] = self.value(operands[0], op.operand_types[0])   # a splat
-                continue
-            if self.loop_body and op.name in tensor_ops.TRANSLATIONS:
-                tensor_ops.TRANSLATIONS[op.name](self, step, operands, result_key)
-                continue
-            self.elementwise_op(op, operands, result_key)
+            try:
+                self.step(step, keys)
+            except KeepInterpreted:
+                raise
+            except NotCompilable:
+                if not (self.loop_body and hand_back.can_hand_back(step)):
+                    raise
+                self.hand_back(step, [keys(s) for s in step.operands], keys(step.results[0]))
+
+    def step(self, step, keys) -> None:
+        """Translate one step (not a call) into lines."""
+        from . import tensor_ops
+
+        op = step.op
+        if len(step.results) != 1:
+            raise NotCompilable(op.name)
+        result_key, result_type = keys(step.results[0]), op.result_types[0]
+        if step.regions and not (self.loop_body and op.name in tensor_ops.WITH_REGIONS):
+            raise NotCompilable(f"{op.name} has regions")
+        if op.name == "stablehlo.constant":
+            self.constant(result_key, op)
+            return
+        operands = [keys(s) for s in step.operands]
+        if op.name == "stablehlo.broadcast_in_dim" and op.operand_types[0].shape == ():
+            if op.operand_types[0].dtype != result_type.dtype:
+                raise NotCompilable("broadcast changes type")
+            self.kind_of(result_type.shape)
+            self.names[result_key] = self.value(operands[0], op.operand_types[0])   # a splat
+            return
+        if self.loop_body and op.name in tensor_ops.TRANSLATIONS:
+            tensor_ops.TRANSLATIONS[op.name](self, step, operands, result_key)
+            return
+        self.elementwise_op(op, operands, result_key)
+
+    def hand_back(self, step, operands, result_key) -> None:
+        """Run `step` with the interpreter's kernel in object mode, once per
+        iteration (hand_back.py): the rest of the loop stays compiled."""
+        op = step.op
+        arguments, reads = [], []
+        for key, ttype in zip(operands, op.operand_types):
+            name, kind = self.value(key, ttype)
+            if kind is not SCALAR:
+                name = self.array(key, ttype)
+                reads.append(name)
+            arguments.append(name)
+        result = op.result_types[0]
+        kind = self.kind_of(result.shape)
+        name = self.fresh("v")
+        declared = hand_back.numba_type(result.dtype, kind is not SCALAR)
+        self.statement([f"with objmode({name}={declared!r}):",
+                        f"    {name} = hand_back_run({hand_back.register(step)!r}, {', '.join(arguments)})"],
+                       reads)
+        self.define(result_key, name, kind, result.dtype)
 
     def elementwise_op(self, op, operands, result_key) -> None:
         """One element-wise op: a line in the current segment's loop (S),
@@ -326,6 +367,8 @@ class Translator:
             return loop_expression(op) or scalar_expression(op)
 
         dtypes = [t.dtype for t in op.operand_types + op.result_types]
+        if (op.name, op.result_types[0].dtype) in self.handed_back:
+            raise NotCompilable(f"{op.name} differs from numpy's here")
         if self.loop_body and op.name in float64_math.MATH_F64 and dtypes == [F64, F64]:
             self.math_checks.add((op.name, F64))
             template = float64_math.MATH_F64[op.name]
@@ -349,11 +392,16 @@ class Translator:
         callers ask where they compile."""
         from . import tensor_ops
 
+        return not self.failed_math() and \
+            all(tensor_ops.fold_orders_agree(dtype) for dtype in sorted(self.fold_checks, key=str))
+
+    def failed_math(self) -> frozenset:
+        """The (op name, dtype) transcendentals whose probe fails here: a
+        translation that hands them back (`handed_back`) can still compile."""
         def agrees(name, dtype):
             return float64_math.libm_agrees(name) if dtype == F64 else half_precision.math_agrees(name, dtype)
 
-        return all(agrees(name, dtype) for name, dtype in sorted(self.math_checks, key=str)) and \
-            all(tensor_ops.fold_orders_agree(dtype) for dtype in sorted(self.fold_checks, key=str))
+        return frozenset(pair for pair in self.math_checks if not agrees(*pair))
 
     def constant(self, key, op):
         """A 0-d constant, or (in a loop body) a splat: every element the same."""

@@ -287,9 +287,18 @@ def test_rounding_helpers_match_the_interpreters_casts(element):
         assert np.array_equal(compiled.view(np.uint16)[~nan], expected.view(np.uint16)[~nan])
 
 
-def test_half_math_that_disagrees_stays_interpreted(monkeypatch):
+def compiled_source(program) -> str | None:
+    """The numba source the entry function's compiled loop runs, or None."""
+    for step in program.function.body.steps:
+        if step.op.name == "pjrt_ref.compiled_while":
+            return step.kernel.source
+    return None
+
+
+def test_half_math_that_disagrees_is_handed_back(monkeypatch):
     """The other branch of `math_agrees`: a float64 function that is off in
-    the last bits fails the sweep, and the loop runs interpreted, with the
+    the last bits fails the sweep, and the op runs by the interpreter's
+    kernel inside the compiled loop (native/hand_back.py), with the
     interpreter's values."""
     from pjrt_ref.interpreter.native import half_precision
 
@@ -305,8 +314,7 @@ def test_half_math_that_disagrees_stays_interpreted(monkeypatch):
         interpreted = load(text)(values, values)[0]
         monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
         program = load(text)
-        steps = [s.op.name for s in program.function.body.steps]
-        assert "stablehlo.while" in steps and "pjrt_ref.compiled_while" not in steps
+        assert "hand_back_run(" in compiled_source(program)
         assert_same_values(program(values, values)[0], interpreted)
     finally:
         half_precision.math_agrees.cache_clear()
@@ -324,8 +332,9 @@ def float64_math_values() -> np.ndarray:
 
 @pytest.mark.parametrize("op", F64_MATH)
 def test_float64_math_compiles_where_libm_gives_numpys_bits(op, monkeypatch):
-    """float64_math.libm_agrees decides on the machine the tests run on;
-    either way the loop gives the interpreter's bits."""
+    """float64_math.libm_agrees decides on the machine the tests run on:
+    libm's function compiled, or numpy's handed back (native/hand_back.py);
+    either way the loop is compiled and gives the interpreter's bits."""
     from pjrt_ref.interpreter.native import float64_math
 
     values = float64_math_values()
@@ -335,18 +344,21 @@ def test_float64_math_compiles_where_libm_gives_numpys_bits(op, monkeypatch):
     monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
     program = load(text)
     steps = [s.op.name for s in program.function.body.steps]
-    assert ("pjrt_ref.compiled_while" in steps) == float64_math.libm_agrees(f"stablehlo.{op}")
+    assert "pjrt_ref.compiled_while" in steps
+    assert ("hand_back_run(" in compiled_source(program)) != float64_math.libm_agrees(f"stablehlo.{op}")
     assert_same_values(program(values, values)[0], interpreted)
 
 
-def test_float64_math_whose_libm_disagrees_stays_interpreted(monkeypatch):
+def test_float64_math_whose_libm_disagrees_is_handed_back(monkeypatch):
     from pjrt_ref.interpreter.native import float64_math
 
     monkeypatch.setattr(float64_math, "libm_agrees", lambda op_name: False)
     values = float64_math_values()
     text = loop_program(unary("exponential", "f64").replace("SIZE", str(values.size)), "f64", "f64",
                         values.size, 1)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
+    interpreted = load(text)(values, values)[0]
     monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
     program = load(text)
-    steps = [s.op.name for s in program.function.body.steps]
-    assert "stablehlo.while" in steps and "pjrt_ref.compiled_while" not in steps
+    assert "hand_back_run(" in compiled_source(program)
+    assert_same_values(program(values, values)[0], interpreted)

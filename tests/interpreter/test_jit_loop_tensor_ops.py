@@ -117,12 +117,23 @@ def test_cond_may_reduce_the_carried_array(monkeypatch):
     assert is_compiled(program)
 
 
-def test_float_products_stay_interpreted(monkeypatch):
-    """BLAS's summation order depends on the CPU's kernels: a loop with a
-    float dot_general keeps the interpreter's (numpy's) product."""
+def test_float_products_are_handed_back_to_the_interpreter(monkeypatch):
+    """BLAS's summation order depends on the CPU's kernels: a float
+    dot_general runs by the interpreter's kernel inside the compiled loop
+    (native/hand_back.py), which stays compiled around it."""
     fn = loop(lambda i, c, y: jnp.tanh(jnp.outer(y, y) @ c))
     program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=1))
-    assert not is_compiled(program)
+    assert is_compiled(program)
+    (loop_step,) = [s for s in entry_steps(program) if s.op.name == "pjrt_ref.compiled_while"]
+    assert "hand_back_run(" in loop_step.kernel.source
+
+
+def test_a_handed_back_op_reads_the_carried_value_of_this_iteration(monkeypatch):
+    """The carried array lives in two alternating rows: a handed-back op
+    must read the row the last iteration wrote, not the initial value."""
+    fn = loop(lambda i, c, y: jnp.tanh(jnp.outer(y, c) @ c) + c * 0.5, n=5)
+    program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=1))
+    assert is_compiled(program)
 
 
 def test_a_numpy_that_sums_in_another_order_keeps_sums_interpreted(monkeypatch):

@@ -68,8 +68,16 @@ def test_while_with_data_dependent_condition_and_wrapping_ints(monkeypatch):
     check(fn, (np.int32(40),), monkeypatch)
 
 
-def test_loop_with_a_matmul_stays_interpreted(monkeypatch):
+def test_loop_with_a_small_matmul_hands_it_back(monkeypatch):
+    """A small float product runs by the interpreter's kernel inside the
+    compiled loop (native/hand_back.py); a big one keeps the loop
+    interpreted, where the loop rewrites of jit/in_place.py apply."""
+    from pjrt_ref.interpreter.native.hand_back import MAX_PRODUCT_OPERAND
+
     x = np.eye(4, dtype=np.float32)
+    check(lambda x: lax.fori_loop(0, 3, lambda i, x: x @ x + 1, x), (x,), monkeypatch)
+    side = int(MAX_PRODUCT_OPERAND ** 0.5) + 1
+    x = np.eye(side, dtype=np.float32) / side
     check(lambda x: lax.fori_loop(0, 3, lambda i, x: x @ x + 1, x), (x,), monkeypatch,
           expect_compiled=False)
 

@@ -131,13 +131,15 @@ def test_scan_gradient_accumulator_matches_xla_and_the_plain_plan(monkeypatch):
             return dw + h.T @ jnp.tanh(g + h @ w), None
         return lax.scan(step, jnp.zeros((hs.shape[2], gs.shape[2]), hs.dtype), (hs, gs))[0]
 
-    args = _floats((6, 8, 16), (6, 8, 32), (16, 32))
+    # Products above hand_back.MAX_PRODUCT_OPERAND: smaller ones would run
+    # inside a compiled loop (native/hand_back.py), not this rewrite.
+    args = _floats((6, 64, 96), (6, 64, 128), (96, 128))
     text = lower_to_text(fn, *args)
     program = load(text)
     assert ("stablehlo.add", 1) in _rewritten(program)
     ours = program(*args)[0]
     assert np.array_equal(ours, _without_reuse(text, monkeypatch)(*args)[0])
-    np.testing.assert_allclose(ours, np.asarray(jax.jit(fn)(*args)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours, np.asarray(jax.jit(fn)(*args)), rtol=1e-4, atol=1e-4)
 
 
 def test_an_operand_numpy_cannot_write_gets_a_new_array():
