@@ -25,10 +25,10 @@ result back with numpy's or ml_dtypes' casts. Compiled loops do the same:
   "Bits" list already names).
 
 Rounding (`ROUNDING_PRELUDE`) is to nearest even, with overflow to
-infinity and subnormals kept, from a float64 holding the exact value: as
-numpy rounds float64 -> float16 directly, and as ml_dtypes rounds to
-bfloat16 through float32 (a float64 is first rounded to float32: its
-double rounding is what the interpreter returns, so it is what this
+infinity and subnormals kept, on the bits: from a float64 holding the
+exact value as numpy rounds float64 -> float16 directly, and as ml_dtypes
+rounds to bfloat16 through float32 (a float64 is first rounded to float32:
+its double rounding is what the interpreter returns, so it is what this
 returns).
 """
 from __future__ import annotations
@@ -128,32 +128,36 @@ def math_agrees(op_name: str, dtype: np.dtype) -> bool:
 ROUNDING_PRELUDE = '''
 
 @njit(cache=True, error_model="numpy", inline="always")
-def round_to_precision(x, fraction_bits, min_exponent, overflow):
-    """x (a float64 holding the exact value) rounded to nearest even onto a
-    binary format with `fraction_bits` after the point, normal exponents
-    down to `min_exponent` (subnormals below share its quantum), and
-    magnitudes from `overflow` (the midpoint past the largest finite
-    value) going to infinity. Scaling by powers of two is exact, so
-    np.rint does the one rounding."""
-    if x != x or x == 0.0 or abs(x) == np.inf:
-        return x
-    if abs(x) >= overflow:
-        return math.copysign(np.inf, x)
-    exponent = math.frexp(x)[1] - 1          # x = 1.f * 2^exponent
-    quantum = max(exponent, min_exponent) - fraction_bits
-    return math.copysign(math.ldexp(np.rint(math.ldexp(abs(x), -quantum)), quantum), x)
-
-
-@njit(cache=True, error_model="numpy", inline="always")
 def round_to_float16(x):
-    """float16: 10 fraction bits, exponents from -14, largest 65504."""
-    return float32(round_to_precision(float64(x), 10, -14, 65520.0))  # 4095 * 2^4
+    """x (a float64 holding the exact value) rounded to nearest even to
+    float16 precision, as numpy casts float64 -> float16: to infinity from
+    65520 (the midpoint past 65504) up; below 2^-14 to multiples of 2^-24
+    (subnormals); else to 10 fraction bits, by adding just under half a
+    unit of the 11th bit (plus the 10th bit, for ties to even) and clearing
+    what lies below it. A carry into the exponent is the right answer."""
+    value = float64(x)
+    size = abs(value)
+    if not size < 65520.0:
+        return float32(value if value != value else math.copysign(np.inf, value))
+    if size < 6.103515625e-05:
+        return float32(np.rint(value * 16777216.0) / 16777216.0)
+    bits = np.float64(value).view(np.uint64)
+    rounded = np.uint64((bits + np.uint64(0x1FFFFFFFFFF) + ((bits >> np.uint64(42)) & np.uint64(1)))
+                        & np.uint64(0xFFFFFC0000000000))
+    return float32(rounded.view(np.float64))
 
 
 @njit(cache=True, error_model="numpy", inline="always")
 def round_to_bfloat16(x):
-    """bfloat16 through float32, as ml_dtypes casts: 7 fraction bits,
-    exponents from -126, largest (2 - 2^-7) * 2^127."""
-    return float32(round_to_precision(float64(float32(x)), 7, -126, 3.39617752923046e+38))  # 511 * 2^119
+    """x rounded to bfloat16 through float32, as ml_dtypes casts: the
+    float32 rounded to nearest even to 7 fraction bits the same way (its
+    exponent range is float32's, so subnormals and overflow to infinity
+    need no case of their own); NaN stays NaN."""
+    value = float32(x)
+    if value != value:
+        return value
+    bits = np.float32(value).view(np.uint32)
+    rounded = np.uint32((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000))
+    return rounded.view(np.float32)
 '''
 PRELUDE_FUNCTIONS = ("round_to_float16", "round_to_bfloat16")
