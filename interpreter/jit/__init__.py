@@ -82,6 +82,13 @@ The README's "Performance" section gives users the same promise.
   may be one float32 ulp off next to a rounding boundary (over all 2^32
   inputs: never for exp, expm1, tanh; one input for logistic;
   tests/scripts/sweep_f32_math.py).
+  Compiled loops keep the bits in more ways, each where a probe on the
+  machine confirms it (native/half_precision.py, float64_math.py,
+  tensor_ops.py): float16/bfloat16 rounded as numpy and ml_dtypes round,
+  float64 transcendentals where libm is numpy's function, float sums in
+  numpy's pairwise order; what no compiled code can match (a float
+  product's BLAS order, a failed probe) runs by the interpreter's own
+  kernel inside the loop (native/hand_back.py).
 * `dots` does not: BLAS may sum the swapped product in another order;
   results agree to the rounding of a dot product (dots.py).
 * Cutting big products into blocks is not a rewrite: `blas.matmul` does it
