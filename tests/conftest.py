@@ -8,5 +8,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # compiled loops run them (interpreter/jit/background.py; its own tests turn
 # the background thread on).
 os.environ.setdefault("PJRT_REF_JIT_BACKGROUND", "0")
+# Where the background thread is on, a loop's kernel is queued at its first
+# run (tests of the hot threshold set their own).
+os.environ.setdefault("PJRT_REF_JIT_HOT_SECONDS", "0")
 # The helpers every folder imports by name (oracle, capi_calls, jax_support, ...).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))

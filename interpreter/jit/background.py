@@ -40,6 +40,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import warnings
 from collections import deque
 from typing import Callable
@@ -85,6 +86,29 @@ def build_later(build: Callable[[], Kernel | None], switch: Switchable) -> None:
             _STATE["thread"] = thread
             thread.start()
         _CONDITION.notify_all()
+
+
+def build_when_hot(build: Callable[[], Kernel | None], switch: Switchable, seconds: float) -> None:
+    """Queue `build` once `switch`'s first form has run `seconds` in all (0:
+    at once). A loop that runs for milliseconds costs less interpreted than
+    its kernel's compile, which a test suite of thousands of short loops
+    would otherwise pay for each (benchmarks/README.md, W13)."""
+    if seconds <= 0:
+        build_later(build, switch)
+        return
+    first, spent = switch.current, [0.0]
+
+    def warming(op, *values, **regions):
+        start = time.perf_counter()
+        try:
+            return first(op, *values, **regions)
+        finally:
+            spent[0] += time.perf_counter() - start
+            if spent[0] >= seconds and switch.current is warming:
+                switch.current = first
+                build_later(build, switch)
+
+    switch.current = warming
 
 
 @contextlib.contextmanager

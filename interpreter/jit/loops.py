@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import settings
 from ...limits import loop_limit_error, max_steps
 from ..native import codegen
 from ..native.translator import (ARRAY, SCALAR, NotCompilable, Segment, Translator, compilable_tensor,
@@ -39,12 +40,13 @@ from . import background
 def compile_while(step, fuse_regions=None) -> Step | None:
     """A Step running the whole loop in numba, or None if it does not qualify.
 
-    Like a fused run (background.py), a loop whose kernel numba must compile,
-    or load before numba has started in the process, runs interpreted
-    behind a `Switchable` until the background thread has it: a fresh
-    process's first result does not wait for numba's import (W0, W6 in
-    benchmarks/README.md). `fuse_regions(step)` fuses the interpreted
-    loop's own regions for that time."""
+    With background builds on (PJRT_REF_JIT_BACKGROUND), the loop runs
+    interpreted behind a `Switchable` until it has run
+    PJRT_REF_JIT_HOT_SECONDS, and then until the background thread has
+    built (or loaded) its kernel: a fresh process's first result does not
+    wait for numba (W0, W6 in benchmarks/README.md), and a loop that runs
+    for milliseconds never pays for a compile. `fuse_regions(step)` fuses
+    the interpreted loop's own regions for that time."""
     try:
         return _compile_while(step, fuse_regions)
     except NotCompilable:
@@ -84,11 +86,11 @@ def _compile_while(step, fuse_regions) -> Step:
                   attrs={"source": loop.source}, operand_types=op.operand_types + tuple(t for _, _, t in captures),
                   result_types=op.result_types, module=op.module)
     operands = tuple(step.operands) + tuple(s for s, _, _ in captures)
-    if background.enabled() and not (codegen.is_built(loop.source) and codegen.numba_started()):
+    if background.enabled():
         if fuse_regions is not None:
             fuse_regions(step)
         switch = background.Switchable(_interpreted(step))
-        background.build_later(build, switch)
+        background.build_when_hot(build, switch, settings.get("PJRT_REF_JIT_HOT_SECONDS"))
         return Step(kernel=switch, op=info, operands=operands, results=step.results,
                     regions=step.regions)
     kernel = build()

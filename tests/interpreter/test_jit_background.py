@@ -118,6 +118,36 @@ def test_a_new_loop_runs_interpreted_then_switches_to_its_compiled_loop(empty_ca
     assert step.kernel.current.__name__ == "compiled_while"
 
 
+def _short_loop(x):
+    return jax.lax.fori_loop(0, 3, lambda i, c: c * 0.5 + jnp.cos(c), x)
+
+
+def test_a_loop_that_runs_briefly_is_never_compiled(empty_cache, monkeypatch):
+    """Below PJRT_REF_JIT_HOT_SECONDS of interpreted running no kernel is
+    queued (a test suite's thousands of short loops would each pay a
+    compile); past it, the build is queued and the loop switches."""
+    monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", "3600")
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    text = lower_to_text(_short_loop, x)
+    reference = _plain(text, x, monkeypatch)
+    program = load(text)
+    (step,) = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
+    for _ in range(3):
+        for a, b in zip(program(x), reference):
+            assert_same_values(a, b)
+    assert background.pending() == 0 and step.kernel.current.__name__ == "warming"
+
+    monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", "1e-9")
+    program = load(text)
+    (step,) = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
+    for a, b in zip(program(x), reference):          # hot after one run: queued
+        assert_same_values(a, b)
+    assert background.wait(timeout=120)
+    assert step.kernel.current.__name__ == "compiled_while"
+    for a, b in zip(program(x), reference):
+        assert_same_values(a, b)
+
+
 def test_a_kernel_built_before_loads_when_the_program_does(empty_cache, monkeypatch):
     x = _x(1)
     text = lower_to_text(_tanh_tanh, x)
