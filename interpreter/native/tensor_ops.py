@@ -274,25 +274,44 @@ def reduce(t, step, operands, key) -> None:
         t.elementwise(key, result, lambda index: operand_at(index, "0"))
         return
     if not ordered:
-        _fold(t, key, result, lambda acc, j: [f"{acc} = {init_value}", f"for m in range({count}):",
-                                              f"    {acc} = {type_name(dtype)}({template.format(acc, operand_at(j, 'm'))})"])
-        return
-    t.fold_checks.add(dtype)
-    cast = type_name(dtype)
-    if body_op.name == "stablehlo.add":
-        if kept:    # numpy sums the kept dims' rows in an order that follows the operand's strides
+        fold = _any_order_fold(template, type_name(dtype), init_value, count, operand_at)
+    elif body_op.name == "stablehlo.add":
+        if kept:    # numpy sums a partial reduction's rows in an order that follows the strides
             raise NotCompilable("a partial float sum")
-        row = t.scratch(count, dtype)
-
-        def fold(acc, j):
-            return [f"for m in range({count}):", f"    {row}[m] = {operand_at(j, 'm')}",
-                    f"{acc} = {cast}({init_value} + numpy_sum({row}, {cast}(0)))"]
+        fold = _numpy_sum(t.scratch(count, dtype), type_name(dtype), init_value, count, operand_at)
     else:
-        def fold(acc, j):
-            return [f"{acc} = {cast}(1)", f"for m in range({count}):",
-                    f"    {acc} = {cast}({acc} * {operand_at(j, 'm')})",
-                    f"{acc} = {cast}({init_value} * {acc})"]
+        fold = _numpy_product(type_name(dtype), init_value, count, operand_at)
+    if ordered:
+        t.fold_checks.add(dtype)
     _fold(t, key, result, fold)
+
+
+def _any_order_fold(template, cast, init_value, count, operand_at):
+    """Lines folding result element j left to right from the init value:
+    exact in any order (integers, i1, float maximum and minimum)."""
+    def fold(acc, j):
+        return [f"{acc} = {init_value}", f"for m in range({count}):",
+                f"    {acc} = {cast}({template.format(acc, operand_at(j, 'm'))})"]
+    return fold
+
+
+def _numpy_sum(row, cast, init_value, count, operand_at):
+    """Lines summing the elements as np.add.reduce does (FOLD_PRELUDE's
+    numpy_sum over a scratch row), then adding the init value."""
+    def fold(acc, j):
+        return [f"for m in range({count}):", f"    {row}[m] = {operand_at(j, 'm')}",
+                f"{acc} = {cast}({init_value} + numpy_sum({row}, {cast}(0)))"]
+    return fold
+
+
+def _numpy_product(cast, init_value, count, operand_at):
+    """Lines multiplying the elements left to right, as np.multiply.reduce
+    does, then the init value by their product."""
+    def fold(acc, j):
+        return [f"{acc} = {cast}(1)", f"for m in range({count}):",
+                f"    {acc} = {cast}({acc} * {operand_at(j, 'm')})",
+                f"{acc} = {cast}({init_value} * {acc})"]
+    return fold
 
 
 def _fold_body(region):
@@ -328,7 +347,7 @@ def dot_general(t, step, operands, key) -> None:
     contracted_shape = [lhs_type.shape[d] for d in lhs_contract]
     cast = type_name(dtype)
 
-    def operand_at(key_, ttype, batch, free, contract, j, free_offset):
+    def operand_at(operand, ttype, batch, free, contract, j, free_offset):
         result_index, contract_index = digits(j, result.shape), digits("m", contracted_shape)
         at = [None] * len(ttype.shape)
         for k, d in enumerate(batch):
@@ -337,7 +356,7 @@ def dot_general(t, step, operands, key) -> None:
             at[d] = result_index[free_offset + k]
         for k, d in enumerate(contract):
             at[d] = contract_index[k]
-        return t.read(key_, ttype, flat_index(at, ttype.shape))
+        return t.read(operand, ttype, flat_index(at, ttype.shape))
 
     def fold(acc, j):
         a = operand_at(lhs, lhs_type, lhs_batch, lhs_free, lhs_contract, j, len(lhs_batch))
