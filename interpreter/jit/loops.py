@@ -8,17 +8,18 @@ such a loop into a numba function that runs every iteration natively.
 What qualifies (anything else keeps the interpreted loop):
 
 * cond and body are made of what native/translator.py translates (plain
-  tensors of static shape, 0-d or of one common shape S; floats from f16
-  to f64, integers of 8 to 64 bits or i1; element-wise ops, constants,
-  splats and inlined calls);
-* `cond` only computes 0-d values (there is no reduction to bring an
-  S-shaped value down to a predicate).
+  tensors of static shape; floats from f16 to f64, integers of 8 to 64
+  bits or i1; element-wise ops, constants, splats, inlined calls, the
+  shape-changing ops, reductions and products of native/tensor_ops.py),
+  or ops it hands back to the interpreter's kernels (native/hand_back.py);
+* `cond` computes no array of its own (it may reduce a carried one).
 
-0-d values are numba scalars; S-shaped ones are computed element by element
-in one inner loop per iteration, into two-row buffers made before the loop
-whose rows iterations take in turn (or, where the body passes one carried
-array through as another, which would keep a row alive across iterations,
-into a fresh array per iteration).
+0-d values are numba scalars; values of S, the largest carried shape, are
+computed element by element in the inner loops of the body's segments,
+and the carried ones land in two-row buffers made before the loop whose
+rows iterations take in turn (or, where the body passes one carried array
+through as another, which would keep a row alive across iterations, in a
+fresh array per iteration). Values of other shapes are whole arrays.
 """
 from __future__ import annotations
 
@@ -296,17 +297,15 @@ def _loop_kernel(function, loop: TranslatedLoop):
     """The kernel of a compiled_while step. Values go to numba flat (arrays)
     or as numpy scalars, in the dtype they compute in: f16 and bf16 as the
     float32 holding them, converted back on the way out (exact both ways)."""
-    carried, captures = loop.carried, loop.captures
-    shapes = [t.shape for _, kind, t in carried if kind is ARRAY]
-    size = math.prod(shapes[0]) if shapes else 1
-    inputs = [(is_array is not SCALAR, compute_dtype(t.dtype)) for _, is_array, t in carried + captures]
-    result_dtypes = [t.dtype for _, _, t in carried]
-    result_shapes = [t.shape for _, _, t in carried]
+    size = math.prod(loop.translator.shape)      # elements of S, the element loop's shape
+    inputs = loop.input_types
+    result_dtypes = [t.dtype for _, _, t in loop.carried]
+    result_shapes = [t.shape for _, _, t in loop.carried]
     carried_dtypes = [compute_dtype(d) for d in result_dtypes]
 
     def compiled_while(op, *values, regions=None):   # regions: those of a Switchable's first form
         args = [v.ravel().astype(dtype, copy=False) if is_array else dtype.type(v[()])
-                for v, (is_array, dtype) in zip(values, inputs)]
+                for v, (dtype, is_array) in zip(values, inputs)]
         results = _run_in_chunks(function, size, args, carried_dtypes, op.location)
         out = tuple(np.asarray(r, dtype=d).reshape(s)
                     for r, d, s in zip(results, result_dtypes, result_shapes))

@@ -57,23 +57,33 @@ def probe_inputs() -> np.ndarray:
 def libm_agrees(op_name: str) -> bool:
     """Whether the compiled float64 `op_name` gives the interpreter's bits
     on this machine (see the module docstring). NaNs compare as NaNs."""
+    return compiled_matches_interpreter(op_name, probe_inputs(), MATH_F64[op_name], F64, "f64")
+
+
+def compiled_matches_interpreter(op_name: str, inputs: np.ndarray, template: str, held, element_type: str) -> bool:
+    """Whether `template` (over {0}), compiled in a numba loop that holds
+    values as dtype `held`, gives the interpreter's kernel's bits for
+    `op_name` on every one of `inputs`; NaNs compare as NaNs (their
+    payloads are the jit's named exception). The probe behind libm_agrees
+    and half_precision.math_agrees."""
     from .. import registry
     from ..steps import OpInfo
     from ..types import TensorType
     from . import codegen
 
-    inputs = probe_inputs()
-    ttype = TensorType(shape=inputs.shape, dtype=F64, element_type="f64")
-    op = OpInfo(name=op_name, location="float64_math.libm_agrees", attrs={},
+    ttype = TensorType(shape=inputs.shape, dtype=inputs.dtype, element_type=element_type)
+    op = OpInfo(name=op_name, location="float64_math.compiled_matches_interpreter", attrs={},
                 operand_types=(ttype,), result_types=(ttype,))
     with np.errstate(all="ignore"):
         expected = np.asarray(registry.lookup(op_name).fn(op, inputs))
-    source = codegen.fused_loop_source([("x", True, F64)], [("v", MATH_F64[op_name].format("x"), F64)],
-                                       [("v", F64)])
-    kernel = codegen.compile_safely(codegen.compile_fused, source, [(F64, True)], [F64])
+    source = codegen.fused_loop_source([("x", True, held)], [("v", template.format("x"), held)], [("v", held)])
+    kernel = codegen.compile_safely(codegen.compile_fused, source, [(held, True)], [held])
     if kernel is None:
         return False
-    compiled = np.empty_like(inputs)
-    kernel(inputs.size, inputs, compiled)
-    same = compiled.view(np.uint64) == expected.view(np.uint64)
-    return bool(np.all(same | (np.isnan(compiled) & np.isnan(expected))))
+    compiled = np.empty(inputs.shape, held)
+    kernel(inputs.size, inputs.astype(held), compiled)
+    compiled = compiled.astype(inputs.dtype)
+    bits = f"u{inputs.dtype.itemsize}"
+    same = compiled.view(bits) == expected.view(bits)
+    nan = np.isnan(compiled.astype(np.float64)) & np.isnan(expected.astype(np.float64))
+    return bool(np.all(same | nan))

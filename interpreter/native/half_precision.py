@@ -38,7 +38,6 @@ import functools
 
 import numpy as np
 
-from ..types import TensorType
 from . import float64_math
 from .scalar_expressions import F32, FLOATS
 
@@ -65,10 +64,8 @@ def half_expression(op, widened_expression) -> tuple[str, bool] | None:
     bfloat16, and whether it must pass `math_agrees` first; or None.
 
     `widened_expression(op)` is the translator's template of an op whose
-    types are float32 and wider (loop_expressions, scalar_expressions)."""
-    types = op.operand_types + op.result_types
-    if any(not isinstance(t, TensorType) or t.quant is not None for t in types):
-        return None
+    types are float32 and wider (loop_expressions, scalar_expressions). The
+    translator has checked that every type is a plain static tensor."""
     operands = [t.dtype for t in op.operand_types]
     result = op.result_types[0].dtype
     if op.name == "stablehlo.bitcast_convert":
@@ -101,27 +98,9 @@ def _widened(op):
 def math_agrees(op_name: str, dtype: np.dtype) -> bool:
     """Whether the compiled `op_name` gives the interpreter's bits for every
     value of half type `dtype` on this machine (see the module docstring)."""
-    from .. import registry
-    from ..steps import OpInfo
-    from . import codegen
-
     inputs = np.arange(1 << 16, dtype=np.uint16).view(dtype)
-    ttype = TensorType(shape=inputs.shape, dtype=dtype, element_type=ELEMENT_TYPES[dtype])
-    op = OpInfo(name=op_name, location="half_precision.math_agrees", attrs={},
-                operand_types=(ttype,), result_types=(ttype,))
-    expected = np.asarray(registry.lookup(op_name).fn(op, inputs))
-    template = f"{ROUNDERS[dtype]}({MATH_F64[op_name]})"
-    source = codegen.fused_loop_source([("x", True, F32)], [("v", template.format("x"), F32)],
-                                       [("v", F32)])
-    kernel = codegen.compile_safely(codegen.compile_fused, source, [(F32, True)], [F32])
-    if kernel is None:
-        return False
-    compiled = np.empty(inputs.shape, F32)
-    kernel(inputs.size, inputs.astype(F32), compiled)
-    compiled = compiled.astype(dtype)
-    same_bits = compiled.view(np.uint16) == expected.view(np.uint16)
-    both_nan = np.isnan(compiled.astype(F32)) & np.isnan(expected.astype(F32))
-    return bool(np.all(same_bits | both_nan))
+    return float64_math.compiled_matches_interpreter(
+        op_name, inputs, f"{ROUNDERS[dtype]}({MATH_F64[op_name]})", F32, ELEMENT_TYPES[dtype])
 
 
 # The rounding helpers, added by codegen to a generated module that calls one.

@@ -118,7 +118,7 @@ class Translator:
         self.fold_checks: set = set()
         self.names: dict = {}      # slot (or inlined value key) -> (name, kind)
         self.dtypes: dict = {}     # name -> numpy dtype of the value
-        self.captures: list = []   # (slot, is_array, ttype) read from the frame
+        self.captures: list = []   # (slot, kind, ttype) read from the frame
         self.segments = [Segment()]
         self.buffers: list = []    # (name, elements, dtype) made before the loop
         self.written_in: dict = {}  # buffer name -> segment whose loop writes it
@@ -150,7 +150,7 @@ class Translator:
     def statement(self, lines: list, reads: list) -> None:
         """Lines run once per iteration, reading the arrays `reads`: after
         the current segment's loop if that loop writes one of them."""
-        if any(self.written_in.get(name) == self.current for name in reads):
+        if self._loop_writes_any(reads):
             self.new_segment()
         self.segments[-1].lines.extend(lines)
 
@@ -232,7 +232,7 @@ class Translator:
         kind = self.kind_of(ttype.shape)
         index = "i" if kind is ARRAY else ("0" if kind is SCALAR else "j")
         expression = self._expression(expression_at, index)
-        if self._reads_current_loop():
+        if self._loop_writes_any(self.reads):
             self.new_segment()
             expression = self._expression(expression_at, index)
         if kind is ARRAY:
@@ -252,11 +252,11 @@ class Translator:
         self.reads = []
         return expression_at(index)
 
-    def _reads_current_loop(self) -> bool:
-        """Whether the expression just made reads a buffer that the current
-        segment's loop writes (at another index than its own): then it must
-        come after that loop."""
-        return any(self.written_in.get(name) == self.current for name in self.reads)
+    def _loop_writes_any(self, arrays) -> bool:
+        """Whether the current segment's loop writes one of `arrays`: what
+        reads them whole (or at another index than the loop's own) must come
+        after that loop."""
+        return any(self.written_in.get(name) == self.current for name in arrays)
 
     def read(self, key, ttype, index: str) -> str:
         """`key`'s element at flat `index` inside an `elementwise`
@@ -342,24 +342,9 @@ class Translator:
         """One element-wise op: a line in the current segment's loop (S),
         before it (0-d), or a loop of its own (another shape)."""
         template = self.template(op)
-        result_type = op.result_types[0]
-        kind = self.kind_of(result_type.shape)
         pairs = list(zip(operands, op.operand_types))
-        if kind is SCALAR:
-            if any(self.value(k, t)[1] is not SCALAR for k, t in pairs):
-                raise NotCompilable("array operand, scalar result")
-            expression = template.format(*(self.value(k, t)[0] for k, t in pairs))
-            name = self.fresh("v")
-            self.segments[-1].lines.append(f"{name} = {type_name(result_type.dtype)}({expression})")
-            self.define(result_key, name, SCALAR, result_type.dtype)
-        elif kind is ARRAY:
-            expression = template.format(*(self.element(k, t) for k, t in pairs))
-            name = self.fresh("v")
-            self.segments[-1].loop.append(f"{name} = {type_name(result_type.dtype)}({expression})")
-            self.define(result_key, name, ("local", self.current), result_type.dtype)
-        else:
-            self.elementwise(result_key, result_type, lambda index: template.format(
-                *(self.read(k, t, index) for k, t in pairs)))
+        self.elementwise(result_key, op.result_types[0], lambda index: template.format(
+            *(self.read(key, ttype, index) for key, ttype in pairs)))
 
     def template(self, op) -> str:
         """The expression template of `op` over its operands {0}, {1}, ..."""

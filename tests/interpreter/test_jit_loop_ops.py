@@ -287,6 +287,16 @@ def test_rounding_helpers_match_the_interpreters_casts(element):
         assert np.array_equal(compiled.view(np.uint16)[~nan], expected.view(np.uint16)[~nan])
 
 
+def unary_loop_both_ways(op: str, element: str, values: np.ndarray, monkeypatch):
+    """(the optimised program of a loop applying `op` to `values`, the
+    unoptimised interpreter's result)."""
+    text = loop_program(unary(op, element).replace("SIZE", str(values.size)), element, element, values.size, 1)
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
+    interpreted = load(text)(values, values)[0]
+    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
+    return load(text), interpreted
+
+
 def compiled_source(program) -> str | None:
     """The numba source the entry function's compiled loop runs, or None."""
     for step in program.function.body.steps:
@@ -308,12 +318,7 @@ def test_half_math_that_disagrees_is_handed_back(monkeypatch):
     try:
         assert not half_precision.math_agrees("stablehlo.exponential", np.dtype(np.float16))
         values = half_values("f16")
-        text = loop_program(unary("exponential", "f16").replace("SIZE", str(values.size)), "f16", "f16",
-                            values.size, 1)
-        monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
-        interpreted = load(text)(values, values)[0]
-        monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
-        program = load(text)
+        program, interpreted = unary_loop_both_ways("exponential", "f16", values, monkeypatch)
         assert "hand_back_run(" in compiled_source(program)
         assert_same_values(program(values, values)[0], interpreted)
     finally:
@@ -338,11 +343,7 @@ def test_float64_math_compiles_where_libm_gives_numpys_bits(op, monkeypatch):
     from pjrt_ref.interpreter.native import float64_math
 
     values = float64_math_values()
-    text = loop_program(unary(op, "f64").replace("SIZE", str(values.size)), "f64", "f64", values.size, 1)
-    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
-    interpreted = load(text)(values, values)[0]
-    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
-    program = load(text)
+    program, interpreted = unary_loop_both_ways(op, "f64", values, monkeypatch)
     steps = [s.op.name for s in program.function.body.steps]
     assert "pjrt_ref.compiled_while" in steps
     assert ("hand_back_run(" in compiled_source(program)) != float64_math.libm_agrees(f"stablehlo.{op}")
@@ -354,11 +355,6 @@ def test_float64_math_whose_libm_disagrees_is_handed_back(monkeypatch):
 
     monkeypatch.setattr(float64_math, "libm_agrees", lambda op_name: False)
     values = float64_math_values()
-    text = loop_program(unary("exponential", "f64").replace("SIZE", str(values.size)), "f64", "f64",
-                        values.size, 1)
-    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "0")
-    interpreted = load(text)(values, values)[0]
-    monkeypatch.setenv("PJRT_REF_OPTIMIZE", "1")
-    program = load(text)
+    program, interpreted = unary_loop_both_ways("exponential", "f64", values, monkeypatch)
     assert "hand_back_run(" in compiled_source(program)
     assert_same_values(program(values, values)[0], interpreted)
