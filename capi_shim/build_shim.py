@@ -41,6 +41,7 @@ FAST_PATHS_SOURCE = os.path.join(HERE, "fast_paths.c")   # C answers for hot que
 ENTRY_GUARDS_SOURCE = os.path.join(HERE, "entry_guards.c")   # what every slot passes through
 GIL_WATCH_SOURCE = os.path.join(HERE, "gil_watch.c")         # the hang detector the guards feed
 PYTHON_BOOT_SOURCE = os.path.join(HERE, "python_boot.c")  # GetPjrtApi: start/join Python, boot
+ONE_HEAP_SOURCE = os.path.join(HERE, "one_heap.c")       # malloc, when in a namespace of its own
 BOOT_SCRIPT = os.path.join(HERE, "boot.py")               # the Python that binds the slots
 
 
@@ -103,6 +104,8 @@ HELPERS_CDEF = """
 void pjrt_ref_gil_watch(double seconds);
 const PJRT_Api* GetPjrtApi(void);
 const char* pjrt_ref_shim_path(void);
+const char* pjrt_ref_environment_value(const char* name);
+int pjrt_ref_runs_isolated(void);
 void pjrt_ref_begin_shutdown(void);
 int pjrt_ref_inflight_calls(void);
 void pjrt_ref_request_interrupt(void);
@@ -253,6 +256,8 @@ def c_source(header: str) -> str:
     extension_includes = "\n".join(f'#include "{header}"' for header in extensions.HEADERS)
     return f"""
 #include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -269,6 +274,7 @@ def c_source(header: str) -> str:
 
 {prototypes}
 
+#include "one_heap.c"
 #include "entry_guards.c"
 #include "fast_paths.c"
 
@@ -319,7 +325,7 @@ def make_builder() -> cffi.FFI:
         libraries=[f"python{ldversion}", "dl", "pthread"],
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
-        depends=[HEADER, GIL_WATCH_SOURCE, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
+        depends=[HEADER, GIL_WATCH_SOURCE, ONE_HEAP_SOURCE, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
                  *PROFILER_DEPENDS, *extensions.DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools

@@ -66,6 +66,37 @@ const char* pjrt_ref_shim_path(void) {
     return path;
 }
 
+/* 1 when this library was loaded into a link namespace of its own
+ * (dlmopen), where libpython is already the namespace's first object and
+ * so global there; RTLD_GLOBAL inside such a namespace crashes glibc. */
+static int pjrt_ref_in_own_namespace(void) {
+    Dl_info info;
+    struct link_map* self = NULL;
+    Lmid_t namespace_id = LM_ID_BASE;
+    if (dladdr1((void*)&pjrt_ref_api, &info, (void**)&self, RTLD_DL_LINKMAP) && self)
+        dlinfo(self, RTLD_DI_LMID, &namespace_id);
+    return namespace_id != LM_ID_BASE;
+}
+
+/* The host's getenv, when we run in a namespace of our own: our libc has a
+ * copy of the environment from the time we were loaded, the host's is live.
+ * Set by isolated_runtime.c. */
+static char* (*pjrt_ref_host_getenv)(const char*);
+
+__attribute__((visibility("default")))
+void pjrt_ref_use_host_getenv(char* (*host_getenv)(const char*)) {
+    pjrt_ref_host_getenv = host_getenv;
+}
+
+/* The host's environment variable `name` now (NULL: unset). */
+const char* pjrt_ref_environment_value(const char* name) {
+    return pjrt_ref_host_getenv ? pjrt_ref_host_getenv(name) : getenv(name);
+}
+
+int pjrt_ref_runs_isolated(void) {
+    return pjrt_ref_in_own_namespace();
+}
+
 /* Which python executable a C host should pretend to be, so that Python
  * computes the right prefix (a venv's pyvenv.cfg included) and site-packages:
  * the interpreter of the site-packages we are installed in, else the one we
@@ -88,10 +119,13 @@ static void pjrt_ref_start_python(void) {
     /* Hosts dlopen us RTLD_LOCAL, which hides libpython's symbols from the
      * extension modules Python will load (_cffi_backend, numpy...): promote
      * the already-loaded libpython to the global namespace. */
-    dlopen(PJRT_REF_LIBPYTHON, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+    if (!pjrt_ref_in_own_namespace())
+        dlopen(PJRT_REF_LIBPYTHON, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
     PyConfig config;
     PyConfig_InitPythonConfig(&config);
     config.install_signal_handlers = 0;        /* the host owns signals */
+    if (pjrt_ref_in_own_namespace())
+        config.buffered_stdio = 0;   /* our prints interleave with the host's as they happen */
     char exe[4096];
     if (pjrt_ref_guess_python(exe, sizeof exe))
         PyConfig_SetBytesString(&config, &config.program_name, exe);
@@ -185,4 +219,17 @@ const PJRT_Api* GetPjrtApi(void) {
     int booted = pjrt_ref_boot();
     PyGILState_Release(gil);
     return booted ? &pjrt_ref_api : NULL;
+}
+
+/* At the host's exit, when we run in a namespace of our own: nothing
+ * finalizes this Python, so run its atexit functions (the drain in
+ * pjrt_ref/capi, strict mode's report) here. glibc runs the destructors of
+ * every namespace's libraries at exit. */
+__attribute__((destructor))
+static void pjrt_ref_exit_own_python(void) {
+    if (!pjrt_ref_in_own_namespace() || !Py_IsInitialized() || !atomic_load(&pjrt_ref_booted))
+        return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyRun_SimpleString("import atexit\natexit._run_exitfuncs()\n");
+    PyGILState_Release(gil);
 }

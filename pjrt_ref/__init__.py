@@ -12,25 +12,47 @@ __version__ = "0.1.0"
 SHIM_MODULE = "pjrt_ref.capi_shim._pjrt_ref_shim"
 
 
+ISOLATED_RUNTIME_MODULE = "pjrt_ref.capi_shim._pjrt_ref_isolated"
+
+
 def library_path() -> str:
-    """Absolute path of the built PJRT plugin shared library (the cffi shim).
+    """Absolute path of the PJRT plugin library to hand to a framework.
+
+    By default (PJRT_REF_RUNTIME=isolated) the small library that gives the
+    plugin a Python of its own (capi_shim/isolated_runtime.c), else the shim
+    itself, which runs in the host's Python.
+    """
+    from . import settings
+
+    if settings.get("PJRT_REF_RUNTIME") == "isolated":
+        return _built_library(ISOLATED_RUNTIME_MODULE)
+    return shim_path()
+
+
+def shim_path() -> str:
+    """Absolute path of the built cffi shim, the library every slot is in.
 
     Found without importing it, so a framework's dlopen is the first load.
     """
-    import importlib.util
-    import os
     import sys
 
     loaded = sys.modules.get(SHIM_MODULE)       # already loaded (e.g. by a host's dlopen)
     if loaded is not None:                      # ask the library itself (dladdr)
         return loaded.ffi.string(loaded.lib.pjrt_ref_shim_path()).decode()
+    return _built_library(SHIM_MODULE)
+
+
+def _built_library(module: str) -> str:
+    import importlib.util
+    import os
+
     try:
-        spec = importlib.util.find_spec(SHIM_MODULE)
+        spec = importlib.util.find_spec(module)
     except ValueError:                          # in sys.modules without a __spec__
         spec = None
     if spec is None or not spec.origin:
         raise FileNotFoundError(
-            "pjrt-ref's shim library is not built: install pjrt-ref (`pip install .`, "
+            f"pjrt-ref's library {module} is not built: install pjrt-ref (`pip install .`, "
             "or `pip install -e .` to work on a checkout)")
     return os.path.realpath(spec.origin)
 

@@ -43,7 +43,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import InvalidArgument
 
@@ -126,6 +126,20 @@ class Text(Kind):
         self.label, self.accepted = label, accepted
 
     def parse(self, text: str) -> str:
+        return text
+
+
+class OneOf(Kind):
+    """One of a few words."""
+
+    def __init__(self, *words: str) -> None:
+        self.words = words
+        self.label = " or ".join(words)
+        self.accepted = "one of " + ", ".join(words)
+
+    def parse(self, text: str) -> str:
+        if text not in self.words:
+            raise ValueError(text)
         return text
 
 
@@ -223,6 +237,11 @@ _declare("PJRT_REF_NUM_DEVICES", Integer(1, 1024), 1,
          "so does `jax_num_cpu_devices`, as for JAX's cpu backend)")
 _declare("PJRT_REF_COLLECTIVE_TIMEOUT", SECONDS, 120.0,
          "seconds a device or process waits for its peers at a collective before DEADLINE_EXCEEDED")
+_declare("PJRT_REF_RUNTIME", OneOf("isolated", "shared"), "isolated",
+         "which Python a framework's plugin runs in (read when the framework asks for the library "
+         "path): isolated, its own interpreter in its own link namespace, so no host thread's GIL "
+         "is on a PJRT call's path; shared, the host's interpreter (the plugin's Python objects "
+         "are the host's, and a host thread that holds the GIL while it waits for a call deadlocks)")
 _declare("PJRT_REF_GIL_STALL", Number(positive=False, unit="seconds"), 60.0,
          "report an entry point that has waited this long for Python's GIL, with every thread's "
          "stack: the host holds the GIL while it waits for the call (0: never)")
@@ -329,9 +348,21 @@ def fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _environment_value(name: str) -> str:
+    return os.environ.get(name, "")
+
+
+def read_environment_with(reader: Callable[[str], str]) -> None:
+    """Read variables through `reader` from now on. A plugin running in a
+    Python of its own (PJRT_REF_RUNTIME=isolated) reads the host's live
+    environment this way: its own `os.environ` is a copy from its start."""
+    global _environment_value
+    _environment_value = reader
+
+
 def _text(name: str) -> str:
     text = _OVERRIDES.get(name)
-    return os.environ.get(name, "") if text is None else text
+    return _environment_value(name) if text is None else text
 
 
 @contextlib.contextmanager

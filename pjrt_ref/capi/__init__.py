@@ -36,6 +36,8 @@ def install(ffi, lib) -> None:
     if _installed:
         return
     _boundary.bind(ffi, lib)
+    if lib.pjrt_ref_runs_isolated():     # a Python of our own: read the host's live environment
+        settings.read_environment_with(lambda name: _host_environment_value(ffi, lib, name))
     from . import (buffer, caller_callbacks, client, client_buffers, device, error, event,  # noqa: F401
                    executable, host_callbacks, memory, plugin, topology, transfer)
 
@@ -59,6 +61,11 @@ def install(ffi, lib) -> None:
     lib.pjrt_ref_gil_watch(settings.get("PJRT_REF_GIL_STALL"))   # the hang detector
     atexit.register(_drain, lib)
     _installed = True
+
+
+def _host_environment_value(ffi, lib, name: str) -> str:
+    value = lib.pjrt_ref_environment_value(name.encode())
+    return "" if value == ffi.NULL else ffi.string(value).decode(errors="replace")
 
 
 def _drain(lib, timeout: float = 5.0) -> None:

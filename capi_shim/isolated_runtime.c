@@ -1,0 +1,144 @@
+/* GetPjrtApi for hosts that run Python: pjrt-ref's Python in a runtime of
+ * its own, so no host thread's GIL is ever on the path of a PJRT call.
+ *
+ * The shim (python_boot.c) runs pjrt-ref's Python in whatever interpreter
+ * the process has. In a Python host that is the host's interpreter, and
+ * every call needs the host's GIL: a host thread that holds the GIL while
+ * it waits for another thread's PJRT call (PyTorch/XLA indexing with a
+ * tensor not yet computed, jaxlib compiling against a topology) waits
+ * forever. This library is what `pjrt_ref.library_path()` hands to
+ * frameworks by default (PJRT_REF_RUNTIME, pjrt_ref/settings.py). It loads
+ * the shim with dlmopen into a new link namespace, where the shim's own
+ * copy of libpython starts a second interpreter with its own GIL; the
+ * host's threads call the shim's slots directly and take only that GIL.
+ * Buffers stay zero-copy: both interpreters share the address space, and
+ * one heap (one_heap.c).
+ *
+ * A namespace has its own copy of libc, and three of its state must agree
+ * with the host's:
+ *   - the heap: the shim's malloc family serves the namespace from the
+ *     host's allocator (one_heap.c; we pass the host's functions in);
+ *   - thread-specific keys: both libcs number keys from 0, and the slots
+ *     live in the thread, which both share, so the second Python's GIL
+ *     state key would land on the host Python's. We take the namespace
+ *     libc's low keys first, so its Python's keys sit above any the host
+ *     will use (PyTorch/XLA uses about a hundred);
+ *   - the environment: the namespace's libc starts with a pointer to the
+ *     host's `environ` array, which the host's next setenv may free. It
+ *     gets a copy of its own; pjrt-ref's settings read the host's live
+ *     environment through the host's getenv (pjrt_ref_use_host_getenv).
+ *
+ * If the namespace cannot be made (static TLS exhausted, a libc without
+ * dlmopen), the shim is loaded into the host's namespace, as with
+ * PJRT_REF_RUNTIME=shared, and stderr says so.
+ *
+ * Built by setup.py as a plain C library next to the shim; it needs no
+ * Python itself.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef PJRT_REF_SHIM_FILE
+#error "setup.py defines PJRT_REF_SHIM_FILE, the shim's file name"
+#endif
+
+/* Keys the namespace's libc hands out before its Python starts: 768 of the
+ * 1024 (PTHREAD_KEYS_MAX), leaving the host the low ones. */
+#define HOST_KEY_ROOM 768
+
+typedef const void* (*get_api_fn)(void);
+
+typedef struct {   /* the same layout as one_heap.c's pjrt_ref_heap_functions */
+    void* (*malloc)(size_t);
+    void (*free)(void*);
+    void* (*calloc)(size_t, size_t);
+    void* (*realloc)(void*, size_t);
+    int (*posix_memalign)(void**, size_t, size_t);
+    void* (*aligned_alloc)(size_t, size_t);
+    void* (*memalign)(size_t, size_t);
+    size_t (*malloc_usable_size)(void*);
+} heap_functions;
+
+static get_api_fn shim_get_pjrt_api;
+
+/* The shim's path: this library's directory and PJRT_REF_SHIM_FILE. */
+static int shim_path(char* out, size_t size) {
+    Dl_info info;
+    if (!dladdr((void*)&shim_path, &info) || info.dli_fname == NULL) return 0;
+    const char* slash = strrchr(info.dli_fname, '/');
+    int directory = slash ? (int)(slash - info.dli_fname) : 1;
+    const char* base = slash ? info.dli_fname : ".";
+    return snprintf(out, size, "%.*s/%s", directory, base, PJRT_REF_SHIM_FILE) < (int)size;
+}
+
+static void use_host_heap(void* shim) {
+    void (*use)(const heap_functions*) = (void (*)(const heap_functions*))dlsym(shim, "pjrt_ref_use_host_heap");
+    heap_functions host = {malloc, free, calloc, realloc, posix_memalign,
+                           aligned_alloc, memalign, malloc_usable_size};
+    if (use) use(&host);
+}
+
+static void keep_low_thread_keys_for_the_host(void* shim) {
+    int (*key_create)(pthread_key_t*, void (*)(void*)) =
+        (int (*)(pthread_key_t*, void (*)(void*)))dlsym(shim, "pthread_key_create");
+    pthread_key_t key = 0;
+    while (key_create && key + 1 < HOST_KEY_ROOM && key_create(&key, NULL) == 0) {}
+}
+
+static void give_own_environment(void* shim) {
+    extern char** environ;
+    char*** namespace_environ = (char***)dlsym(shim, "environ");
+    if (namespace_environ == NULL || environ == NULL) return;
+    size_t count = 0;
+    while (environ[count]) count++;
+    char** copy = calloc(count + 1, sizeof *copy);
+    if (copy == NULL) return;
+    for (size_t i = 0; i < count; i++) copy[i] = strdup(environ[i]);
+    *namespace_environ = copy;
+    void (*use_getenv)(char* (*)(const char*)) =
+        (void (*)(char* (*)(const char*)))dlsym(shim, "pjrt_ref_use_host_getenv");
+    if (use_getenv) use_getenv(getenv);
+}
+
+static void* load_in_own_namespace(const char* path) {
+    void* shim = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
+    if (shim == NULL) {
+        fprintf(stderr, "pjrt-ref: could not give the plugin a Python of its own (%s); it runs in "
+                        "the host's Python, where a thread holding the GIL while it waits for a "
+                        "PJRT call can deadlock (PJRT_REF_RUNTIME=shared)\n", dlerror());
+        return NULL;
+    }
+    use_host_heap(shim);
+    keep_low_thread_keys_for_the_host(shim);
+    give_own_environment(shim);
+    return shim;
+}
+
+static void load_shim(void) {
+    char path[4096];
+    if (!shim_path(path, sizeof path)) {
+        fprintf(stderr, "pjrt-ref: could not locate the shim library beside this one\n");
+        return;
+    }
+    void* shim = load_in_own_namespace(path);
+    if (shim == NULL) shim = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (shim == NULL) {
+        fprintf(stderr, "pjrt-ref: could not load %s: %s\n", path, dlerror());
+        return;
+    }
+    shim_get_pjrt_api = (get_api_fn)dlsym(shim, "GetPjrtApi");
+}
+
+/* The PJRT plugin's one exported function (pjrt_c_api.h: "GetPjrtApi"). */
+__attribute__((visibility("default")))
+const void* GetPjrtApi(void) {
+    static pthread_once_t loaded = PTHREAD_ONCE_INIT;
+    pthread_once(&loaded, load_shim);
+    return shim_get_pjrt_api ? shim_get_pjrt_api() : NULL;
+}
