@@ -106,6 +106,15 @@ static void give_own_environment(void* shim) {
     if (use_getenv) use_getenv(getenv);
 }
 
+static void* own_namespace_shim;
+
+/* The host's exit does not finalize the plugin's Python: run its atexit
+ * functions, while every library is still loaded. */
+static void exit_plugin_python(void) {
+    void (*exit_python)(void) = (void (*)(void))dlsym(own_namespace_shim, "pjrt_ref_exit_own_python");
+    if (exit_python) exit_python();
+}
+
 static void* load_in_own_namespace(const char* path) {
     void* shim = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
     if (shim == NULL) {
@@ -117,6 +126,8 @@ static void* load_in_own_namespace(const char* path) {
     use_host_heap(shim);
     keep_low_thread_keys_for_the_host(shim);
     give_own_environment(shim);
+    own_namespace_shim = shim;
+    atexit(exit_plugin_python);
     return shim;
 }
 

@@ -222,14 +222,16 @@ const PJRT_Api* GetPjrtApi(void) {
 }
 
 /* At the host's exit, when we run in a namespace of our own: nothing
- * finalizes this Python, so run its atexit functions (the drain in
- * pjrt_ref/capi, strict mode's report) here. glibc runs the destructors of
- * every namespace's libraries at exit. */
-__attribute__((destructor))
-static void pjrt_ref_exit_own_python(void) {
+ * finalizes this Python, so isolated_runtime.c's atexit handler calls this
+ * to run its atexit functions (the drain in pjrt_ref/capi, strict mode's
+ * report). */
+__attribute__((visibility("default")))
+void pjrt_ref_exit_own_python(void) {
     if (!pjrt_ref_in_own_namespace() || !Py_IsInitialized() || !atomic_load(&pjrt_ref_booted))
         return;
     PyGILState_STATE gil = PyGILState_Ensure();
-    PyRun_SimpleString("import atexit\natexit._run_exitfuncs()\n");
+    PyObject* done = PyObject_CallMethod(PyImport_AddModule("atexit"), "_run_exitfuncs", NULL);
+    if (done == NULL) PyErr_Print();
+    Py_XDECREF(done);
     PyGILState_Release(gil);
 }

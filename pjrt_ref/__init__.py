@@ -15,16 +15,17 @@ SHIM_MODULE = "pjrt_ref.capi_shim._pjrt_ref_shim"
 ISOLATED_RUNTIME_MODULE = "pjrt_ref.capi_shim._pjrt_ref_isolated"
 
 
-def library_path() -> str:
+def library_path(runtime: str = "shared") -> str:
     """Absolute path of the PJRT plugin library to hand to a framework.
 
-    By default (PJRT_REF_RUNTIME=isolated) the small library that gives the
-    plugin a Python of its own (capi_shim/isolated_runtime.c), else the shim
-    itself, which runs in the host's Python.
+    PJRT_REF_RUNTIME, else `runtime` (the framework's default), says which:
+    "isolated", the small library that gives the plugin a Python of its own
+    (capi_shim/isolated_runtime.c); "shared", the shim itself, which runs
+    in the host's Python.
     """
     from . import settings
 
-    if settings.get("PJRT_REF_RUNTIME") == "isolated":
+    if (settings.get("PJRT_REF_RUNTIME") or runtime) == "isolated":
         return _built_library(ISOLATED_RUNTIME_MODULE)
     return shim_path()
 

@@ -138,9 +138,9 @@ class OneOf(Kind):
         self.accepted = "one of " + ", ".join(words)
 
     def parse(self, text: str) -> str:
-        if text not in self.words:
+        if text.strip() not in self.words:
             raise ValueError(text)
-        return text
+        return text.strip()
 
 
 class LogOrFile(Kind):
@@ -237,11 +237,12 @@ _declare("PJRT_REF_NUM_DEVICES", Integer(1, 1024), 1,
          "so does `jax_num_cpu_devices`, as for JAX's cpu backend)")
 _declare("PJRT_REF_COLLECTIVE_TIMEOUT", SECONDS, 120.0,
          "seconds a device or process waits for its peers at a collective before DEADLINE_EXCEEDED")
-_declare("PJRT_REF_RUNTIME", OneOf("isolated", "shared"), "isolated",
+_declare("PJRT_REF_RUNTIME", OneOf("isolated", "shared"), None,
          "which Python a framework's plugin runs in (read when the framework asks for the library "
          "path): isolated, its own interpreter in its own link namespace, so no host thread's GIL "
          "is on a PJRT call's path; shared, the host's interpreter (the plugin's Python objects "
-         "are the host's, and a host thread that holds the GIL while it waits for a call deadlocks)")
+         "are the host's, and a host thread that holds the GIL while it waits for a call deadlocks)",
+         "isolated for PyTorch/XLA, shared for JAX")
 _declare("PJRT_REF_GIL_STALL", Number(positive=False, unit="seconds"), 60.0,
          "report an entry point that has waited this long for Python's GIL, with every thread's "
          "stack: the host holds the GIL while it waits for the call (0: never)")
@@ -356,8 +357,18 @@ def read_environment_with(reader: Callable[[str], str]) -> None:
     """Read variables through `reader` from now on. A plugin running in a
     Python of its own (PJRT_REF_RUNTIME=isolated) reads the host's live
     environment this way: its own `os.environ` is a copy from its start."""
-    global _environment_value
+    global _environment_value, _own_python
     _environment_value = reader
+    _own_python = True
+
+
+_own_python = False
+
+
+def runs_in_own_python() -> bool:
+    """True when the plugin runs in a Python of its own, in a link namespace
+    of its own (PJRT_REF_RUNTIME=isolated, capi_shim/isolated_runtime.c)."""
+    return _own_python
 
 
 def _text(name: str) -> str:

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 
+from ... import settings
 from ...errors import FailedPrecondition
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -140,10 +141,15 @@ def _module_file(directory: str) -> str | None:
 
 
 def _load(path: str):
-    """Import the extension module at `path` with RTLD_GLOBAL (see the docstring)."""
+    """Import the extension module at `path` with RTLD_GLOBAL (see the docstring).
+
+    Not in a Python of our own: glibc crashes on RTLD_GLOBAL inside a link
+    namespace made by dlmopen, and the host's handler libraries could not
+    see its symbols there anyway."""
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     flags = sys.getdlopenflags()
-    sys.setdlopenflags(flags | os.RTLD_GLOBAL)
+    if not settings.runs_in_own_python():
+        sys.setdlopenflags(flags | os.RTLD_GLOBAL)
     try:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from ... import settings
 from ...errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
 
 PLATFORM = "pjrt_ref"
@@ -71,7 +72,10 @@ def registered() -> list[str]:
 
 def unknown_target_message(name: str) -> str:
     """Why custom call target `name` cannot run, and how to make it run."""
-    hint = " (it is registered for cpu, which is another platform)" if _on_cpu(name) else ""
+    if settings.runs_in_own_python():    # the host's registry is in the host's jaxlib, not ours
+        hint = " (if it was registered with register_ffi_target's default platform, cpu: that is another platform)"
+    else:
+        hint = " (it is registered for cpu, which is another platform)" if _on_cpu(name) else ""
     return (f"custom call target '{name}' is not registered in pjrt-ref{hint}: a handler for "
             f"pjrt_ref is registered with {HOW_TO_REGISTER}")
 

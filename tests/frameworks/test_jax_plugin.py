@@ -347,3 +347,33 @@ def test_a_donated_argument_no_output_can_reuse_stays_live_as_on_cpu():
     """, JAX_PLATFORMS="pjrt_ref,cpu")
     flags = eval(proc.stdout.strip().splitlines()[-1])
     assert flags["pjrt_ref"] == flags["cpu"] == [False, True, True, False, True]
+
+
+def test_the_isolated_runtime_runs_jax_programs_from_threads_and_reads_the_live_environment():
+    """PJRT_REF_RUNTIME=isolated under JAX: the plugin's Python is its own
+    (capi_shim/isolated_runtime.c); values equal cpu's from several threads,
+    and a setting changed by the host after start-up is seen."""
+    proc = run_jax("""
+        import os, sys, threading
+        cpu = jax.devices("cpu")[0]
+        f = jax.jit(lambda x: jnp.sin(x) * 2 + x.sum())
+        x = np.linspace(-3, 3, 16, dtype=np.float32)
+        want = np.asarray(jax.jit(f, device=cpu)(x))
+        results = []
+        def worker():
+            for _ in range(20):
+                results.append(np.asarray(f(x)))
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join(timeout=100)
+        assert len(results) == 80 and all(np.allclose(r, want, rtol=1e-6, atol=1e-6) for r in results)
+        assert "pjrt_ref.capi" not in sys.modules      # the plugin's modules live in its own Python
+        os.environ["PJRT_REF_MAX_STEPS"] = "5"         # read by the plugin when it runs the loop
+        loop = jax.jit(lambda n: jax.lax.while_loop(lambda c: c < n, lambda c: c + 1, 0))
+        try:
+            loop(100).block_until_ready()
+            print("no limit")
+        except Exception as error:
+            print("limited" if "RESOURCE_EXHAUSTED" in str(error) else error)
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_RUNTIME="isolated", timeout=200)
+    assert proc.stdout.strip().splitlines()[-1] == "limited"

@@ -11,7 +11,7 @@ import pytest
 
 from pjrt_ref import settings
 from pjrt_ref.errors import InvalidArgument
-from pjrt_ref.settings import SETTINGS, Flag, Integer, InvalidSetting, LogOrFile, Number, Setting, Text
+from pjrt_ref.settings import SETTINGS, Flag, Integer, InvalidSetting, LogOrFile, Number, OneOf, Setting, Text
 from repo_paths import REPO
 
 # Product code whose environment reads must go through the registry. The
@@ -133,6 +133,8 @@ def accepted_texts(setting) -> list[tuple[str, object]]:
     if isinstance(kind, LogOrFile):
         return [("0", None), ("1", LogOrFile.LOG), ("stderr", LogOrFile.LOG), ("log", LogOrFile.LOG),
                 ("/tmp/trace.jsonl", "/tmp/trace.jsonl")]
+    if isinstance(kind, OneOf):
+        return [(word, word) for word in kind.words] + [(f" {kind.words[0]} ", kind.words[0])]
     assert isinstance(kind, Text), f"{setting.name}: a type this test does not know"
     return [("cpu", "cpu"), ("/some/where", "/some/where")]
 
@@ -146,6 +148,8 @@ def rejected_texts(setting) -> list[str]:
         return bad + ([str(kind.maximum + 1)] if kind.maximum is not None else [])
     if isinstance(kind, Number):
         return ["soon", "nan", "inf", "-1"] + (["0"] if kind.positive else [])
+    if isinstance(kind, OneOf):
+        return ["other", kind.words[0].upper()]
     return []   # text and paths: every non-empty text is one
 
 
@@ -166,7 +170,7 @@ def test_each_setting_accepts_its_documented_values(setting, monkeypatch):
     assert settings.get(setting.name) == setting.default
 
 
-@pytest.mark.parametrize("setting", typed_settings((Flag, Integer, Number)))
+@pytest.mark.parametrize("setting", typed_settings((Flag, Integer, Number, OneOf)))
 def test_each_setting_rejects_a_bad_value_naming_the_variable_the_value_and_what_it_accepts(setting, monkeypatch):
     for text in rejected_texts(setting):
         monkeypatch.setenv(setting.name, text)

@@ -24,7 +24,9 @@ class PjrtRefPlugin(plugins.DevicePlugin):
     """The `DevicePlugin` torch_xla registers as PJRT_REF."""
 
     def library_path(self) -> str:
-        return pjrt_ref.library_path()
+        # torch_xla holds the GIL while it waits for results (indexing with a
+        # tensor not yet computed): the plugin needs a Python of its own.
+        return pjrt_ref.library_path(runtime="isolated")
 
     def physical_chip_count(self) -> int:
         """Processes torch_xla should start per host (xmp.spawn, torchrun): one, which has every device."""
