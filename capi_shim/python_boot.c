@@ -38,12 +38,11 @@
  * host thread that holds the GIL while it waits for another host thread's
  * call into the plugin (that call needs the GIL to run). PyTorch/XLA does
  * it when indexing with a not-yet-computed tensor (`x[x == 0] = 1`), jaxlib
- * when compiling against a topology. gil_watch.c reports such a wait. A
- * second interpreter in this address space (this library dlmopen'ed into
- * a new link namespace, with its own libpython) does not work on glibc
- * 2.36: RTLD_GLOBAL there crashes (glibc bug 18684), the second libc's
- * setlocale crashes, and the two libcs hand out the same pthread keys, so
- * the two Pythons' thread-state slots collide.
+ * when compiling against a topology. gil_watch.c reports such a wait. The
+ * way out is a Python of the plugin's own: isolated_runtime.c loads this
+ * library with dlmopen into a new link namespace, where it starts its own
+ * libpython (see pjrt_ref_in_own_namespace; one_heap.c keeps one heap; the
+ * namespace's RTLD_GLOBAL crash and clashing thread keys are avoided there).
  *
  * Included at the end of the C source build_shim.py generates, which
  * defines PJRT_REF_MODULE_INIT, PJRT_REF_LIBPYTHON,
