@@ -76,8 +76,20 @@ void pjrt_ref_chunk_free(void* data, void* deleter_arg) {
 static _Thread_local int pjrt_ref_interrupt_requested;
 static _Thread_local int pjrt_ref_interrupt_carried;
 
+static int pjrt_ref_in_own_namespace(void);   /* python_boot.c */
+
+/* In a Python of our own (isolated_runtime.c) the host's Python had the
+ * signal itself, forwarded to us: nothing to raise again. */
 void pjrt_ref_request_interrupt(void) {
-    pjrt_ref_interrupt_requested = 1;
+    if (!pjrt_ref_in_own_namespace()) pjrt_ref_interrupt_requested = 1;
+}
+
+/* isolated_runtime.c's SIGINT handler, after the host's: the plugin's Python
+ * gets the interrupt only while a call is inside it, so a Ctrl-C the host
+ * handled between calls never cancels a later call. Async-signal-safe. */
+__attribute__((visibility("default")))
+void pjrt_ref_forward_interrupt(void) {
+    if (atomic_load(&pjrt_ref_inflight) > 0) PyErr_SetInterruptEx(SIGINT);
 }
 
 /* A host may call us while its own Python exception is pending (e.g. a

@@ -40,6 +40,7 @@
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,33 @@ static void* load_in_own_namespace(const char* path) {
     return shim;
 }
 
+/* Ctrl-C. The host's Python has a SIGINT handler; a call running in the
+ * plugin's Python would never see it. Ours runs the host's and then hands
+ * the interrupt to the plugin's Python (pjrt_ref_forward_interrupt), whose
+ * running call then ends with CANCELLED while the host raises its own
+ * KeyboardInterrupt. A host that later sets another C handler simply
+ * replaces ours: Ctrl-C then waits for the call, as on XLA. */
+static struct sigaction host_sigint;
+static void (*forward_interrupt_to_plugin)(void);
+
+static void on_sigint(int signum, siginfo_t* info, void* context) {
+    if (host_sigint.sa_flags & SA_SIGINFO) host_sigint.sa_sigaction(signum, info, context);
+    else host_sigint.sa_handler(signum);
+    forward_interrupt_to_plugin();
+}
+
+static void forward_interrupts(void* shim) {
+    forward_interrupt_to_plugin = (void (*)(void))dlsym(shim, "pjrt_ref_forward_interrupt");
+    int host_has_handler = (host_sigint.sa_flags & SA_SIGINFO)
+        || (host_sigint.sa_handler != SIG_DFL && host_sigint.sa_handler != SIG_IGN);
+    struct sigaction ours = host_sigint;
+    if (host_has_handler && forward_interrupt_to_plugin) {
+        ours.sa_sigaction = on_sigint;
+        ours.sa_flags |= SA_SIGINFO;
+    }
+    sigaction(SIGINT, &ours, NULL);   /* the host's, or ours in front of it */
+}
+
 static void load_shim(void) {
     char path[4096];
     if (!shim_path(path, sizeof path)) {
@@ -143,7 +171,16 @@ static void load_shim(void) {
         fprintf(stderr, "pjrt-ref: could not load %s: %s\n", path, dlerror());
         return;
     }
-    shim_get_pjrt_api = (get_api_fn)dlsym(shim, "GetPjrtApi");
+    get_api_fn get_api = (get_api_fn)dlsym(shim, "GetPjrtApi");
+    if (get_api == NULL || shim != own_namespace_shim) {
+        shim_get_pjrt_api = get_api;
+        return;
+    }
+    sigaction(SIGINT, NULL, &host_sigint);
+    if (get_api() != NULL) {   /* boots the plugin's Python, on this thread */
+        forward_interrupts(shim);
+        shim_get_pjrt_api = get_api;
+    }
 }
 
 /* The PJRT plugin's one exported function (pjrt_c_api.h: "GetPjrtApi"). */

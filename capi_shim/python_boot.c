@@ -69,12 +69,18 @@ const char* pjrt_ref_shim_path(void) {
  * (dlmopen), where libpython is already the namespace's first object and
  * so global there; RTLD_GLOBAL inside such a namespace crashes glibc. */
 static int pjrt_ref_in_own_namespace(void) {
-    Dl_info info;
-    struct link_map* self = NULL;
-    Lmid_t namespace_id = LM_ID_BASE;
-    if (dladdr1((void*)&pjrt_ref_api, &info, (void**)&self, RTLD_DL_LINKMAP) && self)
-        dlinfo(self, RTLD_DI_LMID, &namespace_id);
-    return namespace_id != LM_ID_BASE;
+    static atomic_int known;   /* 0 unknown, 1 no, 2 yes */
+    int answer = atomic_load(&known);
+    if (answer == 0) {
+        Dl_info info;
+        struct link_map* self = NULL;
+        Lmid_t namespace_id = LM_ID_BASE;
+        if (dladdr1((void*)&pjrt_ref_api, &info, (void**)&self, RTLD_DL_LINKMAP) && self)
+            dlinfo(self, RTLD_DI_LMID, &namespace_id);
+        answer = namespace_id != LM_ID_BASE ? 2 : 1;
+        atomic_store(&known, answer);
+    }
+    return answer == 2;
 }
 
 /* The host's getenv, when we run in a namespace of our own: our libc has a
@@ -180,6 +186,19 @@ out:
     return ok;
 }
 
+/* In a Python of our own, Ctrl-C reaches us through isolated_runtime.c's
+ * handler (pjrt_ref_forward_interrupt), which needs a Python-level SIGINT
+ * handler here to raise KeyboardInterrupt. signal.signal also installs
+ * this Python's C handler for the process; isolated_runtime.c puts the
+ * host's back (with its own in front) once GetPjrtApi returns. We run on
+ * the thread that started this Python, the only one signal.signal allows. */
+static int pjrt_ref_take_forwarded_interrupts(void) {
+    if (!pjrt_ref_in_own_namespace()) return 1;
+    if (PyRun_SimpleString("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n") != 0)
+        fprintf(stderr, "pjrt-ref: Ctrl-C will not interrupt a running call\n");
+    return 1;
+}
+
 static pthread_mutex_t pjrt_ref_boot_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int pjrt_ref_booted;               /* every slot is bound */
 static _Thread_local int pjrt_ref_booting_here;  /* this thread runs the boot */
@@ -199,7 +218,7 @@ static int pjrt_ref_boot(void) {
         PyObject *type, *value, *traceback;      /* park the caller's pending exception */
         PyErr_Fetch(&type, &value, &traceback);
         pjrt_ref_booting_here = 1;
-        atomic_store(&pjrt_ref_booted, pjrt_ref_run_boot());
+        atomic_store(&pjrt_ref_booted, pjrt_ref_run_boot() && pjrt_ref_take_forwarded_interrupts());
         pjrt_ref_booting_here = 0;
         PyErr_Restore(type, value, traceback);
     }

@@ -19,7 +19,7 @@ import threading
 
 
 from ... import settings
-from . import half_precision, hand_back, loop_expressions, tensor_ops, vector_math
+from . import half_precision, hand_back, loop_expressions, own_python, tensor_ops, vector_math
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}
@@ -207,6 +207,7 @@ def load_generated(source: str):
         except OSError:  # cache directory not writable: a private one
             path = _write_source(_private_dir(), digest, source)
         name = f"pjrt_ref_kernel_{digest}"
+        own_python.bind_compiled_code_to_own_python()   # before numba's first kernel
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

@@ -377,3 +377,19 @@ def test_the_isolated_runtime_runs_jax_programs_from_threads_and_reads_the_live_
             print("limited" if "RESOURCE_EXHAUSTED" in str(error) else error)
     """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_RUNTIME="isolated", timeout=200)
     assert proc.stdout.strip().splitlines()[-1] == "limited"
+
+
+def test_an_ahead_of_time_compile_against_a_topology_returns_on_the_isolated_runtime():
+    """jaxlib holds the GIL while it waits for a compile against a topology
+    (jax::CompileWithTopology), whose work calls PJRT_Compile from another
+    thread: in the host's Python that call waits for the GIL forever. In a
+    Python of its own the plugin compiles."""
+    proc = run_jax("""
+        from jax.experimental import topologies
+        topology = topologies.get_topology_desc(platform="pjrt_ref", topology_name="")
+        sharding = jax.sharding.SingleDeviceSharding(topology.devices[0])
+        spec = jax.ShapeDtypeStruct((4,), jnp.float32, sharding=sharding)
+        compiled = jax.jit(lambda x: x * 2 + 1).lower(spec).compile()
+        print(type(compiled).__name__)
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_RUNTIME="isolated", timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "Compiled"

@@ -150,9 +150,12 @@ INFINITE_LOOPS = {
 }
 
 
+@pytest.mark.parametrize("runtime", ["shared", "isolated"])
 @pytest.mark.parametrize("kind", sorted(INFINITE_LOOPS))
-def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind, tmp_path):
-    """SIGINT while a jitted infinite-ish loop runs: a Python traceback ending in KeyboardInterrupt."""
+def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind, runtime, tmp_path):
+    """SIGINT while a jitted infinite-ish loop runs: a Python traceback ending
+    in KeyboardInterrupt, whether the plugin runs in the host's Python or in
+    its own (PJRT_REF_RUNTIME)."""
     loop, background = INFINITE_LOOPS[kind]
     cache = tmp_path / "cache"          # empty: "compiling" really builds its kernel
     code = textwrap.dedent(f"""
@@ -171,7 +174,7 @@ def test_ctrl_c_under_jax_is_a_keyboard_interrupt(kind, tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
                                 env=clean_env(JAX_PLATFORMS="pjrt_ref", PJRT_REF_JIT_BACKGROUND=background,
-                                              PJRT_REF_CACHE_DIR=str(cache)))
+                                              PJRT_REF_CACHE_DIR=str(cache), PJRT_REF_RUNTIME=runtime))
     finally:
         signal.signal(signal.SIGINT, previous)
     try:

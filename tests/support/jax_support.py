@@ -9,8 +9,14 @@ import textwrap
 import pytest
 
 
+# Kept for children: `PJRT_REF_RUNTIME=isolated python -m pytest` runs every
+# child on that runtime (pjrt_ref/settings.py).
+KEPT_SETTINGS = ("PJRT_REF_RUNTIME",)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_", "PJRT_", "XLA_")) or k in KEPT_SETTINGS}
     env.update(extra)
     return env
 
