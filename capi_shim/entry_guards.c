@@ -22,6 +22,28 @@ static int pjrt_ref_python_gone(void) {
 
 #include "gil_watch.c"                    /* the hang detector PJRT_REF_ENTER feeds */
 
+static int pjrt_ref_in_own_namespace(void);   /* python_boot.c */
+
+/* A thread's first call, in a namespace of our own (isolated_runtime.c):
+ * a libc sets up its per-thread ctype tables (isalpha, toupper...) in the
+ * threads it creates, and the host's libc created this one, so ours would
+ * read NULL tables (MLIR's lexer crashed in isalpha). Set ours up. */
+static _Thread_local int pjrt_ref_thread_prepared;
+
+static void pjrt_ref_prepare_thread(void) {
+    static void (*ctype_init)(void);
+    static atomic_int looked_up;
+    if (pjrt_ref_thread_prepared) return;
+    pjrt_ref_thread_prepared = 1;
+    if (!pjrt_ref_in_own_namespace()) return;
+    if (!atomic_load(&looked_up)) {
+        void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);   /* ours: we are in our namespace */
+        ctype_init = libc ? (void (*)(void))dlsym(libc, "__ctype_init") : NULL;
+        atomic_store(&looked_up, 1);
+    }
+    if (ctype_init) ctype_init();
+}
+
 static atomic_int pjrt_ref_inflight;      /* calls inside Python right now */
 static atomic_int pjrt_ref_closing;       /* set by pjrt_ref_begin_shutdown */
 static pthread_t pjrt_ref_closing_thread;
@@ -31,6 +53,7 @@ static pthread_t pjrt_ref_closing_thread;
  * us in flight or we see it closing.) */
 static int pjrt_ref_enter(void) {
     if (pjrt_ref_python_gone()) return 0;
+    pjrt_ref_prepare_thread();
     atomic_fetch_add(&pjrt_ref_inflight, 1);
     if (atomic_load(&pjrt_ref_closing) && !pthread_equal(pthread_self(), pjrt_ref_closing_thread)) {
         atomic_fetch_sub(&pjrt_ref_inflight, 1);
@@ -75,8 +98,6 @@ void pjrt_ref_chunk_free(void* data, void* deleter_arg) {
  * no interrupt pending and stops carrying it. */
 static _Thread_local int pjrt_ref_interrupt_requested;
 static _Thread_local int pjrt_ref_interrupt_carried;
-
-static int pjrt_ref_in_own_namespace(void);   /* python_boot.c */
 
 /* In a Python of our own (isolated_runtime.c) the host's Python had the
  * signal itself, forwarded to us: nothing to raise again. */

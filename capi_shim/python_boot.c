@@ -231,6 +231,7 @@ __attribute__((visibility("default")))
 const PJRT_Api* GetPjrtApi(void) {
     static pthread_once_t started = PTHREAD_ONCE_INIT;
     pthread_once(&started, pjrt_ref_start_python);
+    pjrt_ref_prepare_thread();
     if (atomic_load(&pjrt_ref_booted)) return &pjrt_ref_api;
     if (pjrt_ref_python_gone()) return NULL;
     PyGILState_STATE gil = PyGILState_Ensure();

@@ -37,7 +37,7 @@ except AttributeError:
     pass
 
 def get_pjrt_api(loader):
-    library = loader(pjrt_ref.library_path())
+    library = loader(pjrt_ref.shim_path())   # the shim in this Python (PJRT_REF_RUNTIME=shared)
     library.GetPjrtApi.restype = ctypes.c_void_p
     return library.GetPjrtApi()
 
@@ -103,7 +103,7 @@ def test_boot_failure_returns_null_and_says_why(tmp_path):
     code = f"""
 import ctypes, importlib, sys
 import pjrt_ref
-path = pjrt_ref.library_path()
+path = pjrt_ref.shim_path()
 sys.path.insert(0, {str(tmp_path)!r})
 for name in [n for n in sys.modules if n.startswith("pjrt_ref")]:
     del sys.modules[name]

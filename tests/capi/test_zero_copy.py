@@ -178,7 +178,7 @@ assert left == [], left
 del y, out                        # (a jax.Array alive at exit keeps its PJRT_Event: reported, rightly)
 gc.collect()
 print("ok")
-""", PJRT_REF_STRICT="1", **BOTH)
+""", PJRT_REF_STRICT="1", PJRT_REF_RUNTIME="shared", **BOTH)   # it looks at the plugin's objects
     assert proc.stdout.strip() == "ok"
     lines = [l for l in proc.stderr.splitlines() if l.startswith("pjrt-ref strict:")]
     assert all(": older (smaller) than" in l or "newer" in l for l in lines), lines
