@@ -119,9 +119,12 @@ def _torch_tests_command(argv: list[str]) -> int:
 
 
 def _library_path_command(argv: list[str]) -> int:
+    """The library to hand to a host by path. Its host is unknown, so the
+    plugin gets a Python of its own unless PJRT_REF_RUNTIME says otherwise:
+    a Python host may hold its GIL while it waits for a call."""
     from pjrt_ref import library_path
 
-    print(library_path())
+    print(library_path(runtime="isolated"))
     return 0
 
 
@@ -135,7 +138,7 @@ COMMANDS = {
     "conformance": (_conformance_command, "run StableHLO test files and report pass/fail"),
     "jax-tests": (_jax_tests_command, "run JAX's own test files on cpu and on pjrt_ref, and compare"),
     "torch-tests": (_torch_tests_command, "run PyTorch/XLA's own test files on CPU and on pjrt_ref, and compare"),
-    "library-path": (_library_path_command, "print the path of the PJRT plugin library"),
+    "library-path": (_library_path_command, "print the path of the PJRT plugin library (PJRT_REF_RUNTIME)"),
 }
 
 

@@ -30,10 +30,13 @@ def host_binary(tmp_path_factory) -> str:
     return binary
 
 
-def test_c_host_runs_add(host_binary):
+@pytest.mark.parametrize("runtime", ["shared", "isolated"])
+def test_c_host_runs_add(host_binary, runtime):
+    """The shim itself, and the library that loads it into a namespace of its
+    own (what `pjrt-ref library-path` prints): a C host meets both."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") and not k.startswith("JAX_")}
-    proc = subprocess.run([host_binary, pjrt_ref.library_path()], env=env, capture_output=True,
+    proc = subprocess.run([host_binary, pjrt_ref.library_path(runtime)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "PJRT API 0.114" in proc.stdout

@@ -303,3 +303,17 @@ def test_the_plugin_runs_in_a_python_of_its_own():
     print("ok")
     """, timeout=120)
     assert "ok" in proc.stdout
+
+
+def test_the_library_path_the_cli_prints_serves_torch_without_deadlock():
+    """`PJRT_DEVICE=LIBRARY PJRT_LIBRARY_PATH=$(pjrt-ref library-path)`, as the README says."""
+    path = subprocess.run([sys.executable, "-m", "pjrt_ref.cli.main", "library-path"], env=clean_env(),
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert "_pjrt_ref_isolated" in path
+    proc = run_torch("""
+    x = torch.tensor(0., device=DEVICE)
+    x[x == 0] = 1.
+    same(x, torch.tensor(1.))
+    print("ok")
+    """, timeout=120, PJRT_DEVICE="LIBRARY", PJRT_LIBRARY_PATH=path)
+    assert "ok" in proc.stdout
