@@ -242,7 +242,7 @@ _declare("PJRT_REF_RUNTIME", OneOf("isolated", "shared"), None,
          "path): isolated, its own interpreter in its own link namespace, so no host thread's GIL "
          "is on a PJRT call's path; shared, the host's interpreter (the plugin's Python objects "
          "are the host's, and a host thread that holds the GIL while it waits for a call deadlocks)",
-         "isolated for PyTorch/XLA, shared for JAX")
+         "isolated for PyTorch/XLA and `pjrt-ref library-path`, shared for JAX")
 _declare("PJRT_REF_GIL_STALL", Number(positive=False, unit="seconds"), 60.0,
          "report an entry point that has waited this long for Python's GIL, with every thread's "
          "stack: the host holds the GIL while it waits for the call (0: never)")

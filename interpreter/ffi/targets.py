@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from ... import settings
-from ...errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
+from ...errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
 
 PLATFORM = "pjrt_ref"
 # A typed XLA FFI handler (XLA_FFI_Handler*; all the PJRT FFI extension
@@ -43,6 +43,7 @@ _handlers: dict[str, Handler] = {}
 
 def register(name: str, address: int, platform: str, api_version: int, traits: int = 0) -> Handler:
     """Add a handler (what PJRT_FFI_Register_Handler does); errors are PjrtRefErrors."""
+    _check_reachable(name)
     _check_platform(name, platform)
     if api_version not in (TYPED_FFI, LEGACY):
         raise InvalidArgument(f"FFI target '{name}': api_version {api_version} is neither 1 (typed "
@@ -87,6 +88,25 @@ def _on_cpu(name: str) -> bool:
         from jaxlib import _jax
         return name in _jax.custom_call_targets("Host")
     except (ImportError, AttributeError, TypeError, RuntimeError):   # another jaxlib
+        return False
+
+
+def _check_reachable(name: str) -> None:
+    """Called in a host's Python while this process's plugin runs in a Python
+    of its own (PJRT_REF_RUNTIME=isolated), this table is not the plugin's."""
+    if settings.runs_in_own_python() or not _isolated_plugin_loaded():
+        return
+    raise FailedPrecondition(
+        f"FFI target '{name}': this process's pjrt_ref plugin runs in a Python of its own "
+        f"(PJRT_REF_RUNTIME=isolated), which a registration from this Python cannot reach: register "
+        f"a typed handler with {HOW_TO_REGISTER}, or run with PJRT_REF_RUNTIME=shared")
+
+
+def _isolated_plugin_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            return "_pjrt_ref_isolated" in maps.read()
+    except OSError:
         return False
 
 

@@ -248,6 +248,19 @@ def test_legacy_status_returning_custom_call(handlers):
     assert "LegacyAddOne: negative input" in error
 
 
+def test_a_legacy_registration_that_cannot_reach_an_isolated_plugin_says_so(handlers):
+    out = run(handlers, """
+    from pjrt_ref.interpreter.ffi import targets
+    address = ctypes.cast(handlers.LegacyAddOne, ctypes.c_void_p).value
+    try:
+        targets.register("LegacyAddOne", address, platform="pjrt_ref", api_version=targets.LEGACY)
+    except Exception as error:
+        print(type(error).__name__, error)
+    """, PJRT_REF_RUNTIME="isolated")
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("FailedPrecondition") and "PJRT_REF_RUNTIME=shared" in last, last
+
+
 def test_registration_for_another_platform_is_refused_by_the_extension():
     from pjrt_ref.errors import InvalidArgument
     from pjrt_ref.interpreter.ffi import targets
