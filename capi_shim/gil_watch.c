@@ -118,7 +118,8 @@ static void pjrt_ref_report_stall(struct pjrt_ref_waiter* stalled, long long now
         "  Another thread holds the GIL without running Python code. If it waits, in C or C++,\n"
         "  for a result of this call, the process is deadlocked: pjrt-ref runs in the host's\n"
         "  Python and needs the GIL to go on (README, \"How a call travels\"). The call keeps\n"
-        "  waiting. PJRT_REF_GIL_STALL sets when this report comes (0: never).\n"
+        "  waiting. PJRT_REF_RUNTIME=isolated gives the plugin a Python of its own, which no\n"
+        "  host thread can block. PJRT_REF_GIL_STALL sets when this report comes (0: never).\n"
         "  Threads inside pjrt-ref's entry points:\n",
         atomic_load(&stalled->entry), (int)stalled->tid, name,
         (now - atomic_load(&stalled->since_ns)) / 1e9);
