@@ -14,8 +14,9 @@
  * Buffers stay zero-copy: both interpreters share the address space, and
  * one heap (one_heap.c).
  *
- * A namespace has its own copy of libc, and three of its state must agree
- * with the host's:
+ * A namespace has its own copy of libc, and some of its state must agree
+ * with the host's (the shim itself sets up the fourth, a host thread's
+ * ctype tables in our libc, at the thread's first call: entry_guards.c):
  *   - the heap: the shim's malloc family serves the namespace from the
  *     host's allocator (one_heap.c; we pass the host's functions in);
  *   - thread-specific keys: both libcs number keys from 0, and the slots
