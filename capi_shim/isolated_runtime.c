@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef PJRT_REF_SHIM_FILE
 #error "setup.py defines PJRT_REF_SHIM_FILE, the shim's file name"
@@ -69,14 +70,18 @@ typedef struct {   /* the same layout as one_heap.c's pjrt_ref_heap_functions */
 
 static get_api_fn shim_get_pjrt_api;
 
-/* The shim's path: this library's directory and PJRT_REF_SHIM_FILE. */
+/* The shim's path: the directory this library really is in (through any
+ * symbolic link the host opened it by) and PJRT_REF_SHIM_FILE. */
 static int shim_path(char* out, size_t size) {
     Dl_info info;
     if (!dladdr((void*)&shim_path, &info) || info.dli_fname == NULL) return 0;
-    const char* slash = strrchr(info.dli_fname, '/');
-    int directory = slash ? (int)(slash - info.dli_fname) : 1;
-    const char* base = slash ? info.dli_fname : ".";
-    return snprintf(out, size, "%.*s/%s", directory, base, PJRT_REF_SHIM_FILE) < (int)size;
+    char* real = realpath(info.dli_fname, NULL);
+    const char* self = real ? real : info.dli_fname;
+    const char* slash = strrchr(self, '/');
+    int fits = snprintf(out, size, "%.*s/%s", slash ? (int)(slash - self) : 1, slash ? self : ".",
+                        PJRT_REF_SHIM_FILE) < (int)size;
+    free(real);
+    return fits;
 }
 
 static void use_host_heap(void* shim) {
@@ -161,9 +166,10 @@ static void forward_interrupts(void* shim) {
 }
 
 static void load_shim(void) {
-    char path[4096];
-    if (!shim_path(path, sizeof path)) {
-        fprintf(stderr, "pjrt-ref: could not locate the shim library beside this one\n");
+    char path[4096] = "";
+    if (!shim_path(path, sizeof path) || access(path, R_OK) != 0) {
+        fprintf(stderr, "pjrt-ref: the shim library %s is not beside this one: a copy of pjrt-ref's "
+                        "plugin library needs it (a symbolic link does not)\n", path);
         return;
     }
     void* shim = load_in_own_namespace(path);
