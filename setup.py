@@ -18,6 +18,7 @@ SHIM_FILE = "_pjrt_ref_shim" + sysconfig.get_config_var("EXT_SUFFIX")
 isolated_runtime = Extension(
     "pjrt_ref.capi_shim._pjrt_ref_isolated",
     sources=["capi_shim/isolated_runtime.c"],
+    depends=["capi_shim/host_heap.h"],
     define_macros=[("PJRT_REF_SHIM_FILE", f'"{SHIM_FILE}"')],
     libraries=["dl", "pthread"],
 )

@@ -42,6 +42,7 @@ ENTRY_GUARDS_SOURCE = os.path.join(HERE, "entry_guards.c")   # what every slot p
 GIL_WATCH_SOURCE = os.path.join(HERE, "gil_watch.c")         # the hang detector the guards feed
 PYTHON_BOOT_SOURCE = os.path.join(HERE, "python_boot.c")  # GetPjrtApi: start/join Python, boot
 ONE_HEAP_SOURCE = os.path.join(HERE, "one_heap.c")       # malloc, when in a namespace of its own
+HOST_HEAP_HEADER = os.path.join(HERE, "host_heap.h")     # what isolated_runtime.c hands one_heap.c
 BOOT_SCRIPT = os.path.join(HERE, "boot.py")               # the Python that binds the slots
 
 
@@ -326,7 +327,7 @@ def make_builder() -> cffi.FFI:
         libraries=[f"python{ldversion}", "dl", "pthread"],
         library_dirs=[libdir] if libdir else [],
         extra_link_args=[f"-Wl,-rpath,{libdir}"] if libdir else [],
-        depends=[HEADER, GIL_WATCH_SOURCE, ONE_HEAP_SOURCE, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
+        depends=[HEADER, GIL_WATCH_SOURCE, ONE_HEAP_SOURCE, HOST_HEAP_HEADER, ENTRY_GUARDS_SOURCE, FAST_PATHS_SOURCE, PYTHON_BOOT_SOURCE, BOOT_SCRIPT, os.path.join(HERE, "entry_points.py"),
                  *PROFILER_DEPENDS, *extensions.DEPENDS],
         py_limited_api=False,   # we embed CPython (PyConfig, libpython): version-specific, not abi3
         define_macros=[("_CFFI_NO_LIMITED_API", None)],   # the same, for builds that bypass setuptools

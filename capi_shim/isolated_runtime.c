@@ -47,6 +47,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "host_heap.h"
+
 #ifndef PJRT_REF_SHIM_FILE
 #error "setup.py defines PJRT_REF_SHIM_FILE, the shim's file name"
 #endif
@@ -57,16 +59,6 @@
 
 typedef const void* (*get_api_fn)(void);
 
-typedef struct {   /* the same layout as one_heap.c's pjrt_ref_heap_functions */
-    void* (*malloc)(size_t);
-    void (*free)(void*);
-    void* (*calloc)(size_t, size_t);
-    void* (*realloc)(void*, size_t);
-    int (*posix_memalign)(void**, size_t, size_t);
-    void* (*aligned_alloc)(size_t, size_t);
-    void* (*memalign)(size_t, size_t);
-    size_t (*malloc_usable_size)(void*);
-} heap_functions;
 
 static get_api_fn shim_get_pjrt_api;
 
@@ -85,8 +77,8 @@ static int shim_path(char* out, size_t size) {
 }
 
 static void use_host_heap(void* shim) {
-    void (*use)(const heap_functions*) = (void (*)(const heap_functions*))dlsym(shim, "pjrt_ref_use_host_heap");
-    heap_functions host = {malloc, free, calloc, realloc, posix_memalign,
+    void (*use)(const pjrt_ref_heap_functions*) = (void (*)(const pjrt_ref_heap_functions*))dlsym(shim, "pjrt_ref_use_host_heap");
+    pjrt_ref_heap_functions host = {malloc, free, calloc, realloc, posix_memalign,
                            aligned_alloc, memalign, malloc_usable_size};
     if (use) use(&host);
 }

@@ -21,16 +21,7 @@
  * Included by the C source build_shim.py generates.
  */
 
-typedef struct {
-    void* (*malloc)(size_t);
-    void (*free)(void*);
-    void* (*calloc)(size_t, size_t);
-    void* (*realloc)(void*, size_t);
-    int (*posix_memalign)(void**, size_t, size_t);
-    void* (*aligned_alloc)(size_t, size_t);
-    void* (*memalign)(size_t, size_t);
-    size_t (*malloc_usable_size)(void*);
-} pjrt_ref_heap_functions;
+#include "host_heap.h"
 
 static pjrt_ref_heap_functions pjrt_ref_host_heap;
 
