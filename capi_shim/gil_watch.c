@@ -24,6 +24,10 @@
 #include <time.h>
 
 #define PJRT_REF_WAITER_SLOTS 256
+/* PJRT_REF_GIL_STALL's default in pjrt_ref/settings.py, for the one wait
+ * that comes before Python reads the settings (python_boot.c); a project
+ * test keeps the two equal. */
+#define PJRT_REF_DEFAULT_GIL_STALL 60.0
 
 /* One thread's record. A thread claims one the first time it calls in and
  * gives it back when it exits (the key's destructor). */

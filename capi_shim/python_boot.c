@@ -226,6 +226,18 @@ static int pjrt_ref_boot(void) {
     return atomic_load(&pjrt_ref_booted);
 }
 
+/* A host thread's first GetPjrtApi in a host that runs Python waits for the
+ * host's GIL before any of our Python runs, so before pjrt_ref/capi starts
+ * the hang detector from the settings: start it here, from the environment,
+ * and watch this wait. NULL when the wait cannot block (our own Python, or
+ * this thread holds the GIL) or the detector is off. */
+static struct pjrt_ref_waiter* pjrt_ref_watch_boot_wait(void) {
+    if (pjrt_ref_in_own_namespace() || PyGILState_Check()) return NULL;
+    const char* text = getenv("PJRT_REF_GIL_STALL");
+    pjrt_ref_gil_watch(text != NULL && *text ? strtod(text, NULL) : PJRT_REF_DEFAULT_GIL_STALL);
+    return pjrt_ref_gil_wait_begin("GetPjrtApi");
+}
+
 /* The PJRT plugin's one exported function (pjrt_c_api.h: "GetPjrtApi"). */
 __attribute__((visibility("default")))
 const PJRT_Api* GetPjrtApi(void) {
@@ -234,7 +246,9 @@ const PJRT_Api* GetPjrtApi(void) {
     pjrt_ref_prepare_thread();
     if (atomic_load(&pjrt_ref_booted)) return &pjrt_ref_api;
     if (pjrt_ref_python_gone()) return NULL;
+    struct pjrt_ref_waiter* waiter = pjrt_ref_watch_boot_wait();
     PyGILState_STATE gil = PyGILState_Ensure();
+    pjrt_ref_gil_wait_end(waiter);
     int booted = pjrt_ref_boot();
     PyGILState_Release(gil);
     return booted ? &pjrt_ref_api : NULL;

@@ -15,12 +15,13 @@ child does that first.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
 
 from jax_support import run_python
-from repo_paths import SUPPORT, TESTS
+from repo_paths import REPO, SUPPORT, TESTS
 
 # The child imports the helpers and test_multi_device's C API steps.
 CHILD_PATH = os.pathsep.join([str(SUPPORT), str(TESTS / "model")])
@@ -159,3 +160,13 @@ def test_no_report_when_the_gil_comes_in_time():
     proc = run_python(STALLED_CHILD, timeout=120, PYTHONPATH=CHILD_PATH, PJRT_REF_GIL_STALL="30")
     assert "answered [b'pjrt_ref']" in proc.stdout, proc.stdout + proc.stderr
     assert "has waited" not in proc.stderr, proc.stderr
+
+
+def test_the_boot_wait_uses_the_settings_default_stall():
+    """GetPjrtApi's wait for the host's GIL is watched before Python reads
+    the settings, with a default written in C (capi_shim/gil_watch.c)."""
+    from pjrt_ref import settings
+
+    source = (REPO / "capi_shim" / "gil_watch.c").read_text()
+    written = float(re.search(r"#define PJRT_REF_DEFAULT_GIL_STALL ([0-9.]+)", source).group(1))
+    assert written == settings.declared("PJRT_REF_GIL_STALL").default
