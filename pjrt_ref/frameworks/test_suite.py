@@ -8,7 +8,8 @@ environment for the pytest process); this module runs pytest once per
 backend with a junit report, reads every test id's outcome, and prints per
 file how many passed, failed and were skipped on each backend, then every
 test id that passes on the reference backend and not on pjrt_ref, with the
-first line of its error.
+first line of its error. A framework whose CI runs each file in a process
+of its own (PyTorch/XLA's run_tests.sh) gets one pytest process per file.
 
 The reference backend's outcomes depend only on the framework's version and
 the run's settings, not on pjrt-ref, so `--reference-from DIR` reads them
@@ -135,34 +136,48 @@ def pytest_command(files: list[str], junit: str, options: argparse.Namespace, in
 
 def run_backend(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
                 scratch: str) -> Run:
-    """Run the files on one backend; outcomes from pytest's junit XML, or,
-    for a run killed because nothing finished for `options.stall` seconds,
-    from the progress plugin's records, the tests it had started marked
-    hung, and the rest run again without them."""
+    """Run the files on one backend: in one pytest process, or, where the
+    framework's CI gives each file a process of its own (a file may change
+    process-wide state when it is imported), one process per file."""
     started = time.perf_counter()
+    groups = [[file] for file in files] if options.process_per_file else [files]
+    outcomes: dict[str, Outcome] = {}
+    for index, group in enumerate(groups):
+        name = backend if len(groups) == 1 else f"{backend}.file{index}"
+        outcomes.update(run_files(name, env, group, options, scratch))
+    return Run(backend, outcomes, time.perf_counter() - started)
+
+
+def run_files(name: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
+              scratch: str) -> dict[str, Outcome]:
+    """Outcomes of one pytest process tree named `name` in `scratch`: from
+    its junit XML, or, for a run killed because nothing finished for
+    `options.stall` seconds, from the progress plugin's records, the tests
+    it had started marked hung, and the rest run again without them."""
     outcomes: dict[str, Outcome] = {}
     for segment in itertools.count():
-        stalled = run_segment(backend, env, files, options, scratch, segment, deselect=sorted(outcomes))
+        stalled = run_segment(name, env, files, options, scratch, segment, deselect=sorted(outcomes))
         if not stalled:
-            junit = os.path.join(scratch, f"{backend}.xml")
+            junit = os.path.join(scratch, f"{name}.xml")
             if not os.path.exists(junit):
-                raise RuntimeError(f"pytest on {backend} wrote no report; see {scratch}/{backend}.log")
+                raise RuntimeError(f"pytest ({name}) wrote no report; see {scratch}/{name}.log")
             outcomes.update(read_junit(junit, options.checkout))
             break
-        progress = read_progress(progress_path(scratch, backend, segment))
+        progress = read_progress(progress_path(scratch, name, segment))
         outcomes.update(progress.finished)
-        for identifier in progress.running or ["(collection)"]:
+        stuck_before_tests = [f"{files[0]}::{COLLECTION}" if len(files) == 1 else COLLECTION]
+        for identifier in progress.running or stuck_before_tests:
             outcomes[identifier] = Outcome("failed", f"hung: nothing finished for {options.stall} s "
                                                      f"(the run was killed and went on without it)")
         if not progress.running:
             break                                    # stuck before any test: nothing left to skip
-    return Run(backend, outcomes, time.perf_counter() - started)
+    return outcomes
 
 
-def run_segment(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
+def run_segment(name: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
                 scratch: str, segment: int, deselect: list[str]) -> bool:
     """One pytest process tree; True if it stalled and was killed."""
-    junit = os.path.join(scratch, f"{backend}.xml")
+    junit = os.path.join(scratch, f"{name}.xml")
     if os.path.exists(junit):
         os.remove(junit)                 # a kept directory's report from an earlier run
     ini = os.path.join(scratch, "pytest.ini")
@@ -171,10 +186,10 @@ def run_segment(backend: str, env: dict[str, str], files: list[str], options: ar
     command = pytest_command(files, junit, options, ini)
     for identifier in deselect:
         command += ["--deselect", identifier]
-    progress = progress_path(scratch, backend, segment)
+    progress = progress_path(scratch, name, segment)
     open(progress, "w").close()
     env = {**env, "PJRT_REF_SUITE_PROGRESS": progress}
-    log_name = os.path.join(scratch, f"{backend}.log" if segment == 0 else f"{backend}.{segment}.log")
+    log_name = os.path.join(scratch, f"{name}.log" if segment == 0 else f"{name}.{segment}.log")
     log = open(log_name, "w") if not options.verbose else None
     process = subprocess.Popen(command, cwd=options.checkout, env=env, start_new_session=True,
                                stdout=log, stderr=subprocess.STDOUT if log else None)
@@ -203,8 +218,8 @@ def wait_or_stall(process: subprocess.Popen, progress: str, stall: float) -> boo
         raise
 
 
-def progress_path(scratch: str, backend: str, segment: int) -> str:
-    return os.path.join(scratch, f"{backend}.progress.{segment}.jsonl")
+def progress_path(scratch: str, name: str, segment: int) -> str:
+    return os.path.join(scratch, f"{name}.progress.{segment}.jsonl")
 
 
 @dataclass
@@ -365,6 +380,7 @@ class Suite:
     pytest_plugins: tuple[str, ...] = ()           # modules every run loads (pytest -p)
     stall: float = 600.0                           # default --stall
     all_files: Callable[[str], list[str]] | None = None   # --all: every file of a checkout that can run
+    process_per_file: bool = False                 # each file in a pytest process of its own
 
 
 def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
@@ -400,6 +416,7 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
         options.files = suite.all_files(options.checkout)
     options.files = options.files or list(suite.default_files)
     options.pytest_plugins = ("pjrt_ref.frameworks.progress_plugin", *suite.pytest_plugins)
+    options.process_per_file = suite.process_per_file
     return options
 
 

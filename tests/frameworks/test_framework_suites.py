@@ -112,6 +112,47 @@ def test_a_hanging_test_is_reported_hung_and_the_rest_still_run(tmp_path, capsys
     assert status["test_skipped"] == ("skipped", "not here")
 
 
+# A file that switches a process-wide mode when imported, as PyTorch/XLA's
+# test/eager/test_eager.py does (torch_xla.experimental.eager_mode(True)).
+SWITCHING_FILE = """
+import sys
+sys.switched_by_a_test_file = True
+
+def test_in_its_mode():
+    assert sys.switched_by_a_test_file
+"""
+
+ORDINARY_FILE = """
+import sys
+
+def test_in_the_default_mode():
+    assert not hasattr(sys, "switched_by_a_test_file"), "another file's mode leaked in"
+"""
+
+
+@pytest.mark.parametrize("process_per_file", [True, False])
+def test_a_suite_run_like_its_ci_gives_each_file_a_process_of_its_own(tmp_path, process_per_file):
+    checkout = tmp_path / "checkout"
+    (checkout / "test").mkdir(parents=True)
+    (checkout / "test" / "test_a_switching.py").write_text(SWITCHING_FILE)
+    (checkout / "test" / "test_b_ordinary.py").write_text(ORDINARY_FILE)
+    suite = test_suite.Suite(command="t", description="t", checkout="t",
+                             default_files=("test/test_a_switching.py", "test/test_b_ordinary.py"),
+                             backends=("cpu", "pjrt_ref"),
+                             environment=lambda backend, options: dict(os.environ),
+                             check_version=lambda checkout: None, process_per_file=process_per_file)
+    report = tmp_path / "report.json"
+    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--json", str(report)]) == 0
+    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    status = {k.split("::")[-1]: v["status"] for k, v in outcomes.items()}
+    assert status["test_in_its_mode"] == "passed"
+    assert status["test_in_the_default_mode"] == ("passed" if process_per_file else "failed")
+
+
+def test_torch_files_each_run_in_a_process_of_their_own():
+    assert torch_suite.SUITE.process_per_file and not jax_suite.SUITE.process_per_file
+
+
 def test_all_runs_every_test_file_but_the_left_out_ones(tmp_path):
     for name in ("tests/lax_test.py", "tests/pallas/ops_test.py", "tests/multiprocess/pjit_test.py",
                  "tests/mosaic/gpu_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/util.py"):

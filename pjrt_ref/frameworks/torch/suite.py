@@ -15,7 +15,9 @@ Each run gets what PyTorch/XLA's `test/run_tests.sh` exports
 (`TORCH_TEST_DEVICES=test/pytorch_test_base.py`, so torch's device-generic
 tests get their XLA variants, and `PYTORCH_TEST_WITH_SLOW=1`), and in the
 pjrt_ref run the test base accepts the PJRT_REF device type as it does CPU
-(suite_plugin.py). PyTorch/XLA's CI runs each file as a script (`python test/test_x.py`);
+(suite_plugin.py). PyTorch/XLA's CI runs each file as a script (`python test/test_x.py`),
+each in a process of its own: so does this runner, one pytest process per
+file (files switch process-wide modes when imported: eager mode, flags).
 pytest runs the same unittest cases, but not the file's `__main__` block
 (which seeds torch and sets the matmul precision to 'highest', the
 precision XLA CPU and pjrt-ref compute f32 products at anyway). The files
@@ -75,7 +77,7 @@ def check_version(checkout: str) -> None:
 SUITE = Suite(command="pjrt-ref torch-tests", description=__doc__.split("\n\n")[1],
               checkout="a checkout of PyTorch/XLA's repository (its test/ and setup.py at least)",
               default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
-              check_version=check_version, stall=300.0,
+              check_version=check_version, stall=300.0, process_per_file=True,
               pytest_plugins=("pjrt_ref.frameworks.torch.suite_plugin",))
 
 
