@@ -74,6 +74,11 @@ class TranslatedLoop:
     def input_types(self) -> list:
         return [(compute_dtype(t.dtype), kind is not SCALAR) for _, kind, t in self.carried + self.captures]
 
+    @property
+    def functions(self) -> list:
+        """The ctypes functions the code calls, after the captures (small_products.py)."""
+        return list(self.translator.functions.values())
+
 
 def _compile_while(step, fuse_regions) -> Step:
     op = step.op
@@ -124,7 +129,7 @@ def _build(step, loop: TranslatedLoop):
     """The loop's kernel, or None (it stays interpreted). A transcendental
     whose probe fails on this machine is handed back to the interpreter in
     a second translation, which must read the same values."""
-    failed = loop.translator.failed_math()
+    failed = loop.translator.failed_probes()
     if failed:
         try:
             retried = _translate(step, failed)
@@ -135,7 +140,7 @@ def _build(step, loop: TranslatedLoop):
         loop = retried
     if not loop.translator.verified():
         return None
-    function = codegen.compile_safely(codegen.compile_loop, loop.source, loop.input_types)
+    function = codegen.compile_safely(codegen.compile_loop, loop.source, loop.input_types, loop.functions)
     return None if function is None else _loop_kernel(function, loop)
 
 
@@ -220,7 +225,7 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
     elements: W13 in benchmarks/README.md). Otherwise each iteration writes
     a fresh array."""
     captured = [translator.names[slot][0] for slot, _, _ in translator.captures]
-    parameters = ["n", "budget"] + [name for name, _, _ in carried] + captured
+    parameters = ["n", "budget"] + [name for name, _, _ in carried] + captured + list(translator.functions)
     lines = ["", "", "@njit(cache=True, error_model=\"numpy\")",
              f"def loop({', '.join(parameters)}):",
              "    done = False",
@@ -305,7 +310,7 @@ def _loop_kernel(function, loop: TranslatedLoop):
 
     def compiled_while(op, *values, regions=None):   # regions: those of a Switchable's first form
         args = [v.ravel().astype(dtype, copy=False) if is_array else dtype.type(v[()])
-                for v, (dtype, is_array) in zip(values, inputs)]
+                for v, (dtype, is_array) in zip(values, inputs)] + loop.functions
         results = _run_in_chunks(function, size, args, carried_dtypes, op.location)
         out = tuple(np.asarray(r, dtype=d).reshape(s)
                     for r, d, s in zip(results, result_dtypes, result_shapes))

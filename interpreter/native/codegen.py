@@ -236,9 +236,12 @@ def compile_fused(source: str, input_types: list, output_dtypes: list):
     return kernel
 
 
-def compile_loop(source: str, input_types: list):
+def compile_loop(source: str, input_types: list, functions: list = ()):
     """The compiled `loop` of `source` (see jit/loops.py) for the given inputs:
-    (dtype, is_array) each; arrays are 1-d and C-contiguous."""
+    (dtype, is_array) each; arrays are 1-d and C-contiguous. Then the ctypes
+    functions it calls, passed as arguments (small_products.py): the
+    machine code does not hold their addresses, so it can be cached."""
+    import numba
     from numba import types
     from numba.np.numpy_support import from_dtype
 
@@ -247,6 +250,7 @@ def compile_loop(source: str, input_types: list):
     for dtype, is_array in input_types:
         scalar = from_dtype(dtype)
         signature.append(types.Array(scalar, 1, "C") if is_array else scalar)
+    signature += [numba.typeof(function) for function in functions]
     with _LOCK:
         loop.compile(tuple(signature))
     return loop

@@ -1,8 +1,9 @@
 """Ops a compiled loop hands back to the interpreter, one op at a time.
 
 Some ops cannot be compiled so that they give the interpreter's bits: a
-float dot_general (BLAS sums in an order set by the CPU's kernels), a
-float64 transcendental where numpy's SIMD function is not libm's
+float dot_general that numpy does not make by one BLAS call the loop can
+make too (small_products.py), a float64 transcendental where numpy's SIMD
+function is not libm's
 (float64_math.py), an op no template translates. Before this module one of
 them kept the whole loop interpreted, every op of every iteration. Now the
 loop stays compiled and only that op leaves it: the generated code runs it

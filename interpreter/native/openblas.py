@@ -64,6 +64,18 @@ class OpenBLAS:
         getter.restype = ctypes.c_int
         return int(getter())
 
+    def cblas(self, base: str):
+        """(function, integer type) of cblas function `base` ("cblas_sgemv"):
+        the integer type its sizes and strides are (64-bit in an ILP64
+        build), or None if the library lacks it."""
+        for prefix in _PREFIXES:
+            for suffix in _SUFFIXES:
+                found = getattr(self.library, prefix + base + suffix, None)
+                if found is not None:
+                    wide = suffix != "" or "USE64BITINT" in self.config
+                    return found, (ctypes.c_int64 if wide else ctypes.c_int)
+        return None
+
     def thread_local_setter(self):
         """openblas_set_num_threads_local (this thread's calls only), or
         None: OpenBLAS 0.3.27 added it, but not every build exports it."""

@@ -29,8 +29,9 @@ interpreter.
 FOLD_PRELUDE does the same in numba, and `fold_orders_agree` checks it
 against numpy on this machine before a loop that uses it runs (a numpy
 whose reductions sum in another order keeps such loops interpreted).
-Float dot_general stays interpreted: BLAS's order depends on the CPU's
-kernels and cannot be reproduced; integer products are exact and compile.
+Float dot_general cannot be summed here: BLAS's order depends on the CPU's
+kernels. A small one makes the BLAS call numpy makes (small_products.py);
+integer products are exact and compile.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import math
 
 import numpy as np
 
-from . import half_precision
+from . import half_precision, small_products
 from .translator import KeepInterpreted, NotCompilable, type_name
 
 WITH_REGIONS = ("stablehlo.reduce",)
@@ -335,6 +336,9 @@ def dot_general(t, step, operands, key) -> None:
     lhs_type, rhs_type = op.operand_types
     result = op.result_types[0]
     dtype = result.dtype
+    if dtype.kind == "f":
+        small_products.translate(t, step, operands, key)
+        return
     if not (lhs_type.dtype == rhs_type.dtype == dtype) or dtype.kind not in "iu":
         raise NotCompilable("dot_general other than on integers of one type")
     numbers = op.attrs.get("dot_dimension_numbers")

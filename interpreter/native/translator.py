@@ -116,6 +116,12 @@ class Translator:
         # float dtypes whose sums and products follow numpy's order, which
         # tensor_ops.fold_orders_agree must confirm before the code may run.
         self.fold_checks: set = set()
+        # (op, call) of float products made by numpy's BLAS call
+        # (small_products.py), which its probe must confirm.
+        self.product_checks: list = []
+        # parameter name -> ctypes function the code calls (a BLAS routine),
+        # passed to the compiled function as an argument.
+        self.functions: dict = {}
         self.names: dict = {}      # slot (or inlined value key) -> (name, kind)
         self.dtypes: dict = {}     # name -> numpy dtype of the value
         self.captures: list = []   # (slot, kind, ttype) read from the frame
@@ -215,6 +221,12 @@ class Translator:
         name = self.fresh("g")
         self.buffers.append((name, size, dtype))
         return name
+
+    def external(self, name: str, function) -> str:
+        """The parameter name the code calls ctypes `function` by."""
+        parameter = f"blas_{name}"
+        self.functions.setdefault(parameter, function)
+        return parameter
 
     def define(self, key, name: str, kind, dtype) -> None:
         self.names[key] = (name, kind)
@@ -372,21 +384,27 @@ class Translator:
         """Whether the code gives the interpreter's bits on this machine where
         that rests on a probe: transcendentals on half types
         (half_precision.math_agrees) and float64 (float64_math.libm_agrees),
-        float sums and products
-        (tensor_ops.fold_orders_agree). Each probe is a numba build, so
-        callers ask where they compile."""
+        float sums and products (tensor_ops.fold_orders_agree), float
+        matrix products (small_products.agrees). Each probe is a numba
+        build or BLAS calls, so callers ask where they compile."""
         from . import tensor_ops
 
-        return not self.failed_math() and \
+        return not self.failed_probes() and \
             all(tensor_ops.fold_orders_agree(dtype) for dtype in sorted(self.fold_checks, key=str))
 
-    def failed_math(self) -> frozenset:
-        """The (op name, dtype) transcendentals whose probe fails here: a
-        translation that hands them back (`handed_back`) can still compile."""
+    def failed_probes(self) -> frozenset:
+        """What fails its probe here: (op name, dtype) transcendentals and
+        small_products.probe_key's of products. A translation that hands
+        them back (`handed_back`) can still compile."""
+        from . import small_products
+
         def agrees(name, dtype):
             return float64_math.libm_agrees(name) if dtype == F64 else half_precision.math_agrees(name, dtype)
 
-        return frozenset(pair for pair in self.math_checks if not agrees(*pair))
+        math_failed = {pair for pair in self.math_checks if not agrees(*pair)}
+        products_failed = {small_products.probe_key(op, call) for op, call in self.product_checks
+                           if not small_products.agrees(op, call)}
+        return frozenset(math_failed | products_failed)
 
     def constant(self, key, op):
         """A 0-d constant, or (in a loop body) a splat: every element the same."""

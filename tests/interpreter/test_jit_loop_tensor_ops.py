@@ -2,8 +2,7 @@
 iota, reshape, transpose, broadcasts, slices, concatenate, dynamic slices
 and updates, reductions and integer products compile with the whole loop,
 give the interpreted loop's bits (PJRT_REF_OPTIMIZE=0) and XLA CPU's values;
-what cannot give the interpreter's bits (float products) keeps the loop
-interpreted."""
+float products make numpy's BLAS call (small_products.py) or are handed back."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +15,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from pjrt_ref.interpreter.native import tensor_ops  # noqa: E402
+from pjrt_ref.interpreter.native import small_products, tensor_ops  # noqa: E402
 
 N = 8
 
@@ -117,15 +116,79 @@ def test_cond_may_reduce_the_carried_array(monkeypatch):
     assert is_compiled(program)
 
 
-def test_float_products_are_handed_back_to_the_interpreter(monkeypatch):
-    """BLAS's summation order depends on the CPU's kernels: a float
-    dot_general runs by the interpreter's kernel inside the compiled loop
-    (native/hand_back.py), which stays compiled around it."""
+def loop_source(program) -> str:
+    (loop_step,) = [s for s in entry_steps(program) if s.op.name == "pjrt_ref.compiled_while"]
+    return loop_step.kernel.source
+
+
+# Float products numpy makes by one BLAS call (small_products.py), by case.
+FLOAT_PRODUCTS = {
+    "matrix @ vector": (lambda i, c, y: jnp.tanh(jnp.outer(y, y) @ c), np.float32),
+    "transposed matrix @ vector": (lambda i, c, y: jnp.tanh(jnp.outer(y, c).T @ c), np.float32),
+    "vector @ matrix": (lambda i, c, y: jnp.tanh(c @ jnp.outer(y, y)), np.float32),
+    "vector . vector": (lambda i, c, y: jnp.tanh(c * 0.5 + jnp.dot(c, y)), np.float32),
+    "matrix @ matrix": (lambda i, c, y: jnp.tanh(c.reshape(2, 4) @ y.reshape(4, 2) @ c.reshape(2, 4)
+                                                 ).reshape(N), np.float32),
+    "matrix @ matrix float64": (lambda i, c, y: jnp.tanh((c.reshape(4, 2) @ (c * y).reshape(2, 4))[:2]
+                                                         ).reshape(N), np.float64),
+    "matrix times its transpose": (lambda i, c, y: jnp.tanh((jnp.outer(c, y) @ jnp.outer(c, y).T)[0] * 1e-3),
+                                   np.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(FLOAT_PRODUCTS))
+def test_float_products_make_numpys_blas_call_or_are_handed_back(name, monkeypatch):
+    """A float dot_general in a compiled loop makes the BLAS call numpy
+    makes, where its probe confirms the interpreter's bits on this machine,
+    else runs by the interpreter's kernel (native/hand_back.py). Either
+    way the loop stays compiled and gives the interpreter's bits."""
+    body, dtype = FLOAT_PRODUCTS[name]
+    program, _ = compiled_and_interpreted(monkeypatch, loop(body), vector(dtype), vector(dtype, seed=1))
+    assert is_compiled(program)
+    source = loop_source(program)
+    assert ("blas_cblas_" in source) or ("hand_back_run(" in source), source
+
+
+def test_the_blas_call_is_made_exactly_where_the_probe_agrees(monkeypatch):
+    """Both branches on one program: the probe agreeing (as it does where
+    numpy's OpenBLAS makes the call small_products mirrors) and failing
+    (another numpy or BLAS)."""
+    fn = loop(lambda i, c, y: jnp.tanh(jnp.outer(y, y) @ c))
+    seen = []
+    monkeypatch.setattr(small_products, "_agrees", lambda key, op: seen.append(key) or True)
+    small_products._VERDICTS.clear()
+    program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=1))
+    if small_products.function("cblas_sgemv", np.dtype(np.float32)) is not None:
+        assert "blas_cblas_sgemv(" in loop_source(program) and seen
+    monkeypatch.setattr(small_products, "_agrees", lambda key, op: False)
+    program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=2))
+    assert is_compiled(program)
+    assert "hand_back_run(" in loop_source(program) and "blas_cblas_" not in loop_source(program)
+
+
+def test_without_numpys_openblas_products_are_handed_back(monkeypatch):
+    monkeypatch.setattr(small_products, "function", lambda name, dtype: None)
     fn = loop(lambda i, c, y: jnp.tanh(jnp.outer(y, y) @ c))
     program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=1))
     assert is_compiled(program)
-    (loop_step,) = [s for s in entry_steps(program) if s.op.name == "pjrt_ref.compiled_while"]
-    assert "hand_back_run(" in loop_step.kernel.source
+    assert "hand_back_run(" in loop_source(program)
+
+
+@pytest.mark.parametrize("rows, inner, columns, a_order, b_order, expected", [
+    (8, 8, 1, "C", "C", ("gemv", (102, 112, 8, 8, 8, 1, 1), False)),
+    (8, 8, 1, "F", "C", ("gemv", (101, 112, 8, 8, 8, 1, 1), False)),
+    (1, 8, 8, "C", "C", ("gemv", (101, 112, 8, 8, 8, 1, 1), True)),
+    (1, 8, 1, "C", "C", ("dot", (8, 1, 1), False)),
+    (2, 4, 3, "C", "F", ("gemm", (101, 111, 112, 2, 3, 4, 4, 4, 3), False)),
+    (2, 1, 3, "C", "C", None),
+])
+def test_numpys_choice_of_blas_call(rows, inner, columns, a_order, b_order, expected):
+    """numpy's matmul (numpy/_core/src/umath/matmul.c.src) for the layouts
+    a compiled loop gives it: row-major or transposed operands."""
+    a = np.empty((rows, inner), np.float32, order=a_order)
+    b = np.empty((inner, columns), np.float32, order=b_order)
+    call = small_products.numpy_call(a.strides, b.strides, rows, inner, columns, np.float32)
+    assert (None if call is None else (call.routine, call.arguments, call.swapped)) == expected
 
 
 def test_a_handed_back_op_reads_the_carried_value_of_this_iteration(monkeypatch):
