@@ -17,12 +17,14 @@ shape S (computed in an inner loop over the elements). It translates
 For a whole loop's body (`loop_body=True`) it also translates:
 
 * f16 and bf16 values, held as float32 and rounded after each op
-  (half_precision.py), and float64 transcendentals where libm gives
-  numpy's bits on the machine (float64_math.py);
+  (half_precision.py), and float64 transcendentals: libm's where it gives
+  numpy's bits on the machine (float64_math.py), else numpy's own loop
+  called by address (numpy_loops.py);
 * values of other shapes than S and the ops that move elements between
   shapes, reduce or multiply them (tensor_ops.py: iota, reshape,
   transpose, broadcast, slices, concatenate, dynamic slices and updates,
-  reduce, dot_general).
+  reduce, dot_general; small float products by numpy's BLAS call,
+  small_products.py).
 
 The lines come in `segments`: each segment's `lines` run once per
 iteration, then its element loop (`loop`, over the elements of S, index
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..types import TensorType
-from . import float64_math, half_precision, hand_back
+from . import float64_math, half_precision, hand_back, numpy_loops
 from .loop_expressions import TYPE_NAMES, loop_expression
 from .scalar_expressions import F32, F64, scalar_expression
 
@@ -119,8 +121,8 @@ class Translator:
         # (op, call) of float products made by numpy's BLAS call
         # (small_products.py), which its probe must confirm.
         self.product_checks: list = []
-        # parameter name -> ctypes function the code calls (a BLAS routine),
-        # passed to the compiled function as an argument.
+        # parameter name -> ctypes function the code calls (a BLAS routine,
+        # a numpy loop), passed to the compiled function as an argument.
         self.functions: dict = {}
         self.names: dict = {}      # slot (or inlined value key) -> (name, kind)
         self.dtypes: dict = {}     # name -> numpy dtype of the value
@@ -223,10 +225,10 @@ class Translator:
         return name
 
     def external(self, name: str, function) -> str:
-        """The parameter name the code calls ctypes `function` by."""
-        parameter = f"blas_{name}"
-        self.functions.setdefault(parameter, function)
-        return parameter
+        """The parameter the code calls ctypes `function` by: `name`, a C
+        function's name (small_products.py, numpy_loops.py)."""
+        self.functions.setdefault(name, function)
+        return name
 
     def define(self, key, name: str, kind, dtype) -> None:
         self.names[key] = (name, kind)
@@ -303,7 +305,9 @@ class Translator:
             except NotCompilable:
                 if not (self.loop_body and hand_back.can_hand_back(step)):
                     raise
-                self.hand_back(step, [keys(s) for s in step.operands], keys(step.results[0]))
+                operands, result = [keys(s) for s in step.operands], keys(step.results[0])
+                if not numpy_loops.translate(self, step, operands, result):
+                    self.hand_back(step, operands, result)
 
     def step(self, step, keys) -> None:
         """Translate one step (not a call) into lines."""

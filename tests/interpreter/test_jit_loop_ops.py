@@ -335,26 +335,69 @@ def float64_math_values() -> np.ndarray:
                            rng.integers(0, 1 << 63, 100, dtype=np.uint64).view(np.float64)])
 
 
-@pytest.mark.parametrize("op", F64_MATH)
-def test_float64_math_compiles_where_libm_gives_numpys_bits(op, monkeypatch):
-    """float64_math.libm_agrees decides on the machine the tests run on:
-    libm's function compiled, or numpy's handed back (native/hand_back.py);
-    either way the loop is compiled and gives the interpreter's bits."""
-    from pjrt_ref.interpreter.native import float64_math
+def float64_math_route(op: str) -> str:
+    """How a compiled loop computes float64 `op` on this machine: libm's
+    function where it gives numpy's bits (float64_math.libm_agrees), else
+    numpy's own loop by address where that is found and agrees
+    (numpy_loops.py), else the interpreter's kernel (hand_back.py)."""
+    from pjrt_ref.interpreter.native import float64_math, numpy_loops
 
+    name = f"stablehlo.{op}"
+    if float64_math.libm_agrees(name):
+        return "libm"
+    return "numpy loop" if name in numpy_loops.UFUNCS and numpy_loops.agrees(name) else "handed back"
+
+
+def route_in(source: str) -> str:
+    if "hand_back_run(" in source:
+        return "handed back"
+    return "numpy loop" if "_f64(" in source and "numpy_" in source else "libm"
+
+
+@pytest.mark.parametrize("op", F64_MATH)
+def test_float64_math_compiles_with_the_interpreters_bits_by_the_machines_route(op, monkeypatch):
+    """libm_agrees and numpy_loops.agrees decide on the machine the tests
+    run on; whichever route is taken, the loop is compiled and gives the
+    interpreter's bits."""
     values = float64_math_values()
     program, interpreted = unary_loop_both_ways(op, "f64", values, monkeypatch)
     steps = [s.op.name for s in program.function.body.steps]
     assert "pjrt_ref.compiled_while" in steps
-    assert ("hand_back_run(" in compiled_source(program)) != float64_math.libm_agrees(f"stablehlo.{op}")
+    assert route_in(compiled_source(program)) == float64_math_route(op)
     assert_same_values(program(values, values)[0], interpreted)
 
 
-def test_float64_math_whose_libm_disagrees_is_handed_back(monkeypatch):
-    from pjrt_ref.interpreter.native import float64_math
+@pytest.mark.parametrize("numpy_loop_agrees", [True, False])
+def test_float64_math_whose_libm_disagrees_runs_numpys_loop_or_is_handed_back(numpy_loop_agrees,
+                                                                               monkeypatch):
+    """The other branches of libm_agrees: numpy's own loop called by address
+    where its probe agrees (numpy_loops.py), else the interpreter's kernel."""
+    from pjrt_ref.interpreter.native import float64_math, numpy_loops
 
     monkeypatch.setattr(float64_math, "libm_agrees", lambda op_name: False)
+    if not numpy_loop_agrees:
+        monkeypatch.setattr(numpy_loops, "agrees", lambda op_name: False)
     values = float64_math_values()
-    program, interpreted = unary_loop_both_ways("exponential", "f64", values, monkeypatch)
-    assert "hand_back_run(" in compiled_source(program)
-    assert_same_values(program(values, values)[0], interpreted)
+    for op in ("exponential", "tanh"):
+        program, interpreted = unary_loop_both_ways(op, "f64", values, monkeypatch)
+        found = numpy_loops.loop_function(f"stablehlo.{op}") is not None
+        expected = "numpy loop" if numpy_loop_agrees and found else "handed back"
+        assert route_in(compiled_source(program)) == expected
+        assert_same_values(program(values, values)[0], interpreted)
+
+
+def test_numpys_float64_loop_by_address_is_numpys_function():
+    """What numpy_loops calls is the ufunc's own float64 loop: its results
+    are np.tanh's bit for bit; a numpy whose struct holds no such loop
+    gets no fast path."""
+    from pjrt_ref.interpreter.native import numpy_loops
+
+    function = numpy_loops.loop_function("stablehlo.tanh")
+    if function is None:
+        assert not numpy_loops.agrees("stablehlo.tanh")
+        return
+    values = float64_math_values()
+    got = numpy_loops.run(function, values)
+    with np.errstate(all="ignore"):
+        expected = np.tanh(values)
+    assert np.all((got.view(np.uint64) == expected.view(np.uint64)) | (np.isnan(got) & np.isnan(expected)))

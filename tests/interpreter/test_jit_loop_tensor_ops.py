@@ -146,7 +146,7 @@ def test_float_products_make_numpys_blas_call_or_are_handed_back(name, monkeypat
     program, _ = compiled_and_interpreted(monkeypatch, loop(body), vector(dtype), vector(dtype, seed=1))
     assert is_compiled(program)
     source = loop_source(program)
-    assert ("blas_cblas_" in source) or ("hand_back_run(" in source), source
+    assert ("cblas_" in source) or ("hand_back_run(" in source), source
 
 
 def test_the_blas_call_is_made_exactly_where_the_probe_agrees(monkeypatch):
@@ -159,11 +159,11 @@ def test_the_blas_call_is_made_exactly_where_the_probe_agrees(monkeypatch):
     small_products._VERDICTS.clear()
     program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=1))
     if small_products.function("cblas_sgemv", np.dtype(np.float32)) is not None:
-        assert "blas_cblas_sgemv(" in loop_source(program) and seen
+        assert "cblas_sgemv(" in loop_source(program) and seen
     monkeypatch.setattr(small_products, "_agrees", lambda key, op: False)
     program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), vector(seed=2))
     assert is_compiled(program)
-    assert "hand_back_run(" in loop_source(program) and "blas_cblas_" not in loop_source(program)
+    assert "hand_back_run(" in loop_source(program) and "cblas_" not in loop_source(program)
 
 
 def test_without_numpys_openblas_products_are_handed_back(monkeypatch):
