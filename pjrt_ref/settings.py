@@ -265,8 +265,9 @@ _declare("PJRT_REF_JIT_BACKGROUND", FLAG, True,
          "a fused run whose numba kernel was never compiled on this machine runs on numpy (same "
          "results) while a background thread compiles it; 0: compile it before the program loads")
 _declare("PJRT_REF_JIT_HOT_SECONDS", Number(positive=False, unit="seconds"), 0.1,
-         "a `while` loop's numba kernel is built (in the background) once the loop has run this "
-         "long interpreted: a compile costs 0.3 to 1.5 s of a core (0: build at once)")
+         "a `while` loop's or a fused run's numba kernel is built (in the background) once it has "
+         "run this long interpreted or on numpy: a compile costs 0.3 to 1.5 s of a core, and "
+         "numba's import holds the GIL (0: build at once)")
 _declare("PJRT_REF_JIT_MIN_ELEMENTS", Integer(0), 1 << 17,
          "elements from which a fused run that needs numba is compiled")
 _declare("PJRT_REF_JIT_THREADS", Integer(0), None,

@@ -8,7 +8,10 @@ numba's start-up (about 0.9 s per process: the import and its target) and
 
 Now such a run starts as its chunked numpy form (fusion._chunked_step: each
 element meets the kernels it met unfused) behind a `Switchable` kernel, and
-one daemon thread compiles the loop and switches the step to it. Calls
+once it has run PJRT_REF_JIT_HOT_SECONDS (`build_when_hot`; numba's import
+holds the GIL in long stretches, so starting it at once slowed every numpy
+call of a fresh process's first run, W0) one daemon thread compiles the
+loop and switches the step to it. Calls
 made meanwhile run the numpy form: slower, with the compiled loop's bits
 but for the two exceptions fusion always has (jit/__init__.py, "Bits": a
 NaN's payload, and one float32 input of a compiled logistic). A kernel

@@ -278,9 +278,11 @@ def _fuse(run: list, uses: dict, shape: tuple):
 
     if background.enabled() and not (codegen.is_built(source) and codegen.numba_started()):
         # Never compiled here, or numba not started in this process (its import alone
-        # outlasts a first result): numpy now, the compiled loop once built (background.py).
+        # outlasts a first result): numpy now, the compiled loop once the run is hot and
+        # the kernel built (background.py). Not at once: numba's import holds the GIL in
+        # long stretches, and the numpy form's first runs waited for it at every call.
         switch = background.Switchable(_chunked_step(run, inputs, input_types, outputs, shape).kernel)
-        background.build_later(build, switch)
+        background.build_when_hot(build, switch, settings.get("PJRT_REF_JIT_HOT_SECONDS"))
         return fused_step(run, switch, inputs, input_types, outputs, source=source, background=True)
     kernel = build()
     if kernel is None:

@@ -122,16 +122,31 @@ def _short_loop(x):
     return jax.lax.fori_loop(0, 3, lambda i, c: c * 0.5 + jnp.cos(c), x)
 
 
-def test_a_loop_that_runs_briefly_is_never_compiled(empty_cache, monkeypatch):
-    """Below PJRT_REF_JIT_HOT_SECONDS of interpreted running no kernel is
-    queued (a test suite's thousands of short loops would each pay a
-    compile); past it, the build is queued and the loop switches."""
+def _tanh_times_sigmoid(x):    # a fused run no other test builds
+    return jnp.tanh(x * 1.3 - 0.2) * jax.nn.sigmoid(x * 0.5) + jnp.exp(-jnp.abs(x) * 2.0)
+
+
+BRIEF_RUNS = {   # (program, its step's op, the compiled kernel's name)
+    "loop": (_short_loop, lambda: np.linspace(-1, 1, 16, dtype=np.float32), "pjrt_ref.compiled_while",
+             "compiled_while"),
+    "fused run": (_tanh_times_sigmoid, _x, "pjrt_ref.fused", "fused"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BRIEF_RUNS))
+def test_what_runs_briefly_is_never_compiled(kind, empty_cache, monkeypatch):
+    """Below PJRT_REF_JIT_HOT_SECONDS of running interpreted (a loop) or on
+    numpy (a fused run) no kernel is queued: a test suite's thousands of
+    short loops would each pay a compile, and numba's import, holding the
+    GIL in long stretches, slowed a fresh process's first runs (W0). Past
+    it, the build is queued and the step switches."""
+    fn, make_x, op_name, compiled_name = BRIEF_RUNS[kind]
     monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", "3600")
-    x = np.linspace(-1, 1, 16, dtype=np.float32)
-    text = lower_to_text(_short_loop, x)
+    x = make_x()
+    text = lower_to_text(fn, x)
     reference = _plain(text, x, monkeypatch)
     program = load(text)
-    (step,) = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
+    (step,) = [s for s in program.function.body.steps if s.op.name == op_name]
     for _ in range(3):
         for a, b in zip(program(x), reference):
             assert_same_values(a, b)
@@ -139,11 +154,11 @@ def test_a_loop_that_runs_briefly_is_never_compiled(empty_cache, monkeypatch):
 
     monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", "1e-9")
     program = load(text)
-    (step,) = [s for s in program.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
+    (step,) = [s for s in program.function.body.steps if s.op.name == op_name]
     for a, b in zip(program(x), reference):          # hot after one run: queued
         assert_same_values(a, b)
     assert background.wait(timeout=120)
-    assert step.kernel.current.__name__ == "compiled_while"
+    assert step.kernel.current.__name__ == compiled_name
     for a, b in zip(program(x), reference):
         assert_same_values(a, b)
 
@@ -223,7 +238,8 @@ def test_a_process_exits_cleanly_while_a_kernel_compiles(tmp_path):
         print("queued", background.pending())
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PJRT_REF_")}
-    env.update(JAX_PLATFORMS="cpu", PJRT_REF_CACHE_DIR=str(tmp_path), PJRT_REF_JIT_BACKGROUND="1")
+    env.update(JAX_PLATFORMS="cpu", PJRT_REF_CACHE_DIR=str(tmp_path), PJRT_REF_JIT_BACKGROUND="1",
+               PJRT_REF_JIT_HOT_SECONDS="0")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
