@@ -65,63 +65,69 @@ class Call:
         return f"cblas_{PREFIXES[self.dtype]}{self.routine}"
 
 
-def _blasable(stride_rows: int, stride_columns: int, rows: int, columns: int, itemsize: int) -> bool:
-    """numpy's is_blasable2d: columns contiguous, rows a whole number of
-    elements apart and at least a row's length."""
-    return (stride_columns == itemsize and stride_rows % itemsize == 0
-            and stride_rows // itemsize >= columns)
+def _blasable(row_step: int, column_step: int, rows: int, columns: int, itemsize: int) -> bool:
+    """numpy's is_blasable2d (byte steps): columns contiguous, rows a whole
+    number of elements apart and at least a row's length."""
+    return column_step == itemsize and row_step % itemsize == 0 and row_step // itemsize >= columns
 
 
-def _gemv(matrix_strides, vector_stride: int, rows: int, inner: int, itemsize: int) -> tuple:
+def _either_order(steps, rows: int, columns: int, itemsize: int) -> bool:
+    """Whether BLAS reads a (rows, columns) matrix of these byte `steps`
+    as it is or transposed."""
+    row_step, column_step = steps
+    return (_blasable(row_step, column_step, rows, columns, itemsize)
+            or _blasable(column_step, row_step, columns, rows, itemsize))
+
+
+def _gemv(matrix_steps, vector_step: int, rows: int, inner: int, itemsize: int) -> tuple:
     """numpy's ?gemv arguments for a (rows, inner) matrix times a vector:
     (order, trans, N, M, lda, incx, incy)."""
-    across, along = matrix_strides
-    if _blasable(across, along, rows, inner, itemsize):
-        order, lda = COLUMN_MAJOR, across // itemsize
+    row_step, column_step = matrix_steps
+    if _blasable(row_step, column_step, rows, inner, itemsize):
+        order, lda = COLUMN_MAJOR, row_step // itemsize
     else:
-        order, lda = ROW_MAJOR, along // itemsize
-    return (order, TRANSPOSE, inner, rows, lda, vector_stride // itemsize, 1)
+        order, lda = ROW_MAJOR, column_step // itemsize
+    return (order, TRANSPOSE, inner, rows, lda, vector_step // itemsize, 1)
 
 
-def numpy_call(a_strides, b_strides, rows: int, inner: int, columns: int, dtype) -> Call | None:
+def _gemm_operand(steps, rows: int, columns: int, itemsize: int) -> tuple:
+    """(trans, leading dimension) of one ?gemm operand, as numpy picks them."""
+    row_step, column_step = steps
+    if _blasable(row_step, column_step, rows, columns, itemsize):
+        return NO_TRANSPOSE, row_step // itemsize
+    return TRANSPOSE, column_step // itemsize
+
+
+def numpy_call(a_steps, b_steps, rows: int, inner: int, columns: int, dtype) -> Call | None:
     """The BLAS call numpy's matmul makes for a (rows, inner) matrix of
-    strides `a_strides` (bytes) times an (inner, columns) one of
-    `b_strides`, into a fresh row-major result; None where numpy does not
+    byte steps `a_steps` (its strides) times an (inner, columns) one of
+    `b_steps`, into a fresh row-major result; None where numpy does not
     make exactly one such call (the module docstring)."""
     dtype = np.dtype(dtype)
     size = dtype.itemsize
     if dtype not in PREFIXES or 0 in (rows, inner, columns):
         return None
-    a_rows, a_columns = a_strides
-    b_rows, b_columns = b_strides
-    a_blasable = (_blasable(a_rows, a_columns, rows, inner, size)
-                  or _blasable(a_columns, a_rows, inner, rows, size))
-    b_blasable = (_blasable(b_rows, b_columns, inner, columns, size)
-                  or _blasable(b_columns, b_rows, columns, inner, size))
-    if rows == 1 and columns == 1:
-        if a_columns <= 0 or b_rows <= 0 or a_columns % size or b_rows % size:
+    a_row_step, a_column_step = a_steps
+    b_row_step, b_column_step = b_steps
+    if rows == 1 and columns == 1:                       # row @ column: ?dot
+        if min(a_column_step, b_row_step) <= 0 or a_column_step % size or b_row_step % size:
             return None
-        return Call("dot", dtype, (inner, a_columns // size, b_rows // size))
-    if inner == 1:
+        return Call("dot", dtype, (inner, a_column_step // size, b_row_step // size))
+    if inner == 1:                                       # numpy's own loop
         return None
-    if rows == 1:
-        if not (b_blasable and _blasable(a_columns, size, inner, 1, size)):
+    if rows == 1:                                        # vector @ matrix: ?gemv on b
+        if not (_either_order(b_steps, inner, columns, size) and _blasable(a_column_step, size, inner, 1, size)):
             return None
-        return Call("gemv", dtype, _gemv((b_columns, b_rows), a_columns, columns, inner, size), swapped=True)
-    if columns == 1:
-        if not (a_blasable and _blasable(b_rows, size, inner, 1, size)):
+        return Call("gemv", dtype, _gemv((b_column_step, b_row_step), a_column_step, columns, inner, size),
+                    swapped=True)
+    if columns == 1:                                     # matrix @ vector: ?gemv on a
+        if not (_either_order(a_steps, rows, inner, size) and _blasable(b_row_step, size, inner, 1, size)):
             return None
-        return Call("gemv", dtype, _gemv((a_rows, a_columns), b_rows, rows, inner, size))
-    if not (a_blasable and b_blasable):
-        return None
-    if _blasable(a_rows, a_columns, rows, inner, size):
-        trans_a, lda = NO_TRANSPOSE, a_rows // size
-    else:
-        trans_a, lda = TRANSPOSE, a_columns // size
-    if _blasable(b_rows, b_columns, inner, columns, size):
-        trans_b, ldb = NO_TRANSPOSE, b_rows // size
-    else:
-        trans_b, ldb = TRANSPOSE, b_columns // size
+        return Call("gemv", dtype, _gemv(a_steps, b_row_step, rows, inner, size))
+    if not (_either_order(a_steps, rows, inner, size) and _either_order(b_steps, inner, columns, size)):
+        return None                                      # numpy copies first
+    trans_a, lda = _gemm_operand(a_steps, rows, inner, size)
+    trans_b, ldb = _gemm_operand(b_steps, inner, columns, size)
     return Call("gemm", dtype, (ROW_MAJOR, trans_a, trans_b, rows, columns, inner, lda, ldb, columns))
 
 
