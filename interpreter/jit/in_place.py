@@ -49,7 +49,7 @@ import numpy as np
 from ..native import blas
 from ..native.scope import CONTROL_FLOW_OPS
 from ..ops import control, core, slicing
-from ..ops.dot import matrix_operands
+from ..native.blas import matrix_operands
 from ..steps import FunctionPlan, OpInfo, RegionPlan, Step, slots_read_by
 from . import dots, fastpath
 from .fusion import count_uses

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..native import blas
 from ..ops import control
-from ..ops.dot import matrix_operands
+from ..native.blas import matrix_operands
 from ..steps import FunctionPlan, OpInfo, RegionPlan, Step
 from ..types import TensorType
 from . import dots

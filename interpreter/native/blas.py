@@ -53,6 +53,7 @@ The C pool's design: docs/performance-design.md.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 from typing import Callable, NamedTuple
@@ -202,6 +203,20 @@ def idle_cpus() -> int:
 
 
 # --- One product ------------------------------------------------------------
+
+def matrix_operands(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract):
+    """(a, b, shape): the matrices whose product, reshaped to `shape`, is
+    dot_general's result (free dimensions flattened into rows of `a` and
+    columns of `b`, contracting ones into the inner dimension)."""
+    lhs_free_shape = [lhs.shape[d] for d in lhs_free]
+    rhs_free_shape = [rhs.shape[d] for d in rhs_free]
+    contract = math.prod([lhs.shape[d] for d in lhs_contract])
+    lhs2 = np.transpose(lhs, list(lhs_free) + list(lhs_contract))
+    rhs2 = np.transpose(rhs, list(rhs_contract) + list(rhs_free))
+    return (lhs2.reshape(math.prod(lhs_free_shape), contract),
+            rhs2.reshape(contract, math.prod(rhs_free_shape)), lhs_free_shape + rhs_free_shape)
+
+
 
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
     """`a @ b` for 2-d arrays (any strides), with the bits of the blocks

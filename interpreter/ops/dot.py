@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import Unimplemented
 from ..native import blas
+from ..native.blas import matrix_operands
 from ..registry import register
 from ..types import is_bool, is_complex, is_float, is_integer
 
@@ -107,19 +108,6 @@ def matrix_product(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract) -> 
     with np.errstate(all="ignore"):
         product = blas.matmul(a, b)
     return product.reshape(shape)
-
-
-def matrix_operands(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract):
-    """(a, b, shape): the matrices whose product, reshaped to `shape`, is
-    dot_general's result (free dimensions flattened into rows of `a` and
-    columns of `b`, contracting ones into the inner dimension)."""
-    lhs_free_shape = [lhs.shape[d] for d in lhs_free]
-    rhs_free_shape = [rhs.shape[d] for d in rhs_free]
-    contract = _size([lhs.shape[d] for d in lhs_contract])
-    lhs2 = np.transpose(lhs, list(lhs_free) + list(lhs_contract))
-    rhs2 = np.transpose(rhs, list(rhs_contract) + list(rhs_free))
-    return (lhs2.reshape(_size(lhs_free_shape), contract),
-            rhs2.reshape(contract, _size(rhs_free_shape)), lhs_free_shape + rhs_free_shape)
 
 
 def batched_product(lhs, rhs, lhs_batch, rhs_batch, lhs_free, rhs_free, lhs_contract,
