@@ -40,14 +40,15 @@ UFUNCS = {
 # PyUFuncObject (numpy/ufuncobject.h): after PyObject_HEAD, int nin, nout,
 # nargs, identity; then the loops, their data, int ntypes, int reserved1,
 # the name and the type numbers of each loop's arguments.
-_HEAD = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)
+_HEAD = object.__basicsize__            # PyObject_HEAD, larger in free-threaded builds
 _POINTER = ctypes.sizeof(ctypes.c_void_p)
 _INT = ctypes.sizeof(ctypes.c_int)
 _NARGS = _HEAD + 2 * _INT
 _FUNCTIONS = _HEAD + 4 * _INT
 _DATA = _FUNCTIONS + _POINTER
 _NTYPES = _DATA + _POINTER
-_TYPES = _NTYPES + 2 * _INT + _POINTER
+_NAME = _NTYPES + 2 * _INT
+_TYPES = _NAME + _POINTER
 
 # void loop(char **args, npy_intp const *dimensions, npy_intp const *steps, void *data)
 LOOP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -64,8 +65,8 @@ def loop_function(op_name: str):
     base = id(ufunc)
     nargs = ctypes.c_int.from_address(base + _NARGS).value
     ntypes = ctypes.c_int.from_address(base + _NTYPES).value
-    if nargs != 2 or not 0 < ntypes < 256:
-        return None
+    if nargs != 2 or not 0 < ntypes < 256 or not _named(base, ufunc.__name__):
+        return None             # not the struct this module reads
     types = ctypes.string_at(ctypes.c_void_p.from_address(base + _TYPES).value, ntypes * nargs)
     wanted = bytes([F64.num, F64.num])
     for index in range(ntypes):
@@ -77,6 +78,13 @@ def loop_function(op_name: str):
             address = ctypes.c_void_p.from_address(functions + index * _POINTER).value
             return LOOP(address) if address else None
     return None
+
+
+def _named(base: int, name: str) -> bool:
+    """Whether the struct at `base` holds the ufunc's own name where the
+    layout says: the layout is numpy's, and the pointers after it can be read."""
+    pointer = ctypes.c_void_p.from_address(base + _NAME).value
+    return bool(pointer) and ctypes.string_at(pointer, len(name) + 1) == name.encode() + b"\0"
 
 
 def run(function, values: np.ndarray) -> np.ndarray:
