@@ -198,40 +198,44 @@ def function(name: str, dtype) -> object | None:
     return ctypes.CFUNCTYPE(*prototypes[routine])(address)
 
 
+def _arguments(call: Call, first, second, out, one, zero) -> list:
+    """`call`'s arguments in cblas order, given its operands, output, 1 and
+    0 (values for ctypes, or source text for numba); ?dot has no output."""
+    if call.routine == "dot":
+        count, first_step, second_step = call.arguments
+        return [count, first, first_step, second, second_step]
+    if call.routine == "gemv":
+        order, trans, n, m, lda, incx, incy = call.arguments
+        return [order, trans, n, m, one, first, lda, second, incx, zero, out, incy]
+    order, trans_a, trans_b, m, n, k, lda, ldb, ldc = call.arguments
+    return [order, trans_a, trans_b, m, n, k, one, first, lda, second, ldb, zero, out, ldc]
+
+
+def _operands(call: Call, lhs, rhs) -> tuple:
+    """(first, second) as the routine takes them (vector @ matrix: swapped)."""
+    return (rhs, lhs) if call.swapped else (lhs, rhs)
+
+
 def call_source(call: Call, function_name: str, lhs: str, rhs: str, out: str) -> str:
     """A line of numba source making `call` on flat arrays `lhs` and `rhs`
     into `out` (for "dot", `out` is a scalar assigned the result)."""
     cast = "float32" if call.dtype == np.float32 else "float64"
-    first, second = (rhs, lhs) if call.swapped else (lhs, rhs)
-    if call.routine == "dot":
-        count, first_step, second_step = call.arguments
-        return f"{out} = {function_name}({count}, {first}.ctypes.data, {first_step}, {second}.ctypes.data, {second_step})"
-    if call.routine == "gemv":
-        order, trans, n, m, lda, incx, incy = call.arguments
-        return (f"{function_name}({order}, {trans}, {n}, {m}, {cast}(1), {first}.ctypes.data, {lda}, "
-                f"{second}.ctypes.data, {incx}, {cast}(0), {out}.ctypes.data, {incy})")
-    order, trans_a, trans_b, m, n, k, lda, ldb, ldc = call.arguments
-    return (f"{function_name}({order}, {trans_a}, {trans_b}, {m}, {n}, {k}, {cast}(1), {first}.ctypes.data, "
-            f"{lda}, {second}.ctypes.data, {ldb}, {cast}(0), {out}.ctypes.data, {ldc})")
+    first, second = _operands(call, lhs, rhs)
+    arguments = _arguments(call, f"{first}.ctypes.data", f"{second}.ctypes.data", f"{out}.ctypes.data",
+                           f"{cast}(1)", f"{cast}(0)")
+    line = f"{function_name}({', '.join(map(str, arguments))})"
+    return f"{out} = {line}" if call.routine == "dot" else line
 
 
 def run(call: Call, lhs: np.ndarray, rhs: np.ndarray, out_size: int) -> np.ndarray:
     """`call` on flat contiguous operands through ctypes: what the compiled
     line computes, for the probe."""
-    blas_function = function(call.name, call.dtype)
-    first, second = (rhs, lhs) if call.swapped else (lhs, rhs)
+    first, second = _operands(call, lhs, rhs)
     out = np.zeros(out_size, call.dtype)
-    pointers = (first.ctypes.data, second.ctypes.data)
+    result = function(call.name, call.dtype)(*_arguments(call, first.ctypes.data, second.ctypes.data,
+                                                         out.ctypes.data, 1, 0))
     if call.routine == "dot":
-        count, first_step, second_step = call.arguments
-        out[0] = blas_function(count, pointers[0], first_step, pointers[1], second_step)
-    elif call.routine == "gemv":
-        order, trans, n, m, lda, incx, incy = call.arguments
-        blas_function(order, trans, n, m, 1, pointers[0], lda, pointers[1], incx, 0, out.ctypes.data, incy)
-    else:
-        order, trans_a, trans_b, m, n, k, lda, ldb, ldc = call.arguments
-        blas_function(order, trans_a, trans_b, m, n, k, 1, pointers[0], lda, pointers[1], ldb, 0,
-                      out.ctypes.data, ldc)
+        out[0] = result
     return out
 
 
