@@ -107,7 +107,7 @@ def _load_chunk(path: str, chunk_index: int):
         chunk = next(c for c in chunks if c.index == chunk_index)
         text = to_generic_form(chunk.padded_text())
         module = parse_module(text, _CONTEXTS.get())
-        return _LoadedChunk(module, ModulePlan(module), "interpreter.probe" in text,
+        return _LoadedChunk(module, ModulePlan.of_module(module), "interpreter.probe" in text,
                             chunk.padded_text())
     except Exception as error:  # reported when a case of this chunk runs
         return error

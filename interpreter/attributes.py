@@ -219,8 +219,9 @@ def _parse_literal(token: str, dtype: np.dtype):
     return int(token, 0)
 
 
-def read_attributes(op) -> dict[str, Any]:
-    """All attributes of an operation as Python values.
+def read_attributes(op, value_types: tuple) -> dict[str, Any]:
+    """All attributes of an operation as Python values; `value_types` are its
+    operands' and results' types, converted (types.py).
 
     jaxlib's bindings abort the process when they are handed a dense
     attribute of complex elements, so those are read from the op's printed
@@ -230,7 +231,7 @@ def read_attributes(op) -> dict[str, Any]:
     generic_text = None
     values: dict[str, Any] = {}
     for name in names:
-        if generic_text is None and _may_hold_complex_elements(op):
+        if generic_text is None and _may_hold_complex_elements(op, value_types):
             generic_text = op.get_asm(print_generic_op_form=True, enable_debug_info=False)
         text = _complex_dense_text(generic_text, name) if generic_text else None
         if text is not None:
@@ -243,9 +244,10 @@ def read_attributes(op) -> dict[str, Any]:
     return values
 
 
-def _may_hold_complex_elements(op) -> bool:
-    types = [str(v.type) for v in op.operands] + [str(r.type) for r in op.results]
-    return any("complex<" in t for t in types) or op.name.endswith("constant_like")
+def _may_hold_complex_elements(op, value_types: tuple) -> bool:
+    return op.name.endswith("constant_like") or any(
+        t.element_type.startswith("complex<") if isinstance(t, TensorType) else "complex<" in str(t)
+        for t in value_types)
 
 
 def _complex_dense_text(generic_text: str, name: str) -> str | None:

@@ -2,30 +2,33 @@
 
 bytecode_guard.py, the parent side, starts this module in a fresh
 interpreter and sends it untrusted bytecode; here each program is parsed,
-verified and planned (`Program`), so that a crash or hang of MLIR's bytecode
-reader kills this process and not the caller. The parent side is imported
-by program.py and this side imports program.py, so they are two modules:
-the guard stays below `Program`, the checker above it.
+verified and read into records (records.py), so that a crash or hang of
+MLIR's bytecode reader, or of the bindings that read what it parsed, kills
+this process and not the caller. The records go back to the caller, which
+plans from them and never parses the untrusted bytes itself.
 
-Why the checker plans and does not stop at the parse: a fuzzed input
+Why reading and not only parsing: a fuzzed input
 (tests/data/fuzz_loader/crash-a45551153130.mlirbc) parses, verifies and
 prints cleanly, then aborts the process (nanobind's uncaught conversion
-error on a string that is not UTF-8) while the planner walks its ops. A
-checker that only parsed (tried on 2026-11-27 to save a cold compile
-~0.2 s of waiting) let it through to the caller.
+error on a string that is not UTF-8) while its ops are read.
 
 Requests and answers follow the guard's protocol: REQUEST_HEADER (entry and
 data lengths), the entry name, the bytes; a READ_ANSWER byte once they are
-read, a SURVIVED_ANSWER byte once they are planned. The parent rejects a
-program only if this process dies between the two.
+read, then, once the program is read, a SURVIVED_ANSWER byte, ANSWER_LENGTH
+and the answer: a pickle of ("record", ModuleRecord), ("error", the
+PjrtRefError that reading raised) or ("bug", text of any other exception).
+The parent rejects a program only if this process dies or hangs between
+READ_ANSWER and SURVIVED_ANSWER.
 """
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 
-from .bytecode_guard import READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
-from .program import Program
+from ..errors import PjrtRefError
+from .bytecode_guard import ANSWER_LENGTH, READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
+from .records import read_program
 
 
 def _read_exactly(stream, size: int) -> bytes | None:
@@ -39,10 +42,10 @@ def _read_exactly(stream, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-# A small program of the kinds of ops models use, planned once at start: the
+# A small program of the kinds of ops models use, read once at start: the
 # checker starts with the client (bytecode_guard.start_checker) and does this
 # while the framework traces, so the first real check does not pay for the
-# first plan's one-time work (loading MLIR's dialects, importing op modules).
+# first read's one-time work (loading MLIR's dialects, importing modules).
 WARM_UP_PROGRAM = """
 func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4xf32> {
   %p = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
@@ -60,16 +63,23 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4xf32> {
 """
 
 
-def _plan(data, entry: str) -> None:
+def answer(data) -> bytes:
+    """The pickled answer for one program (module docstring)."""
     try:
-        Program(data, entry, _checked=True)
-    except Exception:
-        pass                        # the in-process parse reports Python errors itself
+        reply = ("record", read_program(data)[1])
+    except PjrtRefError as error:
+        reply = ("error", error)
+    except Exception as error:      # a bug of the reader: the caller reports it, never a verdict
+        reply = ("bug", f"{type(error).__name__}: {error}")
+    try:
+        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:      # a value the reader should not have kept
+        return pickle.dumps(("bug", f"cannot send what was read: {type(error).__name__}: {error}"))
 
 
 def serve(requests, answers) -> None:
-    """The checker's loop: parse and plan each request; answer OK unless we die first."""
-    _plan(WARM_UP_PROGRAM, "main")
+    """The checker's loop: read each request's program and send back what it read."""
+    answer(WARM_UP_PROGRAM)
     while True:
         header = _read_exactly(requests, REQUEST_HEADER.size)
         if header is None:
@@ -81,8 +91,8 @@ def serve(requests, answers) -> None:
             return
         answers.write(READ_ANSWER)      # from here on, dying is this program's doing
         answers.flush()
-        _plan(data, entry.decode())
-        answers.write(SURVIVED_ANSWER)
+        reply = answer(data)
+        answers.write(SURVIVED_ANSWER + ANSWER_LENGTH.pack(len(reply)) + reply)
         answers.flush()
 
 

@@ -1,18 +1,26 @@
-"""Read untrusted MLIR bytecode in another process before this one does.
+"""Read untrusted MLIR bytecode in another process, never in this one.
 
 MLIR's bytecode reader trusts its input: fuzzing (tests/scripts/fuzz_loader.py)
 found bytecode that makes it abort (an uncaught C++ exception), corrupt the
-heap or loop forever. None of that can be caught in-process, so bytecode
-(and portable artifacts) is first parsed, verified and planned by a checker
-process; only if the checker survives does the caller parse it again
-in-process. A checker that has read the program and then dies by a signal or
-takes longer than PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets
-the input rejected with INVALID_ARGUMENT. Anything else is not a verdict:
-a checker that cannot start or ends before it has read the program (a
-missing module, no processes or file descriptors left) fails the compile
-with FAILED_PRECONDITION and the checker's own stderr, and Python exceptions
-in the checker are raised again by the in-process parse, with their own
-message. PJRT_REF_BYTECODE_CHECK=0 turns the check off.
+heap or loop forever, and bytecode that parses cleanly and then aborts the
+process while its ops are read. None of that can be caught in-process, so
+bytecode (and portable artifacts) is parsed, verified and read into records
+(records.py) by a checker process, which sends the records back: this
+process plans from them and never parses the untrusted bytes. A checker
+that has received the program and then dies by a signal or takes longer
+than PJRT_REF_BYTECODE_CHECK_TIMEOUT seconds (default 60) gets the input
+rejected with INVALID_ARGUMENT. Anything else is not a verdict: a checker
+that cannot start or ends before it has read the program (a missing module,
+no processes or file descriptors left) fails the compile with
+FAILED_PRECONDITION and the checker's own stderr; errors reading raises in
+the checker (a program that does not parse or verify) are raised here with
+their own message. PJRT_REF_BYTECODE_CHECK=0 turns the check off, and bytes
+a checker survived before are read in-process (see `_SURVIVED`).
+
+The answer is a pickle, and a checker whose heap the input corrupted could
+send anything: it is unpickled by `_RecordUnpickler`, which builds nothing
+but plain values, numpy arrays and dtypes, the interpreter's data classes
+and pjrt-ref's errors, so no answer can make this process call anything else.
 
 The checker is a fresh interpreter (`python -m pjrt_ref.interpreter.bytecode_checker`,
 importing this very pjrt_ref wherever the caller runs: package_home.py)
@@ -20,18 +28,21 @@ started once and reused, never a `fork()` of this process: JAX runs many
 threads, and a forked child inherits the locks they hold at that instant,
 so it could crash or hang on good programs, which were then turned away.
 A fresh interpreter inherits nothing. It reads requests from its stdin
-(entry name and bytes, length-prefixed) and answers each with one byte.
+(entry name and bytes, length-prefixed) and answers each on its stdout.
 
 This module is the parent side only; the checker's loop is
-bytecode_checker.py. `Program` calls `check_bytecode`, and the checker
-builds `Program`s, so this side imports nothing of the interpreter.
+bytecode_checker.py. `Program` calls `read_checked`, and the checker
+reads with records.py, so this side imports nothing of the interpreter.
 """
 from __future__ import annotations
 
 import atexit
 import collections
+import dataclasses
 import hashlib
+import io
 import os
+import pickle
 import select
 import signal
 import struct
@@ -39,15 +50,19 @@ import subprocess
 import tempfile
 import threading
 
+import numpy as np
+
 from .. import package_home, settings
-from ..errors import FailedPrecondition, InvalidArgument
+from ..errors import FailedPrecondition, Internal, InvalidArgument, PjrtRefError
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
 # then the entry name and the bytes; the checker answers READ_ANSWER once it
-# has read them all, then SURVIVED_ANSWER once it has planned the program.
+# has received them all, then SURVIVED_ANSWER once it has read the program,
+# followed by ANSWER_LENGTH and the pickled answer.
 REQUEST_HEADER = struct.Struct("<II")     # entry length, data length
 READ_ANSWER = b"\x02"
 SURVIVED_ANSWER = b"\x01"
+ANSWER_LENGTH = struct.Struct("<Q")
 # The checker's module, named (not imported: it imports program.py, which imports this).
 CHECKER_MODULE = f"{__package__}.bytecode_checker"
 
@@ -67,7 +82,8 @@ class CheckerFailure(Exception):
 
 
 class Checker:
-    """One checker process: `verdict(entry, data)` is None (survived) or why not.
+    """One checker process: `verdict(entry, data)` is (None, its answer) if it
+    survived reading the program, or (why not, b"").
 
     Raises CheckerFailure when the process cannot start, or ends before it
     has read the whole request, or exits without a signal: those say nothing
@@ -82,13 +98,13 @@ class Checker:
             self.process = subprocess.Popen(
                 package_home.python_command(CHECKER_MODULE), stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.stderr, close_fds=True,
-                env=package_home.python_environment(PJRT_REF_OPTIMIZE="0", PJRT_REF_BYTECODE_CHECK="0"))
+                env=package_home.python_environment())
         except OSError as error:
             self.stderr.close()
             raise CheckerFailure(f"it could not be started ({error})") from error
         self.owner = os.getpid()
 
-    def verdict(self, entry: str, data: bytes, timeout: float) -> str | None:
+    def verdict(self, entry: str, data: bytes, timeout: float) -> tuple[str | None, bytes]:
         name = entry.encode()
         try:
             self.process.stdin.write(REQUEST_HEADER.pack(len(name), len(data)) + name + data)
@@ -103,9 +119,9 @@ class Checker:
             raise CheckerFailure(f"it ended before reading the program{self._ending()}")
         answer = self._answer(timeout)
         if answer is None:
-            return f"parsing it did not finish within {timeout:g} s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)"
+            return f"parsing it did not finish within {timeout:g} s (PJRT_REF_BYTECODE_CHECK_TIMEOUT)", b""
         if answer == SURVIVED_ANSWER:
-            return None
+            return None, self._reply(timeout)
         code = self.process.wait()
         if code >= 0:       # a clean exit is Python's own, not a crash of the reader
             raise CheckerFailure(f"it exited while reading the program{self._ending()}")
@@ -113,7 +129,23 @@ class Checker:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"it crashes MLIR's bytecode reader ({name}){self._said(1)}"
+        return f"it crashes MLIR's bytecode reader ({name}){self._said(1)}", b""
+
+    def _reply(self, timeout: float) -> bytes:
+        """The answer after SURVIVED_ANSWER: its length, then its bytes."""
+        length = ANSWER_LENGTH.unpack(self._read(ANSWER_LENGTH.size, timeout))[0]
+        return self._read(length, timeout)
+
+    def _read(self, size: int, timeout: float) -> bytes:
+        answers, chunks, left = self.process.stdout.fileno(), [], size
+        while left:
+            ready, _, _ = select.select([answers], [], [], timeout)
+            chunk = os.read(answers, min(left, 1 << 20)) if ready else None
+            if not chunk:
+                raise CheckerFailure(f"it stopped sending its answer{self._ending() if chunk == b'' else ''}")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
     def _answer(self, timeout: float) -> bytes | None:
         """The checker's next answer byte, b"" if it ended, None if none came in time."""
@@ -234,23 +266,26 @@ def start_checker() -> None:
                 pass        # no process now: the first check tries again and reports it
 
 
-def check_bytecode(data: bytes, entry: str) -> None:
-    """Raise InvalidArgument if parsing `data` crashes or hangs the checker
-    process (bytes it survived before, in this process or an earlier one, are
-    not sent again), and
+def read_checked(data: bytes, entry: str):
+    """`data` read by the checker process: a records.ModuleRecord, or None where
+    this process may read it itself (the check is off, or these bytes
+    survived a checker before, here or in an earlier process).
+
+    Raises InvalidArgument if reading `data` crashes or hangs the checker,
+    the error reading it raised there (it does not parse, say), and
     FailedPrecondition if the checker itself could not do its work."""
     global _CHECKER
     if not check_enabled():
-        return
+        return None
     timeout = timeout_seconds()
     digest = _digest(entry, data)
     with _LOCK:
         if _survived(digest):
-            return
+            return None
         try:
             if _CHECKER is None or not _CHECKER.alive:
                 _CHECKER = Checker()
-            why = _CHECKER.verdict(entry, data, timeout)
+            why, reply = _CHECKER.verdict(entry, data, timeout)
         except CheckerFailure as failure:
             if _CHECKER is not None:
                 _CHECKER.close()
@@ -266,6 +301,55 @@ def check_bytecode(data: bytes, entry: str) -> None:
             _record_survivor(digest)
     if why is not None:
         raise InvalidArgument(f"MLIR bytecode rejected: {why}")
+    return _decoded(reply)
+
+
+def _decoded(reply: bytes):
+    """The record in the checker's answer, or the error it stands for."""
+    try:
+        kind, value = _RecordUnpickler(io.BytesIO(reply)).load()
+    except Exception as error:
+        raise Internal(f"pjrt-ref's bytecode checker sent an answer that cannot be read: "
+                       f"{type(error).__name__}: {error}") from None
+    if kind == "record":
+        return value
+    if kind == "error" and isinstance(value, PjrtRefError):
+        raise value
+    raise Internal(f"pjrt-ref's bytecode checker failed reading the program: {value}")
+
+
+class _RecordUnpickler(pickle.Unpickler):
+    """Builds only what a checker's answer holds (module docstring): plain
+    values, numpy arrays and dtypes (ml_dtypes' element types included),
+    `types.SimpleNamespace`, the interpreter's dataclasses and named tuples
+    (built without calling them), and pjrt-ref's errors."""
+
+    _NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"),
+              ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
+              ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
+              ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
+              ("builtins", "complex"), ("builtins", "set"), ("builtins", "frozenset"),
+              ("builtins", "slice"), ("types", "SimpleNamespace"),
+              ("pjrt_ref.errors", "rebuild_error")}
+    _INTERPRETER = __package__ + "."
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in self._NUMPY:
+            return super().find_class(module, name)
+        found = super().find_class(module, name) if self._may_hold(module) else None
+        if isinstance(found, type) and (
+                (module == "ml_dtypes" and issubclass(found, np.generic))
+                or (module.startswith(self._INTERPRETER)
+                    and (dataclasses.is_dataclass(found) or _is_named_tuple(found)))):
+            return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a checker's answer")
+
+    def _may_hold(self, module: str) -> bool:
+        return module == "ml_dtypes" or module.startswith(self._INTERPRETER)
+
+
+def _is_named_tuple(cls: type) -> bool:
+    return issubclass(cls, tuple) and hasattr(cls, "_fields")
 
 
 @atexit.register

@@ -288,9 +288,7 @@ class ProgramCost:
 
 def unfused_plan(module_plan, name: str):
     """The function's plan before plan-time fusion: every op visible."""
-    from .plan import FunctionPlanner
-
-    return FunctionPlanner(module_plan, module_plan._funcs[name]).plan()
+    return module_plan.unoptimized(name)
 
 
 def planning_module(program):
@@ -298,7 +296,7 @@ def planning_module(program):
     let its MLIR go): what the unfused plans are made from."""
     from .plan import ModulePlan
 
-    return ModulePlan(program.mlir_module())
+    return ModulePlan.of_module(program.mlir_module())
 
 
 def cost_analysis(program) -> dict[str, float]:

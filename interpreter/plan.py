@@ -1,57 +1,58 @@
-"""Lowering: an MLIR module -> a plan of plain Python steps, done once.
+"""Lowering: a module's records -> a plan of plain Python steps, done once.
 
-`ModulePlan` plans each function of a module on first reference: every SSA
-value gets a slot, every op a `Step` (steps.py holds those types and the
-loop that runs them), and the finished plan is handed to the optimiser
-(jit/). This module sits above both: it imports them, they import nothing
-of it.
+records.py reads a module out of MLIR, numbering every SSA value with a
+slot; here `ModulePlan` plans each function on first reference: every op
+becomes a `Step` with its kernel (steps.py holds those types and the loop
+that runs them), and the finished plan is handed to the optimiser (jit/).
+This module sits above both: it imports them, they import nothing of it.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented
 from ..limits import check_result_types, max_bytes
-from . import mesh_axes
 # Importing ops/ registers every op family for `lookup`; Python's import lock
 # makes a thread that plans at the same time wait until all are registered.
 from . import ops  # noqa: F401
-from .attributes import convert_attribute, read_attributes
 from .instrument import from_environment as instrument_from_environment
 from .jit import optimize_function
-from .location import describe_location
 from .quantization import dequantize_op_quantize
+from .records import FunctionRecord, ModuleRecord, OpRecord, RegionRecord, function_ops, read_module
 from .registry import lookup
 from .steps import FunctionPlan, OpInfo, RegionPlan, Step, copy_function
-from .types import convert_type
-
-TERMINATORS = ("func.return", "stablehlo.return", "mhlo.return", "sdy.return")
 
 
 class ModulePlan:
-    """All functions of a module, planned lazily on first reference."""
+    """All functions of a module, planned lazily on first reference, from the
+    module's records (records.py): planning touches no MLIR object.
 
-    def __init__(self, module):
-        self._funcs = {}
+    `function_op(name)`, if given, returns the MLIR function a plan was read
+    from: only PJRT_REF_DIFF needs it (to cut each op out), and asks once.
+    """
+
+    def __init__(self, record: ModuleRecord, function_op: Callable[[str], object] | None = None):
+        self.records = record.functions
+        self._function_op = function_op
         self.functions: dict[str, FunctionPlan] = {}
         # Functions as planned, before the optimiser rewrote them: what
         # jit/inline.py copies into callers (`inlinable`).
         self._unoptimized: dict[str, FunctionPlan] = {}
         self._planning: set[str] = set()
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "func.func":
-                name = convert_attribute(op.attributes["sym_name"])
-                self._funcs[name] = op
-        self.num_partitions = _module_int_attr(module, "mhlo.num_partitions", 1)
-        self.num_replicas = _module_int_attr(module, "mhlo.num_replicas", 1)
-        # Device meshes that collectives' mesh-axes replica groups name.
-        self.meshes = mesh_axes.module_meshes(module)
+        self.num_partitions = record.num_partitions
+        self.num_replicas = record.num_replicas
         # Debug switches (PJRT_REF_CHECK_NANS / _TRACE / _PROFILE / _DIFF), read once
         # per program: None unless one is set (interpreter/instrument.py).
         self.instrument = instrument_from_environment()
 
+    @classmethod
+    def of_module(cls, module) -> "ModulePlan":
+        """A ModulePlan of a parsed MLIR module (read here, in this process)."""
+        return cls(read_module(module, with_text=False), function_ops(module).get)
+
     @property
     def function_names(self) -> list[str]:
-        return list(self._funcs)
+        return list(self.records)
 
     def function(self, name: str) -> FunctionPlan:
         plan = self.functions.get(name)
@@ -72,18 +73,27 @@ class ModulePlan:
                 return None
         return self._unoptimized.get(name)
 
-    def _plan(self, name: str, keep_unoptimized: bool) -> FunctionPlan:
-        if name not in self._funcs:
+    def unoptimized(self, name: str) -> FunctionPlan:
+        """@name planned afresh, before any rewrite (cost.py counts its ops)."""
+        return FunctionPlanner(self, self._record(name)).plan()
+
+    def _record(self, name: str) -> FunctionRecord:
+        if name not in self.records:
             raise InvalidArgument(f"no function @{name} in the program")
+        return self.records[name]
+
+    def _plan(self, name: str, keep_unoptimized: bool) -> FunctionPlan:
+        record = self._record(name)
         self._planning.add(name)
         try:
-            plan = FunctionPlanner(self, self._funcs[name]).plan()
+            plan = FunctionPlanner(self, record).plan()
             if self.instrument is None:
                 if keep_unoptimized:
                     self._unoptimized[name] = copy_function(plan, lambda slot: slot)
                 optimize_function(plan)  # plan-time rewrites (interpreter/jit)
             else:
-                self.instrument.apply(plan, self._funcs[name])  # every op visible, none fused
+                function_op = self._function_op(name) if self._function_op else None
+                self.instrument.apply(plan, function_op)  # every op visible, none fused
         finally:
             self._planning.discard(name)
         # Planning finished (callees were planned through `function`, and
@@ -92,90 +102,56 @@ class ModulePlan:
         return plan
 
     def plan_all(self) -> None:
-        for name in self._funcs:
+        for name in self.records:
             self.function(name)
 
-    def release_mlir(self) -> None:
-        """Forget the MLIR functions once every one is planned: the plans
-        hold none of them, and they keep the whole module alive."""
-        self._funcs = dict.fromkeys(self.functions)
+    def release_records(self) -> None:
+        """Forget the records once every function is planned: the plans hold
+        what they need, and the MLIR functions keep the whole module alive."""
+        self.records = dict.fromkeys(self.functions)
+        self._function_op = None
         self._unoptimized.clear()
 
 
-def _module_int_attr(module, name: str, default: int) -> int:
-    attrs = module.operation.attributes
-    return convert_attribute(attrs[name]) if name in attrs else default
-
-
 class FunctionPlanner:
-    """Plans one MLIR function (`plan()`): a slot per SSA value, a `Step` per op."""
+    """Plans one function from its record (`plan()`): a `Step` per op."""
 
-    def __init__(self, module_plan: ModulePlan, func_op):
+    def __init__(self, module_plan: ModulePlan, record: FunctionRecord):
         self.module_plan = module_plan
-        self.func_op = func_op
-        self.slots: dict = {}
+        self.record = record
         self.max_bytes = max_bytes()      # results larger than this fail at plan time (pjrt_ref/limits.py)
 
-    def slot(self, value) -> int:
-        key = value  # ir.Value is hashable and compares by identity
-        if key not in self.slots:
-            self.slots[key] = len(self.slots)
-        return self.slots[key]
-
     def plan(self) -> FunctionPlan:
-        from jaxlib.mlir import ir
-
-        func_type = self.func_op.attributes["function_type"].value
-        name = convert_attribute(self.func_op.attributes["sym_name"])
-        region = self.func_op.regions[0]
-        if len(region.blocks) == 0:
-            raise Unimplemented(f"function @{name} has no body (external functions cannot run)")
-        body = self.plan_region(region)
+        record = self.record
+        if record.error is not None:
+            raise record.error
+        if record.body is None:
+            raise Unimplemented(f"function @{record.name} has no body (external functions cannot run)")
         return FunctionPlan(
-            name=name,
-            num_slots=len(self.slots),
-            body=body,
-            input_types=tuple(convert_type(t) for t in func_type.inputs),
-            output_types=tuple(convert_type(t) for t in func_type.results),
+            name=record.name,
+            num_slots=record.num_slots,
+            body=self.plan_region(record.body),
+            input_types=record.input_types,
+            output_types=record.output_types,
         )
 
-    def plan_region(self, region) -> RegionPlan:
-        blocks = list(region.blocks)
-        if len(blocks) != 1:
-            raise Unimplemented(f"regions with {len(blocks)} blocks are not supported")
-        block = blocks[0]
-        arg_slots = [self.slot(a) for a in block.arguments]
-        arg_types = tuple(convert_type(a.type) for a in block.arguments)
-        steps = []
-        result_slots: list[int] = []
-        for op in block.operations:
-            op = op.operation
-            if op.name in TERMINATORS:
-                result_slots = [self.slot(v) for v in op.operands]
-                continue
-            steps.append(self.plan_op(op))
-        return RegionPlan(arg_slots, arg_types, steps, result_slots)
+    def plan_region(self, region: RegionRecord) -> RegionPlan:
+        if region.block_count != 1:
+            raise Unimplemented(f"regions with {region.block_count} blocks are not supported")
+        steps = [self.plan_op(op) for op in region.ops]
+        return RegionPlan(list(region.arg_slots), region.arg_types, steps, list(region.result_slots))
 
-    def plan_op(self, op) -> Step:
-        location = describe_location(op.location)
-        name = op.name
+    def plan_op(self, record: OpRecord) -> Step:
+        name, location = record.name, record.location
         kernel = lookup(name)
         if kernel is None:
             raise Unimplemented("op is not supported by pjrt-ref", op=name, location=location)
-        try:
-            operand_types = tuple(convert_type(v.type) for v in op.operands)
-            result_types = tuple(convert_type(r.type) for r in op.results)
-            attrs = read_attributes(op)
-            if mesh_axes.is_mesh_axes(attrs.get("replica_groups")):
-                attrs["replica_groups"] = mesh_axes.replica_groups(attrs["replica_groups"],
-                                                                   self.module_plan.meshes)
-        except PjrtRefError:
-            raise
-        except ValueError as error:
-            raise Unimplemented(str(error), op=name, location=location) from None
-        check_result_types(result_types, self.max_bytes, name, location)
-        info = OpInfo(name, location, attrs, operand_types, result_types, self.module_plan)
-        regions = tuple(self.plan_region(r) for r in op.regions)
+        if record.error is not None:
+            raise record.error
+        check_result_types(record.result_types, self.max_bytes, name, location)
+        info = OpInfo(name, location, dict(record.attrs), record.operand_types,
+                      record.result_types, self.module_plan)
+        regions = tuple(self.plan_region(r) for r in record.regions)
         info.region_plans = regions
         # Quantized operands/results: dequantize -> float kernel -> quantize.
         kernel = dequantize_op_quantize(kernel, info, has_regions=bool(regions))
@@ -184,7 +160,7 @@ class FunctionPlanner:
         return Step(
             kernel=kernel.fn,
             op=info,
-            operands=tuple(self.slot(v) for v in op.operands),
-            results=tuple(self.slot(r) for r in op.results),
+            operands=record.operand_slots,
+            results=record.result_slots,
             regions=regions,
         )

@@ -6,11 +6,11 @@ import threading
 import numpy as np
 
 from ..errors import InvalidArgument
-from .bytecode_guard import check_bytecode
+from .bytecode_guard import read_checked
 from .loader import is_bytecode, make_context, parse_module
-from .attributes import convert_attribute, string_value
 from .jit import background
 from .plan import ModulePlan
+from .records import ModuleRecord, function_ops, read_program
 from .types import TensorType, TokenType, TOKEN
 
 
@@ -23,25 +23,27 @@ class Program:
     """
 
     def __init__(self, source: bytes | str, entry: str = "main", _checked: bool = False):
+        record = None
         if (not _checked and isinstance(source, (bytes, bytearray, memoryview))
                 and is_bytecode(bytes(source[:4]))):
-            check_bytecode(bytes(source), entry)     # raises if it crashes another process
-        try:
-            with background.while_planning():
-                self._init(source, entry)
-        except UnicodeDecodeError as error:
-            # A string attribute or op name in bytecode that is not UTF-8.
-            raise InvalidArgument(f"program contains a string that is not UTF-8: {error}") from None
-        except RuntimeError as error:
-            # The same for a string attribute's value (nanobind's conversion).
-            if "str_from_cstr_and_size" not in str(error):
-                raise
-            raise InvalidArgument(f"program contains a string that is not UTF-8: {error}") from None
+            # Read in another process (raises if it crashes there); None where
+            # the host may read it itself (a survivor of an earlier check).
+            record = read_checked(bytes(source), entry)
+        with background.while_planning():
+            self._init(source, entry, record)
 
-    def _init(self, source, entry):
-        context = make_context()
-        module = parse_module(source, context)
-        self.module_plan = ModulePlan(module)
+    def _init(self, source, entry, record: ModuleRecord | None):
+        self._reparsed = None
+        self._reparse_lock = threading.Lock()
+        if record is None:
+            module, record = read_program(source)
+            self._reparsed = (module.context, module)
+        # The plan holds no MLIR object; the module and its context (about a
+        # megabyte even for a tiny program) are let go once it is planned, and
+        # the few tools that need MLIR again (partitioner, profiler, cost
+        # analysis, PJRT_REF_DIFF while planning) parse this.
+        self._bytecode = record.bytecode
+        self.module_plan = ModulePlan(record, self._function_op)
         names = self.module_plan.function_names
         if entry not in names:
             if len(names) == 1:
@@ -52,22 +54,16 @@ class Program:
         self.function = self.module_plan.function(entry)
         # Plan every function now, so unknown ops fail at load, not half way.
         self.module_plan.plan_all()
-        self.text = str(module)
-        self.entry_argument_attributes = _argument_attribute_names(module, entry)
+        self.text = record.text
+        entry_record = record.functions[entry]
+        self.entry_argument_attributes = entry_record.argument_attribute_names
         # Where a framework asked each parameter and result to live, and in which
         # layout (None where it did not say): pjrt_ref/model/memory.py, layouts.py.
-        self.entry_memory_kinds, self.entry_layout_modes = (
-            (_entry_texts(module, entry, "arg_attrs", len(self.input_types), name),
-             _entry_texts(module, entry, "res_attrs", len(self.output_types), name))
-            for name in ("mhlo.memory_kind", "mhlo.layout_mode"))
-        self.entry_result_transposes = _result_transposes(module, entry, len(self.output_types))
-        # The plan holds no MLIR object; the module and its context (about a
-        # megabyte even for a tiny program) are let go, and the few tools that
-        # need MLIR again (partitioner, profiler, cost analysis) parse this.
-        self._bytecode = _bytecode_of(module)
-        self.module_plan.release_mlir()
+        self.entry_memory_kinds = entry_record.memory_kinds
+        self.entry_layout_modes = entry_record.layout_modes
+        self.entry_result_transposes = entry_record.result_transposes
+        self.module_plan.release_records()
         self._reparsed = None
-        self._reparse_lock = threading.Lock()
 
     def mlir_module(self):
         """The program's verified module, parsed again from the bytecode kept
@@ -77,6 +73,10 @@ class Program:
                 context = make_context()
                 self._reparsed = (context, parse_module(self._bytecode, context))
             return self._reparsed[1]
+
+    def _function_op(self, name: str):
+        """The MLIR function @name (what PJRT_REF_DIFF cuts ops out of)."""
+        return function_ops(self.mlir_module()).get(name)
 
     @property
     def input_types(self) -> tuple:
@@ -124,71 +124,6 @@ class Program:
                     f"{_shape_text(ttype.shape)}, got {_shape_text(array.shape)}")
             converted.append(array)
         return converted
-
-
-def _bytecode_of(module) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    module.operation.write_bytecode(buffer)
-    return buffer.getvalue()
-
-
-def _argument_attribute_names(module, entry: str) -> list[frozenset[str]]:
-    """The names of each entry-function parameter's attributes
-    (`jax.buffer_donor`, `tf.aliasing_output`, `mhlo.sharding`, ...)."""
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
-            if "arg_attrs" not in op.attributes:
-                return []
-            return [frozenset(attr.name for attr in arg) for arg in op.attributes["arg_attrs"]]
-    return []
-
-
-def _entry_texts(module, entry: str, which: str, count: int, name: str) -> tuple[str | None, ...]:
-    """The string attribute `name` of each entry parameter (`which` = "arg_attrs")
-    or result ("res_attrs"), None where it has none."""
-    texts: list[str | None] = [None] * count
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
-            if which in op.attributes:
-                for index, attributes in enumerate(list(op.attributes[which])[:count]):
-                    if name in attributes:
-                        texts[index] = string_value(attributes[name])
-    return tuple(texts)
-
-
-def _result_transposes(module, entry: str, count: int) -> tuple[tuple[int, tuple[int, ...]] | None, ...]:
-    """For each entry result that is a parameter seen through `stablehlo.transpose`s
-    only: (parameter index, permutation p such that result dim j is the
-    parameter's dim p[j]); None for any other result.
-
-    What a compiler needs to give such a result, whose layout it may choose
-    (`mhlo.layout_mode = "auto"`), the layout that makes the transposes free
-    (pjrt_ref/model/layouts.py)."""
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and string_value(op.attributes["sym_name"]) == entry:
-            body = op.regions[0].blocks[0]
-            returned = list(body.operations)[-1].operands
-            return tuple(_transposed_parameter(value) for value in list(returned)[:count])
-    return (None,) * count
-
-
-def _transposed_parameter(value) -> tuple[int, tuple[int, ...]] | None:
-    from jaxlib.mlir import ir
-
-    permutation: tuple[int, ...] | None = None
-    while isinstance(value, ir.OpResult) and value.owner.operation.name == "stablehlo.transpose":
-        transpose = value.owner.operation
-        step = tuple(convert_attribute(transpose.attributes["permutation"]))
-        permutation = step if permutation is None else tuple(step[k] for k in permutation)
-        value = transpose.operands[0]
-    if permutation is None or not isinstance(value, ir.BlockArgument):
-        return None
-    return value.arg_number, permutation
 
 
 def _shape_text(shape) -> str:

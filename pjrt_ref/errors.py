@@ -36,6 +36,7 @@ class PjrtRefError(Exception):
     code: ErrorCode = ErrorCode.UNKNOWN
 
     def __init__(self, message: str, *, op: str | None = None, location: str | None = None):
+        self.detail = message
         self.op = op
         self.location = location
         prefix = ""
@@ -44,6 +45,14 @@ class PjrtRefError(Exception):
         if location:
             prefix += f" at {location}"
         super().__init__(f"{prefix}: {message}" if prefix else message)
+
+    def __reduce__(self):
+        """This module's errors pickle as (class name, message, op, location):
+        the bytecode checker sends its errors back this way, and the host
+        unpickles nothing but names of this module (bytecode_guard.py)."""
+        if type(self).__module__ != __name__:
+            return super().__reduce__()
+        return rebuild_error, (type(self).__name__, self.detail, self.op, self.location)
 
 
 class InvalidArgument(PjrtRefError):
@@ -88,3 +97,11 @@ class Cancelled(PjrtRefError):
 
 class AlreadyExists(PjrtRefError):
     code = ErrorCode.ALREADY_EXISTS
+
+
+def rebuild_error(class_name: str, message: str, op: str | None, location: str | None) -> PjrtRefError:
+    """The error `PjrtRefError.__reduce__` describes (only this module's classes)."""
+    cls = globals().get(class_name)
+    if not (isinstance(cls, type) and issubclass(cls, PjrtRefError)):
+        cls = Internal
+    return cls(message, op=op, location=location)

@@ -121,7 +121,7 @@ def _plan_instrumented(program):
     from ..interpreter.instrument import Instrument
     from ..interpreter.plan import ModulePlan
 
-    module_plan = ModulePlan(program.mlir_module())
+    module_plan = ModulePlan.of_module(program.mlir_module())
     # Keep the environment's other switches (PJRT_REF_CHECK_NANS, _TRACE) in force.
     instrument = module_plan.instrument or Instrument()
     instrument.profiler = LiveSink(instrument.profiler)

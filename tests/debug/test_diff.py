@@ -79,7 +79,7 @@ class InProcessBackend:
 def diffed(text: str, backend, tolerance=EXACT):
     """`text` loaded with a Differ using `backend`; returns (program, differ)."""
     program = load(text)
-    module_plan = ModulePlan(program.mlir_module())
+    module_plan = ModulePlan.of_module(program.mlir_module())
     instrument = Instrument()
     instrument.differ = differ = Differ("in-process", tolerance, backend=backend)
     module_plan.instrument = instrument

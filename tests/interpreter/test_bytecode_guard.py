@@ -92,10 +92,12 @@ def test_good_programs_load_while_other_threads_work():
     assert lines == ["60 ['[1.0, 1.0, 1.0]', '[2.0, 2.0, 2.0]', '[3.0, 3.0, 3.0]', '[4.0, 4.0, 4.0]']"]
 
 
-def test_checker_plans_without_optimizing_and_parent_optimizes():
-    """The checker only reads the program (parse, verify, plan): no numba there;
-    the caller still optimises its own plan."""
+def test_the_caller_plans_from_the_checkers_records_and_never_parses_the_bytes():
+    """The checker parses and reads the program and sends back its records
+    (interpreter/records.py); the caller plans and optimises from them and
+    does not parse the untrusted bytes itself."""
     lines = run("""
+        from pjrt_ref.interpreter import records
         x = np.linspace(-3, 3, 1000, dtype=np.float32)
         module = parse_module('''
             func.func @main(%x: tensor<1000xf32>) -> tensor<1000xf32> {
@@ -107,14 +109,46 @@ def test_checker_plans_without_optimizing_and_parent_optimizes():
             }''', make_context())
         buffer = io.BytesIO()
         module.operation.write_bytecode(buffer)
+        parsed_here = []
+        real_parse = records.parse_module
+        records.parse_module = lambda source, context: parsed_here.append(source) or real_parse(source, context)
+        sent = count_checks()
         loaded = load(buffer.getvalue())
-        checker = bytecode_guard._CHECKER.process.pid
-        modules = open(f"/proc/{checker}/environ", "rb").read().split(b"\\0")
-        print("checker_optimizes", b"PJRT_REF_OPTIMIZE=0" not in modules)
-        print("parent_fused", "pjrt_ref.fused" in [s.op.name for s in loaded.function.body.steps])
+        print("sent", len(sent), "parsed here", len(parsed_here))
+        print("fused", "pjrt_ref.fused" in [s.op.name for s in loaded.function.body.steps])
         print("same", bool(np.array_equal(loaded(x)[0], (x * np.float32(2) + x) * x)))
+        print("text", "stablehlo.multiply" in loaded.text, len(loaded.mlir_module().body.operations))
     """)
-    assert lines == ["checker_optimizes False", "parent_fused True", "same True"]
+    assert lines == ["sent 1 parsed here 0", "fused True", "same True", "text True 1"]
+
+
+def test_errors_reading_raises_in_the_checker_come_back_as_themselves():
+    """An unsupported op names itself and its location, a program that does
+    not parse gets MLIR's words (never a verdict), and an answer holding
+    anything but data is refused as INTERNAL."""
+    lines = run("""
+        import pickle
+        from pjrt_ref.errors import Internal, Unimplemented
+        module = parse_module('''
+            func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+              %y = "test.unknown"(%x) : (tensor<3xf32>) -> tensor<3xf32> loc("f.py":7:3)
+              return %y : tensor<3xf32>
+            }''', make_context())
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+        try:
+            load(buffer.getvalue())
+        except Unimplemented as error:
+            print("unknown", error)
+        print("damaged", outcome(b"ML\\xefR" + bytes(range(40))).replace(chr(10), " | "))
+        try:
+            bytecode_guard._decoded(pickle.dumps(("record", os.system)))
+        except Internal as error:
+            print("refused", "system is not part of a checker's answer" in str(error))
+    """)
+    assert lines[0] == "unknown 'test.unknown' at f.py:7:3: op is not supported by pjrt-ref"
+    assert lines[1].startswith("damaged cannot parse program") and "rejected" not in lines[1]
+    assert lines[2] == "refused True"
 
 
 def test_a_forked_process_starts_its_own_checker():
@@ -256,7 +290,7 @@ def test_a_checker_that_cannot_be_created_fails_the_check_with_the_cause(monkeyp
     monkeypatch.setattr(bytecode_guard.subprocess, "Popen", refuse)
     monkeypatch.setenv("PJRT_REF_BYTECODE_CHECK", "1")
     with pytest.raises(FailedPrecondition, match=r"it could not be started \(\[Errno 24\] Too many open files\)"):
-        bytecode_guard.check_bytecode(b"\x00 any bytes", "main")
+        bytecode_guard.read_checked(b"\x00 any bytes", "main")
 
 
 def test_answers_that_arrive_together_are_read_one_by_one():

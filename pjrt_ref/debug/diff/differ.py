@@ -25,7 +25,7 @@ import numpy as np
 from ... import settings
 from ...errors import Internal
 from ...interpreter.instrument import CONTROL_FLOW_OPS, summarize, summary_text, type_text
-from ...interpreter.plan import TERMINATORS
+from ...interpreter.records import TERMINATORS
 from .backend import DEFAULT_TIMEOUT, shared_backend
 from .compare import Comparison, Tolerance, compare
 from .one_op import module_functions, one_op_module, why_not_comparable

@@ -21,7 +21,7 @@ runs while the program executes.
 """
 from __future__ import annotations
 
-from ...interpreter.plan import TERMINATORS
+from ...interpreter.records import TERMINATORS
 from ...interpreter.types import TensorType, TokenType, convert_type
 
 HOST_OPS = frozenset({"stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed"})
