@@ -37,14 +37,26 @@ def make_context():
     stablehlo.register_dialect(context)
     chlo.register_dialect(context)
     sdy.register_dialect(context)
-    try:
-        from jaxlib.mlir.dialects import mhlo
-        mhlo.register_mhlo_dialect(context)
-    except Exception:  # pragma: no cover - mhlo is optional
-        pass
+    _register_mhlo(context)
     _load_quant_dialect(context)
     context.allow_unregistered_dialects = True
     return context
+
+
+def _register_mhlo(context) -> None:
+    """Register the mhlo dialect (older programs and XLA's HLO conversion use it).
+
+    Through the native module: `jaxlib.mlir.dialects.mhlo` also imports its
+    generated op classes, which pjrt-ref never uses, and importing them was
+    a third of a fresh process's first compile (benchmarks/README.md, W0)."""
+    try:
+        from jaxlib.mlir._mlir_libs import _mlirHlo as native
+    except ImportError:  # a jaxlib that moved it: the public module has it too
+        try:
+            from jaxlib.mlir.dialects import mhlo as native
+        except ImportError:  # pragma: no cover - mhlo is optional
+            return
+    native.register_mhlo_dialect(context)
 
 
 def _load_quant_dialect(context) -> None:
