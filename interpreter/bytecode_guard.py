@@ -324,17 +324,17 @@ class _RecordUnpickler(pickle.Unpickler):
     `types.SimpleNamespace`, the interpreter's dataclasses and named tuples
     (built without calling them), and pjrt-ref's errors."""
 
-    _NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"),
+    _NAMES = {("numpy", "dtype"), ("numpy", "ndarray"),
               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
               ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
               ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
               ("builtins", "complex"), ("builtins", "set"), ("builtins", "frozenset"),
               ("builtins", "slice"), ("types", "SimpleNamespace"),
-              ("pjrt_ref.errors", "rebuild_error")}
+              (FailedPrecondition.__module__, "rebuild_error")}
     _INTERPRETER = __package__ + "."
 
     def find_class(self, module: str, name: str):
-        if (module, name) in self._NUMPY:
+        if (module, name) in self._NAMES:
             return super().find_class(module, name)
         found = super().find_class(module, name) if self._may_hold(module) else None
         if isinstance(found, type) and (
