@@ -92,7 +92,11 @@ def convert_attribute(attr) -> Any:
             values = {}
             for name in fields:
                 value = getattr(typed, name)
-                values[name] = tuple(value) if isinstance(value, list) else value
+                if isinstance(value, list):
+                    value = tuple(value)
+                elif isinstance(value, ir.Type):    # a dot algorithm's element types: "bf16", "tf32"
+                    value = str(value)
+                values[name] = value
             return SimpleNamespace(kind=kind, **values)
     # Anything else (sharding strings, frontend attributes, ...) stays text.
     return str(attr)

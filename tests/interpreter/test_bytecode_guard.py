@@ -327,3 +327,31 @@ def test_survivors_are_remembered_across_processes_and_crashers_never(tmp_path):
     assert first == ["[7.0, 7.0, 7.0] MLIR bytecode rejected: it 2"]
     assert second == ["[7.0, 7.0, 7.0] MLIR bytecode rejected: it 1"]
     assert len(list((tmp_path / "bytecode-checked").iterdir())) == 1
+
+
+def test_every_attribute_kind_travels_from_the_checker():
+    """What the checker reads must pickle: a dot algorithm's element types
+    (MLIR types in jaxlib's bindings) come back as their names, and the
+    program the caller plans from the checker's records computes what the
+    same program read in-process computes."""
+    lines = run("""
+        text = '''
+            func.func @main(%a: tensor<2x3xf32>, %b: tensor<3x2xf32>) -> tensor<2x2xf32> {
+              %r = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0],
+                  algorithm = <lhs_precision_type = bf16, rhs_precision_type = bf16,
+                               accumulation_type = f32, lhs_component_count = 1,
+                               rhs_component_count = 1, num_primitive_operations = 1,
+                               allow_imprecise_accumulation = false>
+                  : (tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x2xf32>
+              return %r : tensor<2x2xf32>
+            }'''
+        buffer = io.BytesIO()
+        parse_module(text, make_context()).operation.write_bytecode(buffer)
+        a = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+        b = np.linspace(2, 3, 6, dtype=np.float32).reshape(3, 2)
+        checked = load(buffer.getvalue())
+        step = checked.function.body.steps[0]
+        print("algorithm", step.op.attrs["algorithm"].lhs_precision_type)
+        print("same", np.array_equal(checked(a, b)[0], load(text)(a, b)[0]))
+    """)
+    assert lines == ["algorithm bf16", "same True"]
