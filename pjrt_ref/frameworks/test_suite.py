@@ -162,6 +162,8 @@ def run_files(name: str, env: dict[str, str], files: list[str], options: argpars
             if not os.path.exists(junit):
                 raise RuntimeError(f"pytest ({name}) wrote no report; see {scratch}/{name}.log")
             outcomes.update(read_junit(junit, options.checkout))
+            if not options.k:           # -k may leave a file nothing to run; otherwise that is an error
+                outcomes.update(files_not_run(files, outcomes, log_path(scratch, name, segment)))
             break
         progress = read_progress(progress_path(scratch, name, segment))
         outcomes.update(progress.finished)
@@ -172,6 +174,34 @@ def run_files(name: str, env: dict[str, str], files: list[str], options: argpars
         if not progress.running:
             break                                    # stuck before any test: nothing left to skip
     return outcomes
+
+
+def files_not_run(files: list[str], outcomes: dict[str, Outcome], log: str) -> dict[str, Outcome]:
+    """A `FILE::(collection)` error for each file the run left without any
+    outcome (pytest found no test in it, or stopped before collecting it),
+    with pytest's own error line from the log where it printed one, so a
+    file never shows as a clean 0/0/0."""
+    ran = {identifier.split("::", 1)[0] for identifier in outcomes}
+    missing = [file.split("::", 1)[0] for file in files if file.split("::", 1)[0] not in ran]
+    if not missing:
+        return {}
+    said = pytest_error(log)
+    reason = "pytest ran no test of it" + (f" ({said})" if said else "")
+    return {f"{file}::{COLLECTION}": Outcome("error", reason) for file in missing}
+
+
+def pytest_error(log: str) -> str:
+    """pytest's last `ERROR` line in `log` (a file it could not find, a usage error), or ""."""
+    try:
+        with open(log, errors="replace") as handle:
+            errors = [line.strip() for line in handle if line.startswith("ERROR")]
+    except OSError:
+        return ""
+    return first_line(errors[-1]) if errors else ""
+
+
+def log_path(scratch: str, name: str, segment: int) -> str:
+    return os.path.join(scratch, f"{name}.log" if segment == 0 else f"{name}.{segment}.log")
 
 
 def run_segment(name: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
@@ -189,8 +219,7 @@ def run_segment(name: str, env: dict[str, str], files: list[str], options: argpa
     progress = progress_path(scratch, name, segment)
     open(progress, "w").close()
     env = {**env, "PJRT_REF_SUITE_PROGRESS": progress}
-    log_name = os.path.join(scratch, f"{name}.log" if segment == 0 else f"{name}.{segment}.log")
-    log = open(log_name, "w") if not options.verbose else None
+    log = open(log_path(scratch, name, segment), "w") if not options.verbose else None
     process = subprocess.Popen(command, cwd=options.checkout, env=env, start_new_session=True,
                                stdout=log, stderr=subprocess.STDOUT if log else None)
     try:
@@ -310,6 +339,12 @@ def regressions(reference: Run, candidate: Run) -> list[tuple[str, Outcome]]:
     return lost
 
 
+def not_collected(run: Run, files: list[str]) -> list[tuple[str, Outcome]]:
+    """(file, its collection error) for each file whose tests did not run on `run`'s backend."""
+    return [(file, run.outcomes[f"{file}::{COLLECTION}"]) for file in files
+            if run.outcomes.get(f"{file}::{COLLECTION}", Outcome("")).status in ("error", "failed")]
+
+
 def totals(run: Run, files: list[str]) -> dict[str, int]:
     tally = {"passed": 0, "failed": 0, "skipped": 0}
     for file in files:
@@ -335,6 +370,9 @@ def report(files: list[str], reference: Run, candidate: Run) -> str:
         for run in (reference, candidate):
             lines.append(f"slowest files on {run.backend} (seconds of their tests): " + ", ".join(
                 f"{file} {seconds:.0f}" for file, seconds in slowest(run)))
+    for run in (reference, candidate):
+        for file, outcome in not_collected(run, files):
+            lines.append(f"{file} did not run on {run.backend}: {outcome.reason}")
     lost = regressions(reference, candidate)
     lines.append(f"{len(lost)} test(s) pass on {reference.backend} and not on {candidate.backend}"
                  + (":" if lost else ""))
@@ -359,6 +397,11 @@ def markdown_report(files: list[str], reference: Run, candidate: Run, heading: s
                  f"{b['passed']}/{b['failed']}/{b['skipped']} | | |")
     lines += ["", f"Wall time: {r} {reference.seconds:.0f} s, {c} {candidate.seconds:.0f} s "
                   f"({candidate.seconds / max(reference.seconds, 1e-9):.2f}x)."]
+    not_run = [(run.backend, file, outcome) for run in (reference, candidate)
+               for file, outcome in not_collected(run, files)]
+    if not_run:
+        lines += [""] + [f"- `{file}` did not run on {backend}: {outcome.reason}"
+                         for backend, file, outcome in not_run]
     lost = regressions(reference, candidate)
     lines += ["", f"{len(lost)} test(s) pass on {r} and not on {c}" + (":" if lost else ".")]
     lines += [f"- `{identifier}` [{outcome.status}] {outcome.reason}" for identifier, outcome in lost]
@@ -415,6 +458,9 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
             parser.error("--all runs every file: name no files")
         options.files = suite.all_files(options.checkout)
     options.files = options.files or list(suite.default_files)
+    missing = [f for f in options.files if not os.path.exists(os.path.join(options.checkout, f.split("::", 1)[0]))]
+    if missing:
+        parser.error(f"not in {options.checkout}: {', '.join(missing)}")
     options.pytest_plugins = ("pjrt_ref.frameworks.progress_plugin", *suite.pytest_plugins)
     options.process_per_file = suite.process_per_file
     return options

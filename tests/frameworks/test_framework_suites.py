@@ -208,3 +208,34 @@ def test_torch_runs_get_what_run_tests_sh_sets_and_pjrt_ref_is_accepted_as_cpu(t
     namespace = {"DISABLED_TORCH_TESTS": {"CPU": {"TestX": {"test_a"}}, "TPU": {}}}
     suite_plugin.accept_as_cpu(namespace)
     assert namespace["DISABLED_TORCH_TESTS"]["PJRT_REF"] is namespace["DISABLED_TORCH_TESTS"]["CPU"]
+
+
+def test_a_named_file_that_is_not_in_the_checkout_is_refused_by_name(tmp_path, capsys):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "lax_test.py").write_text("")
+    with pytest.raises(SystemExit):
+        test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "tests/lax_test.py", "tests/no_such_test.py"])
+    assert f"not in {tmp_path}: tests/no_such_test.py" in capsys.readouterr().err
+
+
+def test_a_file_in_which_no_test_ran_is_an_error_with_pytests_words_not_zero_tests(tmp_path, capsys):
+    """A file pytest collects nothing from (here: it holds no test) shows as an
+    error naming why, on each backend, never as a clean 0/0/0."""
+    checkout = tmp_path / "checkout"
+    (checkout / "test").mkdir(parents=True)
+    (checkout / "test" / "test_one.py").write_text("def test_one():\n    pass\n")
+    (checkout / "test" / "test_nothing.py").write_text("VALUE = 1\n")
+    suite = test_suite.Suite(command="t", description="t", checkout="t",
+                             default_files=("test/test_one.py", "test/test_nothing.py"),
+                             backends=("cpu", "pjrt_ref"),
+                             environment=lambda backend, options: dict(os.environ),
+                             check_version=lambda checkout: None)
+    report = tmp_path / "report.json"
+    assert test_suite.main(suite, [str(checkout), "--json", str(report)]) == 0
+    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    assert outcomes["test/test_one.py::test_one"]["status"] == "passed"
+    nothing = outcomes["test/test_nothing.py::(collection)"]
+    assert nothing == {"status": "error", "reason": "pytest ran no test of it", "seconds": 0.0}
+    printed = capsys.readouterr().out
+    assert "test/test_nothing.py did not run on cpu: pytest ran no test of it" in printed
+    assert "test/test_nothing.py did not run on pjrt_ref: pytest ran no test of it" in printed
