@@ -7,7 +7,9 @@ in jaxlib's MLIR bindings, which plugin registration must not pay for.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import hashlib
 import re
 import threading
@@ -25,6 +27,37 @@ from ..errors import InvalidArgument
 from .execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
 from .xla_options import check_option_overrides
 
+
+
+_PAUSE_LOCK = threading.Lock()
+_PAUSES = 0
+_COLLECTOR_WAS_ENABLED = False
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector paused while a program is built.
+
+    Planning allocates almost nothing but the plan, which lives as long as the
+    executable, and a first compile imports the interpreter: in a JAX process
+    (about 10^5 live objects) that crossed the threshold of a full
+    collection, 50 to 60 ms in the middle of the first compile, scanning
+    objects none of which were garbage (benchmarks/README.md, W0). Objects
+    are still freed by reference counting meanwhile; the collector resumes
+    when the last compile in flight ends, unless the host had turned it off."""
+    global _PAUSES, _COLLECTOR_WAS_ENABLED
+    with _PAUSE_LOCK:
+        if _PAUSES == 0:
+            _COLLECTOR_WAS_ENABLED = gc.isenabled()
+            gc.disable()
+        _PAUSES += 1
+    try:
+        yield
+    finally:
+        with _PAUSE_LOCK:
+            _PAUSES -= 1
+            if _PAUSES == 0 and _COLLECTOR_WAS_ENABLED:
+                gc.enable()
 
 
 class Executable:
@@ -62,7 +95,8 @@ class Executable:
         built = []
 
         def build() -> Executable:
-            built.append(cls(program_formats.to_stablehlo(code, fmt), compile_options))
+            with collector_paused():
+                built.append(cls(program_formats.to_stablehlo(code, fmt), compile_options))
             return built[0]
         executable = program_cache.compiled(fmt, code, compile_options, build)
         if executable.compile_options != bytes(compile_options):
