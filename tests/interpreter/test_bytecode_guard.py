@@ -222,9 +222,9 @@ def test_a_checker_that_cannot_start_early_does_not_stop_the_client(monkeypatch)
     assert bytecode_guard._CHECKER is None
 
 
-def test_bytecode_that_parses_but_aborts_the_planner_is_rejected():
+def test_bytecode_that_parses_but_aborts_the_reader_of_its_ops_is_rejected():
     """This input parses, verifies and prints; walking its ops aborts the
-    process (nanobind). The checker plans, so it dies there, not the caller."""
+    process (nanobind). The checker reads the ops, so it dies there, not the caller."""
     lines = run("""
         print("crash", outcome(open(sys.argv[1], "rb").read()))
         print("good", outcome(bytecode(2)))
@@ -233,8 +233,8 @@ def test_bytecode_that_parses_but_aborts_the_planner_is_rejected():
     assert lines[1] == "good [2.0, 2.0, 2.0]"
 
 
-def test_the_checkers_warm_up_program_plans_and_runs():
-    """The checker plans WARM_UP_PROGRAM when it starts; a program that
+def test_the_checkers_warm_up_program_loads_and_runs():
+    """The checker reads WARM_UP_PROGRAM when it starts; a program that
     stopped parsing (a new jaxlib's syntax) would only cost that head start."""
     import numpy as np
 
