@@ -47,8 +47,9 @@ def _register_mhlo(context) -> None:
     """Register the mhlo dialect (older programs and XLA's HLO conversion use it).
 
     Through the native module: `jaxlib.mlir.dialects.mhlo` also imports its
-    generated op classes, which pjrt-ref never uses, and importing them was
-    a third of a fresh process's first compile (benchmarks/README.md, W0)."""
+    generated op classes, which pjrt-ref never uses (20 to 140 ms in a
+    process that has not imported them: the checker, a host that does not
+    lower through JAX; benchmarks/README.md, W0)."""
     try:
         from jaxlib.mlir._mlir_libs import _mlirHlo as native
     except ImportError:  # a jaxlib that moved it: the public module has it too

@@ -217,7 +217,6 @@ def matrix_operands(lhs, rhs, lhs_free, rhs_free, lhs_contract, rhs_contract):
             rhs2.reshape(contract, math.prod(rhs_free_shape)), lhs_free_shape + rhs_free_shape)
 
 
-
 def matmul(a: np.ndarray, b: np.ndarray, threads: int | None = None) -> np.ndarray:
     """`a @ b` for 2-d arrays (any strides), with the bits of the blocks
     `product_blocks` cuts it into, computed by this thread and by helpers
