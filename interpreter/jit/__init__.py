@@ -80,7 +80,7 @@ The README's "Performance" section gives users the same promise.
   (the spec leaves them open; tests/support/jit_support.py, `assert_same_values`); compiled f32
   transcendentals use other float64 functions than numpy's, so a result
   may be one float32 ulp off next to a rounding boundary (over all 2^32
-  inputs: never for exp, expm1, tanh; one input for logistic;
+  inputs: never for exp, expm1, tanh, sine, cosine; one input for logistic;
   tests/scripts/sweep_f32_math.py).
   Compiled loops keep the bits in more ways, each where a probe on the
   machine confirms it (native/half_precision.py, float64_math.py,

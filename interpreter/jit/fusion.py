@@ -15,7 +15,7 @@ others never exist as full arrays. Three kinds of fused step:
   elements, intermediates in registers, if it has at least
   COMPILE_MIN_ELEMENTS elements (else its steps stay as they are);
 * a run that contains a transcendental op without a vectorisable
-  implementation (f32 log, log1p, sine, cosine; any f64 one) runs its
+  implementation (f32 log and log1p; any f64 one) runs its
   steps' own kernels chunk by chunk (`_chunked_step`): numpy's vectorised
   float64 math beats the scalar libm calls a numba loop would make, and
   cache-sized pieces need no full-size temporaries.

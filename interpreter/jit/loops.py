@@ -251,7 +251,7 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
             loop += [f"rows{index}[q, i] = {expression}" if rows else f"n{index}[i] = {expression}"
                      for index, expression in array_outputs]
         if loop:
-            iteration += ["for i in range(n):"] + [f"    {line}" for line in loop]
+            iteration += codegen.element_loop(loop)
     if rows:       # a computed carried array is read from the row the last iteration wrote
         for index in sorted(computed):
             name = carried[index][0]

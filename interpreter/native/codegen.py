@@ -73,10 +73,10 @@ def total_order_key64(x):
     bits = float64(x).view(np.int64)
     return bits ^ np.int64(0x7FFFFFFFFFFFFFFF) if bits < 0 else bits
 '''
-# float32 exp/expm1/tanh/logistic in float64, vectorisable (vector_math.py):
-# added only to kernels that call them (defining them costs milliseconds
-# per generated module, which warm compiles would pay for every kernel).
-_MATH_PRELUDE = "\n\n" + vector_math.prelude_source()
+# float32 exp/expm1/tanh/logistic/sin/cos in float64, vectorisable
+# (vector_math.py): added only to kernels that call them (defining them costs
+# milliseconds per generated module, which warm compiles would pay for every
+# kernel).
 _MATH_CALL = re.compile(r"\b(%s)\(" % "|".join(vector_math.ENTRY_POINTS))
 
 
@@ -99,7 +99,7 @@ def with_prelude(code: str) -> str:
     functions, the integer helpers, the half-precision rounding, numpy's
     summation or the interpreter's kernels, if `code` calls them), then
     `code`."""
-    math = _MATH_PRELUDE if _MATH_CALL.search(code) else ""
+    math = "\n\n" + vector_math.prelude_source() if _MATH_CALL.search(code) else ""
     integer = loop_expressions.INTEGER_PRELUDE if _INTEGER_CALL.search(code) else ""
     rounding = half_precision.ROUNDING_PRELUDE if _ROUNDING_CALL.search(code) else ""
     folds = tensor_ops.FOLD_PRELUDE if _FOLD_CALL.search(code) else ""
@@ -125,12 +125,7 @@ def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
     several threads at once (threads.py).
     """
     parameters = ["n"] + [name for name, _, _ in inputs] + [f"out{k}" for k in range(len(outputs))]
-    lines = ["", "", "@njit(cache=True, error_model=\"numpy\", nogil=True)",
-             f"def kernel({', '.join(parameters)}):",
-             "    for i in range(n):"]
-    for name, is_array, _ in inputs:
-        if is_array:
-            lines.append(f"        {name}_i = {name}[i]")
+    loop_body = [f"{name}_i = {name}[i]" for name, is_array, _ in inputs if is_array]
     renamed = {name: f"{name}_i" for name, is_array, _ in inputs if is_array}
 
     def rename(expression: str) -> str:
@@ -138,11 +133,38 @@ def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
             expression = _replace_word(expression, old, new)
         return expression
 
-    for variable, expression, dtype in body:
-        lines.append(f"        {variable} = {loop_expressions.TYPE_NAMES[dtype]}({rename(expression)})")
-    for k, (variable, dtype) in enumerate(outputs):
-        lines.append(f"        out{k}[i] = {rename(variable)}")
+    loop_body += [f"{variable} = {loop_expressions.TYPE_NAMES[dtype]}({rename(expression)})"
+                  for variable, expression, dtype in body]
+    loop_body += [f"out{k}[i] = {rename(variable)}" for k, (variable, dtype) in enumerate(outputs)]
+    lines = ["", "", "@njit(cache=True, error_model=\"numpy\", nogil=True)",
+             f"def kernel({', '.join(parameters)}):"]
+    lines += [f"    {line}" for line in element_loop(loop_body)]
     return with_prelude("\n".join(lines) + "\n")
+
+
+# A call of sin_f32 or cos_f32 on a plain read (a name or an array element).
+_ANGLE_CALL = re.compile(r"\b(sin|cos)_f32\(float64\(([^()]*)\)\)")
+
+
+def element_loop(body: list) -> list:
+    """`for i in range(n):` over `body`'s lines, as lines.
+
+    Where the body takes float32 sines or cosines of plain reads, the loop
+    first runs them for |x| < 2^40 only (vector_math's small reduction: the
+    large one would triple their cost in every vectorised lane), noting
+    whether an argument was larger, and only if one was runs the whole loop
+    again with the functions for any size. Running it again is safe because
+    an element loop reads nothing it writes: fused kernels write fresh
+    outputs, a compiled loop's segments other rows and buffers than they
+    read (jit/loops.py)."""
+    loop = ["for i in range(n):"] + [f"    {line}" for line in body]
+    arguments = dict.fromkeys(m.group(2) for line in body for m in _ANGLE_CALL.finditer(line))
+    if not arguments:
+        return loop
+    small = [_ANGLE_CALL.sub(r"\1_small_f32(float64(\2))", line) for line in body]
+    checks = [f"large_angle |= abs(float64({argument})) >= SMALL_ANGLE" for argument in arguments]
+    return (["large_angle = False", "for i in range(n):"] + [f"    {line}" for line in small + checks]
+            + ["if large_angle:"] + [f"    {line}" for line in loop])
 
 
 def _replace_word(text: str, old: str, new: str) -> str:

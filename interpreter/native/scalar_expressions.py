@@ -19,15 +19,16 @@ What fuses, and why it is exact (the same bits as the unfused kernels):
 * f32/f64 compare with FLOAT (or no) compare_type, or TOTALORDER (on the
   bits, like elementwise_compare); select; f32 <-> f64 convert.
 * sqrt (correctly rounded everywhere).
-* f32 exp, expm1, logistic, tanh (VECTOR_MATH_F32) everywhere, and, for
-  compiled loops and region bodies only (LIBM_MATH_F32), f32 log, log1p,
-  sine, cosine. The unfused kernels compute these in float64 and round
-  once to float32; so does compiled code, with float64 functions of its
-  own (vector_math.py, relative error below 2^-50) or libm's, where numpy
-  uses its own SIMD ones. Those differ by an ulp of float64 or two now and
-  then, which changes the float32 result (by one ulp) only if the exact
-  value lies that close to a float32 rounding boundary. Measured over all
-  2^32 float32 inputs (tests/scripts/sweep_f32_math.py): exp, expm1 and tanh give
+* f32 exp, expm1, logistic, tanh, sine, cosine (VECTOR_MATH_F32)
+  everywhere, and, for compiled loops and region bodies only
+  (LIBM_MATH_F32), f32 log and log1p. The unfused kernels compute these in
+  float64 and round once to float32; so does compiled code, with float64
+  functions of its own (vector_math.py, relative error below 2^-50) or
+  libm's, where numpy uses its own SIMD ones. Those differ by an ulp of
+  float64 or two now and then, which changes the float32 result (by one
+  ulp) only if the exact value lies that close to a float32 rounding
+  boundary. Measured over all 2^32 float32 inputs
+  (tests/scripts/sweep_f32_math.py): exp, expm1, tanh, sine and cosine give
   the unfused bits on every input, logistic on all but one, where the
   compiled value is the correctly rounded one (vector_math.py). float64
   transcendentals are never compiled: there the difference would show.
@@ -61,17 +62,17 @@ VECTOR_MATH_F32 = {
     "stablehlo.exponential_minus_one": "expm1_f32(float64({0}))",
     "stablehlo.logistic": "logistic_f32(float64({0}))",
     "stablehlo.tanh": "tanh_f32(float64({0}))",
+    "stablehlo.sine": "sin_f32(float64({0}))",
+    "stablehlo.cosine": "cos_f32(float64({0}))",
 }
 # These call libm, which blocks vectorisation: numpy's vectorised float64
-# log/sin/cos are faster than a numba loop's scalar calls, so runs with
+# log/log1p are faster than a numba loop's scalar calls, so runs with
 # them go chunk by chunk through numpy instead. Compiled loops and region
 # bodies (jit/loops.py, regions.py), which work on few elements at a time, do
 # use them.
 LIBM_MATH_F32 = {
     "stablehlo.log": "math.log(float64({0}))",
     "stablehlo.log_plus_one": "math.log1p(float64({0}))",
-    "stablehlo.sine": "math.sin(float64({0}))",
-    "stablehlo.cosine": "math.cos(float64({0}))",
 }
 MATH_F32 = {**VECTOR_MATH_F32, **LIBM_MATH_F32}
 COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}

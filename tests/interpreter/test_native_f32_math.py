@@ -1,4 +1,4 @@
-"""float32 exp, expm1, tanh and logistic compiled into fused loops
+"""float32 exp, expm1, tanh, logistic, sine and cosine compiled into fused loops
 (interpreter/native/vector_math.py) against the interpreter without numba
 (PJRT_REF_JIT=0), the plain interpreter (PJRT_REF_OPTIMIZE=0) and XLA CPU.
 
@@ -8,9 +8,10 @@ it except on rare near-halfway inputs. The inputs here are fixed, so the
 tests are deterministic: edge values, one float32 bit pattern in every 4099
 (all exponents, both signs, subnormals, NaN payloads) and random values.
 XLA CPU uses float32 approximations of its own: measured on the same bit
-patterns they are up to 5 ulp (exp, expm1), 4 ulp (tanh) and 2 ulp
-(logistic) from the correctly rounded result, and exp flushes results
-below float32's smallest normal to 0; the comparison with XLA allows that.
+patterns they are up to 5 ulp (exp, expm1), 4 ulp (tanh), 2 ulp
+(logistic) and 1 ulp (sine, cosine, for every finite input) from the
+correctly rounded result, and exp flushes results below float32's
+smallest normal to 0; the comparison with XLA allows that.
 """
 from __future__ import annotations
 
@@ -31,7 +32,12 @@ EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1e-40, -1e-
          1e-30, -1e-30, 2.0**-24, -2.0**-24, 2.0**-12, 1e-3, -1e-3, 0.5, -0.5, 1.0, -1.0,
          0.34657359, -0.34657359, 9.01, -9.01, 9.1, -9.1, 17.33, -17.33, 19.1, -19.1, 20.5,
          -20.5, 88.72, 88.7228, 88.73, 89.0, -87.33, -103.27, -103.97, -103.98, -104.0, -105.0,
-         119.9, -120.1, 121.0, -121.0, 1e4, -1e4, 1e30, -1e30, MAX, -MAX]
+         119.9, -120.1, 121.0, -121.0, 1e4, -1e4, 1e30, -1e30, MAX, -MAX,
+         # sine and cosine: near multiples of pi/2, both sides of the switch
+         # between the two range reductions (2^40), and 16367173 * 2^72, the
+         # float32 whose remainder by pi/2 is among the smallest relative to it.
+         0.78539819, 1.5707964, -1.5707964, 3.1415927, 4.712389, 6.2831855, 1e6 * 3.1415927,
+         1.0995116e12, -1.0995116e12, 1.0995117e12, 16367173 * 2.0**72, -16367173 * 2.0**72]
 
 # op -> the JAX function XLA computes it with.
 FUNCTIONS = {
@@ -39,12 +45,16 @@ FUNCTIONS = {
     "exponential_minus_one": jnp.expm1,
     "tanh": jnp.tanh,
     "logistic": lax.logistic,
+    "sine": jnp.sin,
+    "cosine": jnp.cos,
 }
 COMPILED_NAMES = {"exponential": "exp_f32", "exponential_minus_one": "expm1_f32",
-                  "tanh": "tanh_f32", "logistic": "logistic_f32"}
+                  "tanh": "tanh_f32", "logistic": "logistic_f32", "sine": "sin_f32",
+                  "cosine": "cos_f32"}
 # Largest ulp distance of XLA CPU's float32 result from the correctly
 # rounded one, measured on the sweep's inputs (module docstring).
-XLA_ULPS = {"exponential": 5, "exponential_minus_one": 5, "tanh": 4, "logistic": 2}
+XLA_ULPS = {"exponential": 5, "exponential_minus_one": 5, "tanh": 4, "logistic": 2, "sine": 1,
+            "cosine": 1}
 
 
 HALFWAY_INPUT = 9.894371032714844e-06
@@ -84,7 +94,7 @@ def exact_value(op: str, x: np.ndarray) -> np.ndarray:
     a float32 midpoint it lies, except within 2^-60 of one."""
     wide = x.astype(np.longdouble)
     return {"exponential": np.exp, "exponential_minus_one": np.expm1, "tanh": np.tanh,
-            "logistic": lambda v: 1 / (1 + np.exp(-v))}[op](wide)
+            "logistic": lambda v: 1 / (1 + np.exp(-v)), "sine": np.sin, "cosine": np.cos}[op](wide)
 
 
 @pytest.mark.parametrize("op", sorted(FUNCTIONS))
@@ -143,6 +153,8 @@ def test_special_values_exactly(monkeypatch):
         "exponential_minus_one": [0.0, -0.0, np.inf, -1.0, np.nan, 1e-45, -1e-45],
         "tanh": [0.0, -0.0, 1.0, -1.0, np.nan, 1e-45, -1e-45],
         "logistic": [0.5, 0.5, 1.0, 0.0, np.nan, 0.5, 0.5],
+        "sine": [0.0, -0.0, np.nan, np.nan, np.nan, 1e-45, -1e-45],
+        "cosine": [1.0, 1.0, np.nan, np.nan, np.nan, 1.0, 1.0],
     }
     for op, values in expected.items():
         (ours,) = load_with(program_text(op, x.size), monkeypatch)(x)
@@ -251,3 +263,37 @@ def test_in_a_compiled_while_loop(monkeypatch):
     (plain,) = load_with(text, monkeypatch, optimize=False)(x)
     assert_same_values(ours, plain)
     np.testing.assert_allclose(ours, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small angles", "one large angle"])
+def test_sines_in_a_compiled_while_loop(large, monkeypatch):
+    """A loop's element loop runs sine and cosine with the small reduction
+    only, and runs again with both where an element reaches 2^40
+    (codegen.element_loop): both branches give the unfused bits."""
+    x = np.linspace(-4, 4, 16).astype(np.float32)
+    if large:
+        x[5] = 16367173 * 2.0**72
+    fn = lambda x: lax.fori_loop(0, 5, lambda i, v: jnp.sin(v) * 0.5 + jnp.cos(v * 3) + v, x)
+    text = lower_to_text(fn, x)
+    compiled = load_with(text, monkeypatch)
+    (loop,) = [s for s in compiled.function.body.steps if s.op.name == "pjrt_ref.compiled_while"]
+    assert "sin_small_f32(" in loop.op.attrs["source"] and "if large_angle:" in loop.op.attrs["source"]
+    (ours,) = compiled(x)
+    (plain,) = load_with(text, monkeypatch, optimize=False)(x)
+    assert_same_values(ours, plain)
+    np.testing.assert_allclose(ours, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
+
+
+def test_element_loop_runs_the_small_reduction_first():
+    from pjrt_ref.interpreter.native.codegen import element_loop
+
+    lines = element_loop(["v1 = float32(sin_f32(float64(a[i])))", "v2 = float32(cos_f32(float64(v1)))",
+                          "out0[i] = v2"])
+    first = lines[:lines.index("if large_angle:")]
+    assert "v1 = float32(sin_small_f32(float64(a[i])))" in " ".join(first)
+    assert "v2 = float32(cos_small_f32(float64(v1)))" in " ".join(first)
+    assert any("abs(float64(a[i])) >= SMALL_ANGLE" in line for line in first)
+    assert any("abs(float64(v1)) >= SMALL_ANGLE" in line for line in first)
+    again = lines[lines.index("if large_angle:") + 1:]
+    assert any("sin_f32(float64(a[i]))" in line for line in again)
+    assert element_loop(["out0[i] = a[i] * 2"]) == ["for i in range(n):", "    out0[i] = a[i] * 2"]
