@@ -187,7 +187,7 @@ def _body_results(translator, body, carried) -> tuple[list, list]:
             body_results.append(f"n{index}")
         elif kind is SCALAR:                   # a splat for a whole array
             body_results.append(f"np.full({math.prod(ttype.shape)}, {name})")
-        else:                                  # a whole array, made anew each iteration, or an input
+        else:    # a whole array: an input, made anew, or refilled (copied when rebound)
             body_results.append(name)
     return body_results, array_outputs
 
@@ -260,7 +260,8 @@ def _loop_source(carried, translator, cond_lines, predicate, body_results, array
     rebound = [(name, result) for index, ((name, _, _), result) in enumerate(zip(carried, body_results))
                if not (rows and index in computed)]
     if rebound:
-        iteration.append(f"{', '.join(n for n, _ in rebound)}, = {', '.join(r for _, r in rebound)},")
+        kept = [f"{r}.copy()" if r in translator.refilled else r for _, r in rebound]
+        iteration.append(f"{', '.join(n for n, _ in rebound)}, = {', '.join(kept)},")
     iteration.append("k += 1")
     lines.append("    while True:")
     lines += [f"        {line}" for line in iteration]

@@ -145,8 +145,8 @@ def translate(t, step, operands, key) -> bool:
         reads = []
     else:
         source = t.array(operand, op.operand_types[0])
-        target = result
-        lines = [f"{target} = np.empty({size}, float64)"]
+        target = result = t.refillable(size, F64)
+        lines = []
         reads = [source]
     lines += [f"{arguments}[0] = {source}.ctypes.data", f"{arguments}[1] = {target}.ctypes.data",
               f"{extents}[0] = {size}", f"{steps}[0] = 8", f"{steps}[1] = 8",

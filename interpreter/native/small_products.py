@@ -286,12 +286,12 @@ def _agrees(key, op) -> bool:
 
 def translate(t, step, operands, key) -> None:
     """Compute float dot_general `step` in a compiled loop (a Translator
-    `t`) by the BLAS call numpy makes for it, into a new array each
-    iteration (a value carried out of the loop may keep it). NotCompilable
+    `t`) by the BLAS call numpy makes for it, into an array refilled each
+    iteration (Translator.refilled). NotCompilable
     (the op is handed back) where numpy makes another call, the operands
     are one value (numpy may then call ?syrk), no OpenBLAS is found, or the
     probe failed here (`t.handed_back`)."""
-    from .translator import SCALAR, NotCompilable, type_name
+    from .translator import SCALAR, NotCompilable
 
     op = step.op
     call = plan(op)
@@ -306,13 +306,13 @@ def translate(t, step, operands, key) -> None:
     result = op.result_types[0]
     kind = t.kind_of(result.shape)
     parameter = t.external(call.name, blas_function)
-    name = t.fresh("v")
     if kind is SCALAR:
+        name = t.fresh("v")
         lines = [call_source(call, parameter, lhs, rhs, name)]
     else:
+        name = t.refillable(math.prod(result.shape), result.dtype)
         target = f"{name}[0]" if call.routine == "dot" else name
-        lines = [f"{name} = np.empty({math.prod(result.shape)}, {type_name(result.dtype)})",
-                 call_source(call, parameter, lhs, rhs, target)]
+        lines = [call_source(call, parameter, lhs, rhs, target)]
     t.statement(lines, [lhs, rhs])
     t.product_checks.append((op, call))
     t.define(key, name, kind, result.dtype)

@@ -374,15 +374,16 @@ def dot_general(t, step, operands, key) -> None:
 def _fold(t, key, result, fold) -> None:
     """`key` = for each result element j, the accumulator `fold(acc, j)`'s
     lines leave (once per iteration, after the arrays they read exist)."""
-    cast = type_name(result.dtype)
-    accumulator, name = t.fresh("acc"), t.fresh("v")
+    accumulator = t.fresh("acc")
     t.reads = []
     body = fold(accumulator, "j")
     if result.shape == ():          # no result index: j does not occur
+        name = t.fresh("v")
         lines = body + [f"{name} = {accumulator}"]
     else:
         size = math.prod(result.shape)
-        lines = [f"{name} = np.empty({size}, {cast})", f"for j in range({size}):"]
+        name = t.refillable(size, result.dtype)
+        lines = [f"for j in range({size}):"]
         lines += [f"    {line}" for line in body] + [f"    {name}[j] = {accumulator}"]
     t.statement(lines, t.reads)
     t.define(key, name, t.kind_of(result.shape), result.dtype)

@@ -129,6 +129,10 @@ class Translator:
         self.captures: list = []   # (slot, kind, ttype) read from the frame
         self.segments = [Segment()]
         self.buffers: list = []    # (name, elements, dtype) made before the loop
+        # values of another shape than S, refilled each iteration in such a
+        # buffer: what keeps one past the iteration (a carried value, the
+        # interpreter's kernel, which may return a view) takes a copy.
+        self.refilled: set = set()
         self.written_in: dict = {}  # buffer name -> segment whose loop writes it
         self.reads: list = []      # arrays read by the expression being made
         self.counter = 0
@@ -224,6 +228,13 @@ class Translator:
         self.buffers.append((name, size, dtype))
         return name
 
+    def refillable(self, size: int, dtype) -> str:
+        """A flat array made once before the loop that holds a computed
+        value, refilled each iteration (see `refilled`)."""
+        name = self.scratch(size, dtype)
+        self.refilled.add(name)
+        return name
+
     def external(self, name: str, function) -> str:
         """The parameter the code calls ctypes `function` by: `name`, a C
         function's name (small_products.py, numpy_loops.py)."""
@@ -239,11 +250,14 @@ class Translator:
         `expression_at(index)` is its element at the flat index `index`,
         reading other values through `read`. An element of S is computed in
         the current segment's loop (index `i`); a 0-d value once per
-        iteration; another shape fills a new array once per iteration."""
+        iteration; another shape fills, once per iteration, an array made
+        before the loop (`refilled`: an allocation per iteration cost more
+        than the few elements such values have, W13's dynamic_update_slice
+        row in benchmarks/README.md)."""
         dtype = ttype.dtype
         cast = type_name(dtype)
-        name = self.fresh("v")
         kind = self.kind_of(ttype.shape)
+        name = self.fresh("v") if not is_tensor(kind) else self.refillable(math.prod(ttype.shape), dtype)
         index = "i" if kind is ARRAY else ("0" if kind is SCALAR else "j")
         expression = self._expression(expression_at, index)
         if self._loop_writes_any(self.reads):
@@ -256,9 +270,7 @@ class Translator:
         if kind is SCALAR:
             self.segments[-1].lines.append(f"{name} = {cast}({expression})")
         else:
-            size = math.prod(ttype.shape)
-            self.segments[-1].lines += [f"{name} = np.empty({size}, {cast})",
-                                        f"for j in range({size}):",
+            self.segments[-1].lines += [f"for j in range({math.prod(ttype.shape)}):",
                                         f"    {name}[j] = {cast}({expression})"]
         self.define(key, name, kind, dtype)
 
@@ -344,7 +356,7 @@ class Translator:
             if kind is not SCALAR:
                 name = self.array(key, ttype)
                 reads.append(name)
-            arguments.append(name)
+            arguments.append(f"{name}.copy()" if name in self.refilled else name)
         result = op.result_types[0]
         kind = self.kind_of(result.shape)
         name = self.fresh("v")

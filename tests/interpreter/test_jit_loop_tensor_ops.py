@@ -213,3 +213,23 @@ def test_large_updated_arrays_stay_with_the_in_place_interpreter(monkeypatch):
     fn = loop(lambda i, c, y: lax.dynamic_update_slice(c, y[:2] * 2, (i,)))
     program, _ = compiled_and_interpreted(monkeypatch, fn, vector(size=size), vector(size=size, seed=1))
     assert not is_compiled(program)
+
+
+def test_values_of_another_shape_are_refilled_and_copied_where_kept(monkeypatch):
+    """A value of another shape than the loop's own is refilled each
+    iteration in one array made before the loop (Translator.refilled). A
+    carried one is copied when rebound: the 2x2 matrix below, transposed
+    each iteration, would otherwise be transposed in place."""
+    def fn(c, b, y):
+        def body(i, carried):
+            c, b = carried
+            b = b.T
+            return c * 0.9 + y + jnp.sum(b[0]), b
+        return lax.fori_loop(0, 5, body, (c, b))
+
+    matrix = vector(size=4, seed=2).reshape(2, 2)
+    program, _ = compiled_and_interpreted(monkeypatch, fn, vector(), matrix, vector(seed=1))
+    assert is_compiled(program)
+    iteration = loop_source(program).split("while True:")[1]
+    assert "np.empty(" not in iteration                      # nothing allocated per iteration
+    assert ".copy()," in iteration                           # but the carried matrix
