@@ -332,6 +332,8 @@ def per_op_growth(rows: list[dict]) -> dict[str, float]:
 def fmt_time(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 1e-6:     # W13's time per iteration
+        return f"{seconds * 1e9:.1f} ns"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} µs"
     if seconds < 1:
