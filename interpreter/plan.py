@@ -105,6 +105,16 @@ class ModulePlan:
         for name in self.records:
             self.function(name)
 
+    def release(self) -> None:
+        """Let go of the plans once their program is gone (Program's
+        finalizer). Each op's OpInfo names this ModulePlan, which holds the
+        plans, so plans and module form a cycle that only Python's cyclic
+        collector would free, at its next full collection, holding the
+        memory until then (and counted as garbage by JAX's reference-cycle
+        tests); without this dict reference counting frees them at once."""
+        self.functions.clear()
+        self._unoptimized.clear()
+
     def release_records(self) -> None:
         """Forget the records once every function is planned: the plans hold
         what they need, and the MLIR functions keep the whole module alive."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -44,6 +45,9 @@ class Program:
         # analysis, PJRT_REF_DIFF while planning) parse this.
         self._bytecode = record.bytecode
         self.module_plan = ModulePlan(record, self._function_op)
+        # When the program goes, its plans go with it (ModulePlan.release);
+        # not at exit, where a host thread may still be running it.
+        weakref.finalize(self, self.module_plan.release).atexit = False
         names = self.module_plan.function_names
         if entry not in names:
             if len(names) == 1:
