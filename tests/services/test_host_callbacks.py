@@ -86,6 +86,17 @@ def test_debug_callback(reports):
     assert ours["result"] == cpu["result"]
 
 
+def test_buffer_callback_sees_what_it_sees_on_cpu(reports):
+    """jax.experimental.buffer_callback (frameworks/jax/buffer_callback.py):
+    the same context, buffers, results and calls as on cpu."""
+    ours, cpu = _both(reports, "buffer_callbacks")
+    assert ours["result"] == cpu["result"]
+    assert ours["calls"] == cpu["calls"] and ours["side_effect"] == cpu["side_effect"] == [True]
+    first = ours["calls"][0]
+    assert first["writeable"] == [False, False, True] and "not available" in first["stream"]
+    assert {"shared": True} in ours["calls"]
+
+
 # ------------------------------------------------------------- io_callback
 def test_ordered_io_callback_keeps_order_across_iterations_and_calls(reports):
     ours, cpu = _both(reports, "ordered_io_callback")

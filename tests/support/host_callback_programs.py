@@ -192,6 +192,45 @@ def callback_dtypes():
 
 
 @scenario
+def buffer_callbacks():
+    """jax.experimental.buffer_callback: what the callback sees of its
+    context and buffers, results written in place (an aliased one shares
+    the operand's memory), under vmap, and a side effect with no operands."""
+    from jax.experimental import buffer_callback
+
+    seen = []
+
+    def host(ctx, out, x, y):
+        try:
+            ctx.stream
+            stream = "available"
+        except jax.errors.JaxRuntimeError as error:
+            stream = str(error)
+        seen.append({"stage": str(ctx.stage), "stream": stream,
+                     "writeable": [x.writeable, y.writeable, out.writeable],
+                     "types": [str(b.dtype) + str(list(b.shape)) for b in (x, y, out)],
+                     "dlpack": plain(np.from_dlpack(x))})
+        np.asarray(out)[...] = np.asarray(x) * 2 + np.asarray(y)
+
+    def shares(ctx, out, x):
+        seen.append({"shared": np.asarray(out).ctypes.data == np.asarray(x).ctypes.data})
+        np.asarray(out)[...] += 1
+
+    called = []
+    x, y = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3), jnp.full((2, 3), 0.5, jnp.float32)
+    combined = buffer_callback.buffer_callback(host, jax.ShapeDtypeStruct((2, 3), jnp.float32))
+    batched = buffer_callback.buffer_callback(host, jax.ShapeDtypeStruct((3,), jnp.float32),
+                                              vmap_method="sequential")
+    aliased = buffer_callback.buffer_callback(shares, jax.ShapeDtypeStruct((2, 3), jnp.float32),
+                                              input_output_aliases={0: 0})
+    effect = buffer_callback.buffer_callback(lambda *_: called.append(True),
+                                             jax.ShapeDtypeStruct((), jnp.float32), has_side_effect=True)
+    results = [jax.jit(combined)(x, y), jax.jit(jax.vmap(batched))(x, y), jax.jit(aliased)(x)]
+    jax.block_until_ready(jax.jit(effect)())
+    return {"result": plain(results), "calls": seen, "side_effect": called}
+
+
+@scenario
 def print_under_grad():
     def loss(w):
         jax.debug.print("w={}", w)

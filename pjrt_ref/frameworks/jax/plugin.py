@@ -13,7 +13,8 @@ It also makes JAX's host callbacks (`jax.debug.print`, `jax.debug.callback`,
 `jax.pure_callback`, `jax.experimental.io_callback`) lower for "pjrt_ref",
 as `stablehlo.send`/`recv` host transfers served by the send/recv callbacks
 of `PJRT_ExecuteOptions`: see `_lower_callbacks_with_send_recv` and
-`pjrt_ref/services/host_callbacks.py`.
+`pjrt_ref/services/host_callbacks.py`; and `jax.experimental.buffer_callback`
+the same way (`buffer_callback.py`).
 
 And it makes JAX's linear algebra (eigh, svd, qr, eig, ...) lower for
 "pjrt_ref" the way it does for "cpu", to LAPACK custom calls the interpreter
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from .buffer_callback import register as register_buffer_callback
 from .compilation_cache import open_compilation_cache
 from .ffi import install as install_ffi_handler
 from .cpu_only_rules import borrow_cpu_branches, borrow_cpu_exports, borrow_cpu_only_rules
@@ -134,6 +136,7 @@ def _install_lowerings() -> None:
     """Lowering rules for "pjrt_ref" (the platform must be known to JAX by now)."""
     try:
         _lower_callbacks_with_send_recv()
+        register_buffer_callback(PLATFORM, _emit_send_recv_callback)
     except (ImportError, AttributeError, NotImplementedError):  # pragma: no cover - a future JAX
         pass
     _borrow_linalg_lowerings()
