@@ -77,6 +77,7 @@ OP_FAMILIES = {
     'sdy.manual_computation': 'sharding',
     'sdy.reshard': 'sharding',
     'sdy.sharding_constraint': 'sharding',
+    'sdy.sharding_group': 'sharding',
     'stablehlo.abs': 'elementwise_unary',
     'stablehlo.add': 'elementwise_binary',
     'stablehlo.after_all': 'side_effects',

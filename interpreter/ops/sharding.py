@@ -1,7 +1,8 @@
 """Sharding annotations and manual regions.
 
 JAX marks values with `sdy.sharding_constraint` / `sdy.reshard` (Shardy) or
-`stablehlo.custom_call @Sharding` (GSPMD), and wraps `shard_map` bodies in
+`stablehlo.custom_call @Sharding` (GSPMD), groups values that must share a
+sharding with `sdy.sharding_group` (`shard_alike`), and wraps `shard_map` bodies in
 `sdy.manual_computation` (Shardy) or between `@SPMDFullToShardShape` and
 `@SPMDShardToFullShape` (GSPMD).
 
@@ -83,6 +84,13 @@ def sharding_constraint(op, operand):
         return run.split_into_partials(op, operand,
                                        frozenset(op.attrs["pjrt_ref.unreduce_axes"].split(",")))
     return operand
+
+
+@register("sdy.sharding_group")
+def sharding_group(op, operand):
+    """Shardy's sharding group (`jax.experimental.shard_alike`): values of one
+    group share a sharding. It has no results and changes no value."""
+    return ()
 
 
 @register("sdy.manual_computation")

@@ -222,6 +222,7 @@ class PartitionedRunner:
         self.argument_layouts = [self._layout(attrs, t)
                                  for attrs, t in zip(arg_attrs, program.input_types)]
         returned = _returned_values(func)
+        self._groups = _sharding_groups(module)    # value -> the others of its sharding group
         self._inherited: dict = {}      # _inherited_layout's answers, by (value, calls)
         self.layout_visits = 0          # values _inherited_layout looked at (its tests count them)
         self.result_layouts = [
@@ -463,6 +464,11 @@ class PartitionedRunner:
         even where many ops share operands (a chain of n element-wise ops that
         each read the previous value twice has 2^n paths); it runs on its own
         stack, so chains deeper than Python's recursion limit are fine.
+
+        A value in a sharding group (`sdy.sharding_group`, JAX's
+        `shard_alike`) that finds no source of its own takes the first one
+        the other members of its group find, as XLA gives a group one
+        sharding.
         """
         return self._inherited_from((value.maybe_downcast(), ()))
 
@@ -506,8 +512,16 @@ class PartitionedRunner:
 
     def _layout_source(self, value, calls: tuple) -> tuple[Layout | None, list]:
         """One step of `_inherited_layout`: the layout `value` itself carries, or
-        the (value, calls) pairs to look at next, in order. `calls` holds the
+        the (value, calls) pairs to look at next, in order: its own sources,
+        then the other members of its sharding group. `calls` holds the
         `func.call` ops the walk went through, innermost last."""
+        found, successors = self._own_layout_source(value, calls)
+        if found is None:
+            successors = successors + [(other, calls) for other in self._groups.get(value, ())]
+        return found, successors
+
+    def _own_layout_source(self, value, calls: tuple) -> tuple[Layout | None, list]:
+        """`_layout_source` from the ops that make `value`."""
         from jaxlib.mlir import ir
 
         if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
@@ -559,6 +573,8 @@ class PartitionedRunner:
             return (None if found is None else
                     gathered([(found if is_open else None, d) for d, is_open in enumerate(open_dims)],
                              self.devices)), []
+        if custom_call_target(op) == "Sharding" and _GSPMD_GROUP.search(attrs.get("mhlo.sharding", "")):
+            return None, [(op.operands[0].maybe_downcast(), calls)]      # a group's member only
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
             return parse_hlo_sharding(attrs["mhlo.sharding"], len(_shape_of(value)), self.devices), []
@@ -676,6 +692,31 @@ def _run_program(program, arguments: list) -> list:
 
 
 # --------------------------------------------------------------- reading the module
+# GSPMD's form of a sharding group: `@Sharding` with mhlo.sharding "{shard_as N}".
+_GSPMD_GROUP = re.compile(r"\bshard_(?:as|like) (\d+)")
+
+
+def _sharding_groups(module) -> dict:
+    """Each value in a sharding group -> the group's other values in the same
+    function: Shardy's `sdy.sharding_group` operands, GSPMD's `@Sharding`
+    results whose sharding is "{shard_as N}"."""
+    groups: dict = {}
+    for func in module.body.operations:
+        members: dict = {}
+        for op in func.regions[0].blocks[0].operations if func.regions else ():
+            if op.operation.name == "sdy.sharding_group":
+                group = int(convert_attribute(op.attributes["group_id"]))
+                members.setdefault(group, []).append(op.operands[0].maybe_downcast())
+            elif custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
+                match = _GSPMD_GROUP.search(attribute_text(op.attributes["mhlo.sharding"]))
+                if match:
+                    members.setdefault(("gspmd", int(match.group(1))), []).append(op.results[0])
+        for values in members.values():
+            for value in values:
+                groups[value] = [other for other in values if other != value]
+    return groups
+
+
 def _read_meshes(module) -> dict[str, Mesh]:
     """Every `sdy.mesh @name = <...>` of the module, by name."""
     meshes = {}

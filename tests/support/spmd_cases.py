@@ -75,6 +75,15 @@ def jit_cases():
         jnp.stack([x * 2.0, x + 1.0], axis=-1).transpose(1, 0, 2),
         NamedSharding(m2, P(P.UNCONSTRAINED, P.UNCONSTRAINED, None)))),
            [put(m2, P("a", "b"), x)])
+    # ... and a sharding group (shard_alike): a value with no source of its
+    # own takes the sharding its group's other member gets.
+    def alike(x):
+        from jax.experimental.shard_alike import shard_alike
+
+        constrained = jax.lax.with_sharding_constraint(x * 2.0, NamedSharding(m2, P("b", "a")))
+        _, counted = shard_alike(constrained, jnp.arange(32.0).reshape(8, 4))
+        return constrained + 1.0, counted
+    yield ("jit_unspecified_shard_alike_out", jax.jit(alike), [put(m2, P(), x)])
     y = matrix(8, 6, 3)
 
     def loss(w, x, y):
