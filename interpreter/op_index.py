@@ -209,6 +209,7 @@ CUSTOM_CALL_FAMILIES = {
     'check.expect_almost_eq': 'checks',
     'check.expect_close': 'checks',
     'check.expect_eq': 'checks',
+    'control_dep': 'core',
     'dce_sink': 'core',
     'lapack_cgees_ffi': 'lapack_spectral',
     'lapack_cgeev_ffi': 'lapack_spectral',

@@ -63,3 +63,12 @@ def dce_sink(op, *operands):
     with no results whose only job is to keep `x` computed. Every op runs
     here anyway, so there is nothing to do."""
     return ()
+
+
+@register_custom_call("control_dep")
+def control_dep(op, *operands):
+    """`jax.experimental.control_deps.control_dep(src, dst)`: a side-effecting
+    call with no results that asks XLA's scheduler to run what computes
+    `src` before what computes `dst`. Values do not depend on the order, and
+    the interpreter runs ops in program order, so there is nothing to do."""
+    return ()

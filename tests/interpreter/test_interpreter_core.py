@@ -209,3 +209,25 @@ def test_a_dropped_program_is_freed_by_reference_counting():
         assert module_plan() is None and entry() is None
     finally:
         gc.enable()
+
+
+def test_control_dependencies_run_as_the_program_asks():
+    """`jax.experimental.control_deps` (a `control_dep` custom call with no
+    results, XLA's scheduling edge) changes no value: the program runs and
+    gives JAX cpu's results."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.control_deps import schedule
+
+    from oracle import lower_to_text
+
+    def f(x):
+        a, b = jnp.sin(x @ x), jnp.cos(x * 2)
+        schedule([b, a])
+        return a + b
+
+    x = np.arange(9, dtype=np.float32).reshape(3, 3) / 10
+    text = lower_to_text(f, x)
+    assert "control_dep" in text
+    (out,) = load(text)(x)
+    np.testing.assert_allclose(out, np.asarray(jax.jit(f)(x)), rtol=1e-6, atol=1e-6)
