@@ -134,7 +134,9 @@ def optimized_program_text(exe) -> str:
     sharding `{replicated}` (its optimized HLO says so), and JAX, which left
     them unspecified (e.g. `jnp.array` under `jax.set_mesh`), takes them from
     there: without them it keeps an unspecified input sharding it cannot use.
-    Any other program is returned as compiled.
+    A program with ops XLA's MLIR-to-HLO conversion cannot take at all
+    (`_UNCONVERTIBLE`) is returned as its signature (`_signature_stub`);
+    any other program as compiled.
     """
     partitioned = runner_for_executable(exe)
     if partitioned is not None:
@@ -143,6 +145,9 @@ def optimized_program_text(exe) -> str:
     if shardings is not None:
         outputs, parameters = shardings
         return _with_module_shardings(exe.program.text, _output_sharding_text(outputs), parameters)
+    if _UNCONVERTIBLE.search(exe.program.text):
+        return _signature_stub(exe.program, 1, _output_sharding_text(["{replicated}"] * exe.num_outputs),
+                               ["{replicated}"] * len(exe.program.input_types))
     return exe.program.text
 
 
@@ -802,11 +807,18 @@ _ELEMENTWISE = frozenset("stablehlo." + name for name in (
 
 
 # ------------------------------------------------------------- optimized program
+# Ops jaxlib's MLIR-to-HLO conversion refuses ("failed to convert to MHLO"):
+# the async collectives JAX's `parallel.psum_start(...).done()` lowers to.
+_UNCONVERTIBLE = re.compile(r"\bstablehlo\.async_(?:start|done)\b")
+
+
 def _converts_to_hlo(text: str) -> bool:
     """Whether XLA's MLIR-to-HLO conversion (which the C API client runs on
     the optimized program) can take the program as it is: Shardy ops such
-    as `sdy.manual_computation` need XLA's own export passes first."""
-    return re.search(r"^\s*(%[^=]*=\s*)?\"?sdy\.(?!mesh\b)", text, re.M) is None
+    as `sdy.manual_computation` need XLA's own export passes first, and
+    some ops it cannot take at all (`_UNCONVERTIBLE`)."""
+    return (re.search(r"^\s*(%[^=]*=\s*)?\"?sdy\.(?!mesh\b)", text, re.M) is None
+            and _UNCONVERTIBLE.search(text) is None)
 
 
 def _with_module_shardings(text: str, output: str, parameters: list[str]) -> str:

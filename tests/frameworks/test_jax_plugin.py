@@ -393,3 +393,30 @@ def test_an_ahead_of_time_compile_against_a_topology_returns_on_the_isolated_run
         print(type(compiled).__name__)
     """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_RUNTIME="isolated", timeout=120)
     assert proc.stdout.strip().splitlines()[-1] == "Compiled"
+
+
+def test_async_collectives_run_and_their_compiled_text_reads():
+    """`parallel.psum_start(x, 'i').done()` lowers to stablehlo.async_start /
+    async_done, which XLA's MLIR-to-HLO conversion refuses: on one device
+    and on four the program runs as on cpu, and `compiled.as_text()` (which
+    converts PJRT_Executable_OptimizedProgram) gives the signature
+    (partitioner.py `_UNCONVERTIBLE`)."""
+    code = """
+        from jax._src.lax import parallel
+        n = jax.device_count()
+        mesh = jax.make_mesh((n,), ('i',), axis_types=(jax.sharding.AxisType.Explicit,))
+        with jax.set_mesh(mesh):
+            @jax.jit
+            @jax.shard_map(out_specs=jax.P('i'))
+            def f(x):
+                return parallel.psum_start(x * 2, 'i').done()
+            x = jnp.arange(n * 4.0, out_sharding=jax.P('i'))
+            expected = np.tile(np.arange(n * 4.0).reshape(n, 4).sum(0) * 2, n)
+            np.testing.assert_allclose(np.asarray(f(x)), expected)
+            text = f.lower(x).compile().as_text()
+            assert text.startswith("HloModule jit_f"), text[:200]
+            print("ok", n)
+    """
+    for devices in ("1", "4"):
+        proc = run_jax(code, PJRT_REF_NUM_DEVICES=devices)
+        assert proc.stdout.split()[-2:] == ["ok", devices]
