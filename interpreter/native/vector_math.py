@@ -207,9 +207,10 @@ def two_sum(a, b):
 
 
 def quarter_turns_small(x):
-    """(k, r) with x = k pi/2 + r for |x| < SMALL_ANGLE, k rounded as in
-    split_ln2. fma(-k, PIO2_1, x) is exact: k PIO2_1 and x (a float32 of
-    at least pi/4 when k != 0) are multiples of 2^-52 less than 1 apart."""
+    """(k + ROUNDER, r) with x = k pi/2 + r for |x| < SMALL_ANGLE, k rounded
+    as in split_ln2 (the sum's low bits are k's, whose low two give the
+    quadrant). x - k PIO2_1 is exact: k PIO2_1 and x (a float32 of at least
+    pi/4 when k != 0) are multiples of 2^-52 less than 1 apart."""
     shifted = fma(x, TWO_OVER_PI, ROUNDER)
     k = shifted - ROUNDER
     r = fma(k, -PIO2_3, fma(k, -PIO2_2, fma(k, -PIO2_1, x)))
@@ -217,7 +218,7 @@ def quarter_turns_small(x):
 
 
 def quarter_turns_large(x):
-    """(k, r) as quarter_turns_small gives them, for any float32 x: the sum
+    """(k + ROUNDER, r) as quarter_turns_small gives them, for any float32 x: the sum
     of x * piece modulo 4 over TWO_OVER_PI_PIECES, kept as a float64 pair,
     then times pi/2. Each product p is exact, and so is p - 4 round(p / 4),
     a multiple of p's last bit no larger than 2; the pieces whose products
