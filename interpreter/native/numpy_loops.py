@@ -138,8 +138,8 @@ def translate(t, step, operands, key) -> bool:
     size = int(np.prod(op.result_types[0].shape, dtype=np.int64))
     arguments, extents, steps = t.scratch(2, np.dtype(np.int64)), t.scratch(1, np.dtype(np.int64)), \
         t.scratch(2, np.dtype(np.int64))
-    result = t.fresh("v")
     if kind is SCALAR:
+        result = t.fresh("v")
         source, target = t.scratch(1, F64), t.scratch(1, F64)
         lines = [f"{source}[0] = {name}"]
         reads = []

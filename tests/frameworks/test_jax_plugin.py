@@ -5,6 +5,8 @@ plugin fails that test instead of killing pytest.
 """
 from __future__ import annotations
 
+import pytest
+
 import pjrt_ref
 
 from jax_support import run_jax, run_python
@@ -401,6 +403,10 @@ def test_async_collectives_run_and_their_compiled_text_reads():
     and on four the program runs as on cpu, and `compiled.as_text()` (which
     converts PJRT_Executable_OptimizedProgram) gives the signature
     (partitioner.py `_UNCONVERTIBLE`)."""
+    from jax._src.lax import parallel
+
+    if not hasattr(parallel, "psum_start"):
+        pytest.skip("this JAX has no async collectives")
     code = """
         from jax._src.lax import parallel
         n = jax.device_count()

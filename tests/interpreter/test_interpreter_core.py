@@ -217,7 +217,9 @@ def test_control_dependencies_run_as_the_program_asks():
     gives JAX cpu's results."""
     import jax
     import jax.numpy as jnp
-    from jax.experimental.control_deps import schedule
+
+    schedule = pytest.importorskip("jax.experimental.control_deps",
+                                   reason="this JAX has no control_deps").schedule
 
     from oracle import lower_to_text
 

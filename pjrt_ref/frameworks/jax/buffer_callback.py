@@ -45,9 +45,9 @@ class HostBuffer:
         return bool(self._array.flags.writeable)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        if dtype is None and not copy:
-            return self._array
-        return np.array(self._array, dtype=dtype, copy=True)
+        """The buffer's memory itself unless a copy is asked for or needed
+        (numpy's `copy` protocol)."""
+        return np.array(self._array, dtype=dtype, copy=copy)
 
     def __dlpack__(self, **options):
         return self._array.__dlpack__(**options)
