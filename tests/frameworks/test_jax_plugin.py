@@ -381,20 +381,36 @@ def test_the_isolated_runtime_runs_jax_programs_from_threads_and_reads_the_live_
     assert proc.stdout.strip().splitlines()[-1] == "limited"
 
 
-def test_an_ahead_of_time_compile_against_a_topology_returns_on_the_isolated_runtime():
-    """jaxlib holds the GIL while it waits for a compile against a topology
-    (jax::CompileWithTopology), whose work calls PJRT_Compile from another
-    thread: in the host's Python that call waits for the GIL forever. In a
-    Python of its own the plugin compiles."""
+@pytest.mark.parametrize("runtime", ["shared", "isolated"])
+def test_an_ahead_of_time_compile_against_a_topology_returns_and_runs(runtime):
+    """jaxlib 0.10 holds the GIL while it waits for a compile against a
+    topology through a real client (jax::CompileWithTopology), whose work
+    calls PJRT_Compile from a compiler-pool thread: in the host's Python that
+    call would wait for the GIL for ever. On such a jaxlib pjrt_ref's topology
+    compiles go through JAX's compile-only client (topology_compiles.py); in
+    a Python of its own the plugin compiles on either route. The executable
+    serializes, loads on the attached devices and runs."""
     proc = run_jax("""
         from jax.experimental import topologies
+        from jax.experimental.serialize_executable import serialize, deserialize_and_load
         topology = topologies.get_topology_desc(platform="pjrt_ref", topology_name="")
         sharding = jax.sharding.SingleDeviceSharding(topology.devices[0])
         spec = jax.ShapeDtypeStruct((4,), jnp.float32, sharding=sharding)
         compiled = jax.jit(lambda x: x * 2 + 1).lower(spec).compile()
         print(type(compiled).__name__)
-    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_RUNTIME="isolated", timeout=120)
-    assert proc.stdout.strip().splitlines()[-1] == "Compiled"
+        loaded = deserialize_and_load(*serialize(compiled))
+        print(np.asarray(loaded(jnp.arange(4.0))).tolist())
+    """, JAX_PLATFORMS="pjrt_ref,cpu", PJRT_REF_RUNTIME=runtime, PJRT_REF_GIL_STALL="20", timeout=120)
+    assert proc.stdout.strip().splitlines()[-2:] == ["Compiled", "[1.0, 3.0, 5.0, 7.0]"]
+
+
+def test_only_jaxlib_0_10_compiles_topologies_on_a_pool():
+    from pjrt_ref.frameworks.jax.topology_compiles import jaxlib_compiles_on_a_pool
+
+    assert jaxlib_compiles_on_a_pool("0.10.2")
+    assert jaxlib_compiles_on_a_pool("0.10.2.dev20260101")
+    assert not jaxlib_compiles_on_a_pool("0.11.0")
+    assert not jaxlib_compiles_on_a_pool("0.12.0.1")
 
 
 def test_async_collectives_run_and_their_compiled_text_reads():

@@ -23,7 +23,9 @@ only for the platforms it knows (checkify's `check`, ...) lower as on cpu:
 see `cpu_only_rules.py`. JAX's persistent compilation cache serves
 "pjrt_ref" too: see `compilation_cache.py`. And XLA FFI handlers registered
 with `jax.ffi.register_ffi_target(..., platform="pjrt_ref")` reach the
-plugin: see `ffi.py`.
+plugin: see `ffi.py`. On jaxlib 0.10, whose topology compile keeps the GIL
+while a worker thread compiles, JAX compiles pjrt_ref's topology programs
+through its compile-only client: see `topology_compiles.py`.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from .compilation_cache import open_compilation_cache
 from .ffi import install as install_ffi_handler
 from .cpu_only_rules import borrow_cpu_branches, borrow_cpu_exports, borrow_cpu_only_rules
 from .linalg import register_linalg_lowerings
+from .topology_compiles import route_topology_compiles
 
 PLATFORM = "pjrt_ref"
 PRIORITY = -100
@@ -78,6 +81,10 @@ def initialize() -> None:
         pass
     try:
         open_compilation_cache(PLATFORM)
+    except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
+        pass
+    try:
+        route_topology_compiles(PLATFORM)
     except (ImportError, AttributeError):  # pragma: no cover - a future JAX moved it
         pass
     try:
