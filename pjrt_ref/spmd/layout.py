@@ -67,6 +67,23 @@ class Layout:
                       {device: tuple(tile[p] for p in permutation) for device, tile in self.tile_of.items()},
                       self.partial_of)
 
+    def split_evenly(self, global_shape: tuple[int, ...]) -> "Layout":
+        """This layout with every dimension its tiles do not divide left whole.
+
+        What XLA gives a result whose sharding the compiler chooses: a
+        propagated split of 7 rows over 2 devices is dropped from that
+        dimension only (a [7, 8] array split ("a", "b") comes out split
+        (None, "b")), so every result shard is an equal tile. Devices that
+        differed only along a dropped dimension become replicas."""
+        uneven = [d for d, (size, count) in enumerate(zip(global_shape, self.tile_counts))
+                  if size % count]
+        if not uneven:
+            return self
+        counts = tuple(1 if d in uneven else count for d, count in enumerate(self.tile_counts))
+        tile_of = {device: tuple(0 if d in uneven else index for d, index in enumerate(tile))
+                   for device, tile in self.tile_of.items()}
+        return Layout(counts, tile_of, self.partial_of)
+
     def shard_shape(self, global_shape: tuple[int, ...], what: str) -> tuple[int, ...]:
         """The shape of one device's shard; tiles must divide the dimensions."""
         if len(global_shape) != len(self.tile_counts):

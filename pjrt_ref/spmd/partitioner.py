@@ -231,8 +231,7 @@ class PartitionedRunner:
         self._inherited: dict = {}      # _inherited_layout's answers, by (value, calls)
         self.layout_visits = 0          # values _inherited_layout looked at (its tests count them)
         self.result_layouts = [
-            self._layout(attrs, t) if _annotated(attrs)
-            else self._inherited_layout(value) or replicated(len(_shape(t)), self.devices)
+            self._layout(attrs, t) if _annotated(attrs) else self._chosen_result_layout(value, _shape(t))
             for attrs, t, value in zip(res_attrs, program.output_types, returned)]
         if self.per_device_program is None and any(self._kept_per_device(v) for v in returned):
             self.global_program = program
@@ -256,8 +255,8 @@ class PartitionedRunner:
             program, proposer.proposed_layout, proposer.annotated_shardings, proposer.devices))
 
     def proposed_layout(self, value) -> Layout:
-        """The layout propagation gives `value` (`_inherited_layout`), replicated without one."""
-        return self._inherited_layout(value) or replicated(len(_shape_of(value)), self.devices)
+        """The layout propagation gives `value` (`_chosen_result_layout`)."""
+        return self._chosen_result_layout(value, _shape_of(value))
 
     def annotated_shardings(self, op) -> list[str] | None:
         """The HloSharding texts of `op`'s results as its own `sdy.sharding` or
@@ -448,11 +447,28 @@ class PartitionedRunner:
             return replicated(rank, self.devices)
         return sharding.layout(self.meshes)
 
+    def _chosen_result_layout(self, value, shape: tuple[int, ...]) -> Layout:
+        """The layout of a result JAX left to the compiler: the one it
+        inherits (`_inherited_layout`), replicated without one. A split its
+        tiles do not divide is not kept, as XLA leaves it: a Shardy program
+        (sdy meshes) keeps the other dimensions' splits (`split_evenly`), a
+        GSPMD one replicates the whole result."""
+        inherited = self._inherited_layout(value)
+        if inherited is None:
+            return replicated(len(shape), self.devices)
+        evenly = inherited.split_evenly(shape)
+        if evenly is not inherited and not self.meshes:
+            return replicated(len(shape), self.devices)
+        return evenly
+
     def _inherited_layout(self, value) -> Layout | None:
         """The layout of a result JAX left to the compiler (no sharding attribute).
 
         XLA would choose one by sharding propagation; the reference follows
         the value back through element-wise ops of the same shape, through
+        slices and reverses (which keep their operand's splits; a dynamic slice keeps
+        those of the dimensions it does not cut; a gather those it passes
+        through whole), reshapes (`_reshape_layout`), through
         transposes (permuting the sharding's dimensions), through custom calls
         that only place or lay out their operand, and through
         `func.call`s (into the callee's `func.return`, and from a callee's
@@ -539,7 +555,7 @@ class PartitionedRunner:
             shape = _shape_of(value)
             return None, [(operand.maybe_downcast(), calls) for operand in op.operands
                           if _shape_of(operand) == shape]
-        if custom_call_target(op) in _SAME_VALUE_CALLS:
+        if custom_call_target(op) in _SAME_VALUE_CALLS or op.name in _SPLITS_KEPT:
             return None, [(op.operands[0].maybe_downcast(), calls)]
         if op.name == "stablehlo.transpose":
             found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
@@ -561,6 +577,15 @@ class PartitionedRunner:
                              self.devices)), []
         if op.name == "stablehlo.broadcast_in_dim":
             return self._broadcast_layout(op, value, calls), []
+        if op.name == "stablehlo.reshape":
+            return self._reshape_layout(op, value, calls), []
+        if op.name == "stablehlo.gather":
+            return self._gather_layout(op, value, calls), []
+        if op.name == "stablehlo.dynamic_slice":      # splits kept where the size is kept
+            found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+            kept = [a == b for a, b in zip(_shape_of(op.operands[0]), _shape_of(value))]
+            return (None if found is None else gathered(
+                [(found if keep else None, d) for d, keep in enumerate(kept)], self.devices)), []
         if op.name == "stablehlo.concatenate":
             found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
             axis = int(convert_attribute(op.attributes["dimension"]))
@@ -599,6 +624,42 @@ class PartitionedRunner:
                      if operand_shape[d] == shape[int(r)]}
         return gathered([(found, source_of[r]) if r in source_of else (None, 0) for r in range(len(shape))],
                         self.devices)
+
+    def _reshape_layout(self, op, value, calls: tuple) -> Layout | None:
+        """A reshape's result split as XLA's propagation splits it: in each
+        group of dimensions the reshape merges or splits (`_reshape_groups`),
+        the major operand dimension's split goes to the major result
+        dimension, where its tiles divide it; the group's other splits are
+        dropped, and size-1 dimensions are never split."""
+        found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+        if found is None:
+            return None
+        operand_shape, shape = _shape_of(op.operands[0]), _shape_of(value)
+        sources: list = [(None, 0)] * len(shape)
+        for operand_dims, result_dims in _reshape_groups(operand_shape, shape):
+            major, target = operand_dims[0], result_dims[0]
+            if shape[target] % found.tile_counts[major] == 0:
+                sources[target] = (found, major)
+        return gathered(sources, self.devices)
+
+    def _gather_layout(self, op, value, calls: tuple) -> Layout | None:
+        """A gather's result split as its operand along the dimensions it
+        passes through whole (an offset dimension whose slice is the whole
+        operand dimension, as `x[i]` takes every column of a row), as XLA's
+        propagation splits it; whole along the others."""
+        found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
+        if found is None:
+            return None
+        numbers = convert_attribute(op.attributes["dimension_numbers"])
+        sizes = tuple(convert_attribute(op.attributes["slice_sizes"]))
+        operand_shape = _shape_of(op.operands[0])
+        windowed = [d for d in range(len(operand_shape))
+                    if d not in numbers.collapsed_slice_dims and d not in numbers.operand_batching_dims]
+        sources: list = [(None, 0)] * len(_shape_of(value))
+        for d, out in zip(windowed, numbers.offset_dims):
+            if sizes[d] == operand_shape[d]:
+                sources[out] = (found, d)
+        return gathered(sources, self.devices)
 
     def _dot_general_layout(self, op, calls: tuple) -> Layout | None:
         """A product's result split as its operands are along the dimensions it
@@ -786,6 +847,41 @@ def _returned_values(func) -> list:
     """The operands of the entry function's `func.return`."""
     block = func.regions[0].blocks[0]
     return list(block.operations[len(block.operations) - 1].operands)
+
+
+# Ops whose result XLA's propagation splits as their first operand, dimension
+# for dimension, whatever the sizes (a slice of a split dimension stays split).
+_SPLITS_KEPT = frozenset({"stablehlo.slice", "stablehlo.reverse"})
+
+
+def _reshape_groups(before: tuple, after: tuple) -> list[tuple[list[int], list[int]]]:
+    """The smallest runs of dimensions (of `before`, of `after`) with equal
+    element counts, in order, size-1 dimensions left out: a reshape of
+    (4, 4, 2) to (4, 8) has groups ([0], [0]) and ([1, 2], [1])."""
+    groups: list = []
+    if 0 in before or 0 in after:       # an empty array: nothing to split
+        return groups
+    i = j = 0
+    while True:
+        while i < len(before) and before[i] == 1:
+            i += 1
+        while j < len(after) and after[j] == 1:
+            j += 1
+        if i == len(before) or j == len(after):
+            return groups
+        dims_before, dims_after = [i], [j]
+        count_before, count_after = before[i], after[j]
+        i, j = i + 1, j + 1
+        while count_before != count_after:
+            if count_before < count_after:
+                count_before *= before[i]
+                dims_before.append(i)
+                i += 1
+            else:
+                count_after *= after[j]
+                dims_after.append(j)
+                j += 1
+        groups.append((dims_before, dims_after))
 
 
 def _shape_of(value) -> tuple:

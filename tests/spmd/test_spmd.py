@@ -32,7 +32,7 @@ from repo_paths import SUPPORT
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_unspecified_transposed_out",
          "jit_unspecified_dot_out", "jit_unspecified_stacked_out", "jit_unspecified_shard_alike_out",
-         "jit_train_step",
+         "jit_unspecified_uneven_out", "jit_unspecified_reshaped_out", "jit_train_step",
          "shard_map_collectives",
          "shard_map_mesh_2d", "shard_map_inside_jit", "shard_map_reversed_mesh",
          "shard_map_all_to_all", "shard_map_loop", "shard_map_partial_manual", "shard_map_nested",
@@ -40,7 +40,7 @@ CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated
 # Values agree; the output sharding does not: XLA's propagation fills the
 # body's open dimensions (`{?}`) with the free axis "b", the reference
 # replicates (it propagates through element-wise ops, transposes, products,
-# broadcasts and concatenations only).
+# broadcasts, concatenations and slices only).
 SHARDING_DIFFERS = {"shard_map_partial_manual"}
 
 

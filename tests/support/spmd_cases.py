@@ -84,6 +84,17 @@ def jit_cases():
         _, counted = shard_alike(constrained, jnp.arange(32.0).reshape(8, 4))
         return constrained + 1.0, counted
     yield ("jit_unspecified_shard_alike_out", jax.jit(alike), [put(m2, P(), x)])
+    # ... and a propagated split its tiles do not divide (7 rows over "a")
+    # is dropped from that dimension only.
+    yield ("jit_unspecified_uneven_out", jax.jit(lambda x: (jax.lax.with_sharding_constraint(
+        x[:7] * 2.0, NamedSharding(m2, P("a", "b"))), jnp.sin(x[:7, :3]), x[:, :3] + 1.0)),
+           [put(m2, P("a", "b"), x)])
+    # ... and through slices, reverses, dynamic slices and gathers (splits
+    # kept where the size is) and reshapes that merge or split dimensions.
+    yield ("jit_unspecified_reshaped_out", jax.jit(lambda x, i: (
+        x[1:5] * 2.0, x.reshape(4, 8), x.reshape(2, 4, 4), x[:, 1:2].reshape(8),
+        jax.lax.dynamic_slice_in_dim(x, i, 4, 0), x[i], x[jnp.array([1, 3, 6])],
+        jnp.take(x, jnp.array([3, 0]), axis=1), x[::-1, 1:])), [put(m2, P("a", "b"), x), put(m2, P(), np.int32(3))])
     y = matrix(8, 6, 3)
 
     def loss(w, x, y):
