@@ -148,8 +148,14 @@ def bench_workload(name: str, repeats: int, time_limit: float, pjrt_path: str,
         ours["round_ratios"] = pair_ratios
         ours["ratio_to_xla"] = float(np.median(pair_ratios))
     if "round_backend_compile_s" in ours and "round_backend_compile_s" in xla:
-        ours["backend_compile_ratio"] = float(np.median(
-            [a / b for a, b in zip(ours["round_backend_compile_s"], xla["round_backend_compile_s"])]))
+        # W11's targets are measured on `.compile()` alone (issue 32's
+        # decision); the window with JAX's tracing and lowering is kept as
+        # information.
+        compile_ratios = [a / b for a, b in zip(ours["round_backend_compile_s"], xla["round_backend_compile_s"])]
+        ours["window_ratio"] = ours.get("ratio_to_xla")
+        ours["window_round_ratios"] = ours.get("round_ratios", [])
+        ours["backend_compile_ratio"] = ours["ratio_to_xla"] = float(np.median(compile_ratios))
+        ours["round_ratios"] = compile_ratios
     for result in backends.values():
         result.pop("outputs", None)
     summary = {}
@@ -379,8 +385,9 @@ def markdown(report: dict) -> str:
             lines.append(backend_row(entry["workload"], backend, entry["backends"][backend]))
     lines += ["", "pjrt_ref/XLA is the median of the ratios of alternating process pairs "
               "(one per round, listed); medians above are medians of the rounds' medians. "
-              "For W11c/W11w the median is of compile times (`jit(f).lower(x).compile()`; "
-              "W11c one cold compile per process), for W12 of the total wall time of its "
+              "For W11c/W11w the first table's median is of compile times (`jit(f).lower(x).compile()`; "
+              "W11c one cold compile per process) and the targets' ratio of `.compile()` alone "
+              "(below), for W12 of the total wall time of its "
               "programs (one per process).",
               "", "| workload | what | target pjrt_ref/XLA | pjrt_ref/XLA | rounds | met | pjrt_ref speed-up vs reference |",
               "|---|---|---|---|---|---|---|"]
@@ -400,13 +407,17 @@ def markdown(report: dict) -> str:
                      f"{'-' if met is None else ('yes' if met else 'no')} | {speedup} |")
     compile_only = [e for e in report["workloads"] if "backend_compile_ratio" in e["backends"]["pjrt_ref"]]
     if compile_only:
-        lines += ["", "The backends' own part of those compiles, `.compile()` alone (JAX's tracing "
-                  "and lowering left out; median of the rounds' pair ratios; not the targets' measure):"]
+        lines += ["", "W11c/W11w above are the backends' own part of the compile, `.compile()` alone "
+                  "(the targets' measure): pjrt_ref and XLA medians, and, as information, the whole "
+                  "window `jit(f).lower(x).compile()` with JAX's tracing and lowering:"]
         for entry in compile_only:
             ours, xla = entry["backends"]["pjrt_ref"], entry["backends"]["xla_cpu"]
-            lines.append(f"- {entry['workload']}: pjrt_ref {fmt_time(float(np.median(ours['round_backend_compile_s'])))}, "
+            window = ours.get("window_ratio")
+            lines.append(f"- {entry['workload']}: `.compile()` pjrt_ref {fmt_time(float(np.median(ours['round_backend_compile_s'])))}, "
                          f"XLA {fmt_time(float(np.median(xla['round_backend_compile_s'])))}, "
-                         f"ratio {ours['backend_compile_ratio']:.2f}")
+                         f"ratio {ours['backend_compile_ratio']:.2f}; whole window ratio "
+                         f"{'-' if window is None else f'{window:.2f}'} (rounds "
+                         f"{' '.join(f'{r:.2f}' for r in ours.get('window_round_ratios', [])) or '-'})")
     for entry in report["workloads"]:
         if "loop_rows" in entry:
             lines += ["", *loop_lines(entry)]
