@@ -303,9 +303,14 @@ def parse_tensor_sharding(text: str) -> TensorSharding:
 
 def parse_sharding_per_value(text: str) -> list[TensorSharding]:
     """`#sdy.sharding_per_value<[<@mesh, [...]>, ...]>` -> one sharding per value."""
+    return [parse_tensor_sharding(one) for one in sharding_texts_per_value(text)]
+
+
+def sharding_texts_per_value(text: str) -> list[str]:
+    """`#sdy.sharding_per_value<[<@mesh, [...]>, ...]>` -> each value's `<@mesh, [...]>`."""
     start = text.index("[")
     inner = text[start + 1:_matching(text, start)]
-    shardings, depth, begin = [], 0, None
+    texts, depth, begin = [], 0, None
     for i, ch in enumerate(inner):
         if ch == "<":
             if depth == 0:
@@ -314,8 +319,8 @@ def parse_sharding_per_value(text: str) -> list[TensorSharding]:
         elif ch == ">":
             depth -= 1
             if depth == 0:
-                shardings.append(parse_tensor_sharding(inner[begin:i + 1]))
-    return shardings
+                texts.append(inner[begin:i + 1])
+    return texts
 
 
 def parse_manual_axes(text: str) -> frozenset:

@@ -84,7 +84,8 @@ import numpy as np
 
 from ..errors import InvalidArgument, Unimplemented
 from .layout import (Layout, Mesh, gathered, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
-                          parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated)
+                          parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated,
+                          sharding_texts_per_value)
 from . import custom_partitioning
 from .gspmd import (MANUAL_CALL, OUT_SHARDINGS_ATTR, annotate_full_to_shard, attribute_text,
                     custom_call_target, make_manual_calls)
@@ -546,6 +547,9 @@ class PartitionedRunner:
         from jaxlib.mlir import ir
 
         if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
+            block_op = value.owner.owner
+            if getattr(block_op, "operation", block_op).name != "func.func":   # a shard_map body: local shapes
+                return None, []
             if not calls:
                 return self.argument_layouts[value.arg_number], []
             return None, [(calls[-1].operands[value.arg_number].maybe_downcast(), calls[:-1])]
@@ -565,8 +569,7 @@ class PartitionedRunner:
             return self._dot_general_layout(op, calls), []
         attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
         if op.name == "sdy.manual_computation":
-            return parse_sharding_per_value(attrs["out_shardings"])[value.result_number] \
-                .layout(self.meshes), []
+            return self._manual_result_layout(op, value, calls, attrs["out_shardings"]), []
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
             open_dims = _open_unsplit_dims(attrs["sharding"])
             if open_dims is None:
@@ -612,6 +615,23 @@ class PartitionedRunner:
             returned = _returned_values(self._callee(attrs["callee"]))[value.result_number]
             return None, [(returned.maybe_downcast(), calls + (op,))]
         return None, []
+
+    def _manual_result_layout(self, op, value, calls: tuple, out_shardings: str) -> Layout:
+        """A shard_map result's layout: its out_sharding's, and along the
+        dimensions that leaves open and unsplit (`{?}`, a shard_map manual
+        over some axes only) the split the body's own constraints give the
+        returned value over the free axes, as XLA's propagation fills them."""
+        text = sharding_texts_per_value(out_shardings)[value.result_number]
+        pinned = parse_tensor_sharding(text).layout(self.meshes)
+        open_dims = _open_and_unsplit(text)
+        if not any(open_dims):
+            return pinned
+        returned = op.regions[0].blocks[0].operations[-1].operands[value.result_number]
+        found = self._inherited_from((returned.maybe_downcast(), calls))
+        if found is None:
+            return pinned
+        return gathered([(found if is_open else pinned, d) for d, is_open in enumerate(open_dims)],
+                        self.devices) or pinned
 
     def _broadcast_layout(self, op, value, calls: tuple) -> Layout | None:
         """A broadcast's result split as its operand along the dimensions it
@@ -802,13 +822,25 @@ def _entry_function(module, entry: str):
     raise InvalidArgument(f"no function @{entry} in the program")
 
 
+def _dimension_groups(text: str) -> list[str]:
+    """The text inside each dimension's braces of a Shardy sharding
+    (`<@mesh, [{"x"}, {?}]>` -> ['"x"', '?'])."""
+    body = text[text.index("["):] if "[" in text else ""
+    return re.findall(r"\{([^}]*)\}", body[:body.find("]") + 1] if "]" in body else body)
+
+
+def _open_and_unsplit(text: str) -> list[bool]:
+    """For each dimension of a Shardy sharding, whether it is open (`{?}`)
+    and split over no axis."""
+    return ["?" in g and not g.replace("?", "").strip() for g in _dimension_groups(text)]
+
+
 def _open_unsplit_dims(text: str) -> list[bool] | None:
     """For a Shardy sharding that splits no dimension and leaves some open
     (`<@empty_mesh, [{?}, {?}, {}]>`: JAX's constraint that only says "keep
     the last dimension whole"), whether each dimension is open; None for a
     sharding that pins something (propagation gives way to it)."""
-    body = text[text.index("["):] if "[" in text else ""
-    groups = re.findall(r"\{([^}]*)\}", body[:body.find("]") + 1] if "]" in body else body)
+    groups = _dimension_groups(text)
     if not groups or any(g.replace("?", "").strip() for g in groups) or not any("?" in g for g in groups):
         return None
     return ["?" in g for g in groups]

@@ -148,6 +148,16 @@ def more_shard_map_cases():
     yield ("shard_map_loop", jax.jit(jax.shard_map(
         lambda v: jax.lax.fori_loop(0, 3, lambda i, c: jax.lax.psum(c, "x") / 4 + c, v),
         mesh=m1, in_specs=P("x"), out_specs=P("x"), check_vma=False)), [put(m1, P("x"), x)])
+    # Manual over "a" only, with a constraint over the free axis "b" inside:
+    # the result's open dimension takes it.
+    def constrained(v):
+        return jax.lax.with_sharding_constraint(v * v, NamedSharding(m2, P(None, "b")))
+    yield ("shard_map_partial_manual_constrained", jax.jit(jax.shard_map(
+        constrained, mesh=m2, in_specs=P("a"), out_specs=P("a"), axis_names={"a"},
+        check_vma=False)), [put(m2, P("a"), x)])
+    yield ("shard_map_partial_manual_constrained_replicated", jax.jit(jax.shard_map(
+        constrained, mesh=m2, in_specs=P(), out_specs=P(), axis_names={"a"},
+        check_vma=False)), [put(m2, P(), x)])
     # Manual over "a" only; "b" stays automatic inside the body.
     yield ("shard_map_partial_manual", jax.jit(jax.shard_map(
         lambda v: jax.lax.psum(jnp.sin(v), "a"), mesh=m2, in_specs=P("a"), out_specs=P(),
