@@ -548,8 +548,8 @@ class PartitionedRunner:
 
         if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
             block_op = value.owner.owner
-            if getattr(block_op, "operation", block_op).name != "func.func":   # a shard_map body: local shapes
-                return None, []
+            if getattr(block_op, "operation", block_op).name != "func.func":
+                return None, []         # a region's argument (a shard_map body's is local): no source
             if not calls:
                 return self.argument_layouts[value.arg_number], []
             return None, [(calls[-1].operands[value.arg_number].maybe_downcast(), calls[:-1])]
@@ -891,7 +891,7 @@ def _reshape_groups(before: tuple, after: tuple) -> list[tuple[list[int], list[i
     element counts, in order, size-1 dimensions left out: a reshape of
     (4, 4, 2) to (4, 8) has groups ([0], [0]) and ([1, 2], [1])."""
     groups: list = []
-    if 0 in before or 0 in after:       # an empty array: nothing to split
+    if any(size <= 0 for size in (*before, *after)):    # empty or dynamic: nothing to split
         return groups
     i = j = 0
     while True:
