@@ -134,18 +134,40 @@ def pytest_command(files: list[str], junit: str, options: argparse.Namespace, in
     return command + files
 
 
-def run_backend(backend: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
-                scratch: str) -> Run:
-    """Run the files on one backend: in one pytest process, or, where the
-    framework's CI gives each file a process of its own (a file may change
-    process-wide state when it is imported), one process per file."""
+def run_backend(backend: str, suite: "Suite", options: argparse.Namespace, scratch: str) -> Run:
+    """Run the files on one backend, in as few pytest processes as the files
+    allow (`process_groups`), each with the environment its devices need."""
     started = time.perf_counter()
-    groups = [[file] for file in files] if options.process_per_file else [files]
+    groups = process_groups(suite, options)
     outcomes: dict[str, Outcome] = {}
-    for index, group in enumerate(groups):
-        name = backend if len(groups) == 1 else f"{backend}.file{index}"
+    for index, (devices, group) in enumerate(groups):
+        name = backend if len(groups) == 1 else f"{backend}.group{index}"
+        env = suite.environment(backend, argparse.Namespace(**{**vars(options), "devices": devices}))
         outcomes.update(run_files(name, env, group, options, scratch))
     return Run(backend, outcomes, time.perf_counter() - started)
+
+
+def process_groups(suite: "Suite", options: argparse.Namespace) -> list[tuple[int, list[str]]]:
+    """(devices, files) for each pytest process of a run.
+
+    Where the framework's CI gives each file a process of its own (a file may
+    change process-wide state when it is imported), one process per file.
+    Otherwise the files share processes, one per device count: a file that
+    asks the framework for more devices than `--devices` (JAX's
+    `jtu.request_cpu_devices(8)`) gets them only if the backends of its
+    process have not started yet, which in a process shared with other files
+    depends on the order of collection; so files asking for the same count
+    share a process started with that count on both backends."""
+    def devices(file: str) -> int:
+        asked = suite.devices_asked(options.checkout, file.split("::", 1)[0]) if suite.devices_asked else 1
+        return max(options.devices, asked)
+
+    if options.process_per_file:
+        return [(devices(file), [file]) for file in options.files]
+    by_count: dict[int, list[str]] = {}
+    for file in options.files:
+        by_count.setdefault(devices(file), []).append(file)
+    return sorted(by_count.items())
 
 
 def run_files(name: str, env: dict[str, str], files: list[str], options: argparse.Namespace,
@@ -424,6 +446,7 @@ class Suite:
     stall: float = 600.0                           # default --stall
     all_files: Callable[[str], list[str]] | None = None   # --all: every file of a checkout that can run
     process_per_file: bool = False                 # each file in a pytest process of its own
+    devices_asked: Callable[[str, str], int] | None = None   # (checkout, file): the devices a file asks for
 
 
 def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
@@ -502,7 +525,7 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
         if options.reference_from and backend == suite.backends[0]:
             runs[backend] = load_run(backend, settings, options.reference_from, options.checkout)
             continue
-        runs[backend] = run_backend(backend, env, options.files, options, scratch)
+        runs[backend] = run_backend(backend, suite, options, scratch)
         save_run(runs[backend], settings, scratch)
     if options.json:
         with open(options.json, "w") as handle:

@@ -149,6 +149,36 @@ def test_a_suite_run_like_its_ci_gives_each_file_a_process_of_its_own(tmp_path, 
     assert status["test_in_the_default_mode"] == ("passed" if process_per_file else "failed")
 
 
+def test_files_asking_for_more_devices_run_in_a_process_started_with_that_many(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "tests").mkdir(parents=True)
+    for name, asked in (("a_test.py", None), ("b_test.py", 8), ("c_test.py", 2), ("d_test.py", 8)):
+        request = f"jtu.request_cpu_devices({asked})  # as JAX's files ask\n" if asked else "\n"
+        (checkout / "tests" / name).write_text(
+            f"import os, sys\n# {request}"
+            f"def test_devices():\n    assert os.environ['DEVICES'] == '{max(asked or 1, 2)}'\n")
+    suite = test_suite.Suite(command="t", description="t", checkout="t",
+                             default_files=tuple(f"tests/{n}" for n in ("a_test.py", "b_test.py",
+                                                                         "c_test.py", "d_test.py")),
+                             backends=("cpu", "pjrt_ref"), devices_asked=jax_suite.devices_asked,
+                             environment=lambda backend, options: {**os.environ,
+                                                                   "DEVICES": str(options.devices)},
+                             check_version=lambda checkout: None)
+    report = tmp_path / "report.json"
+    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--devices", "2",
+                                   "--workers", "0", "--json", str(report)]) == 0
+    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    assert {k: v["status"] for k, v in outcomes.items()} == {
+        f"tests/{n}::test_devices": "passed" for n in ("a_test.py", "b_test.py", "c_test.py", "d_test.py")}
+
+
+def test_jax_gives_both_backends_the_devices_of_a_process():
+    options = argparse.Namespace(cases=1, x64=False, device_tag="cpu", devices=8)
+    cpu, ours = (jax_suite.environment(backend, options) for backend in ("cpu", "pjrt_ref"))
+    assert "--xla_force_host_platform_device_count=8" in cpu["XLA_FLAGS"]
+    assert ours["PJRT_REF_NUM_DEVICES"] == "8"
+
+
 def test_torch_files_each_run_in_a_process_of_their_own():
     assert torch_suite.SUITE.process_per_file and not jax_suite.SUITE.process_per_file
 

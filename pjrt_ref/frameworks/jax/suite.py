@@ -19,7 +19,9 @@ the cpu run gets N host devices (`--xla_force_host_platform_device_count`)
 and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`; a test file that asks for
 more (`jtu.request_cpu_devices(8)`, which sets `jax_num_cpu_devices`) gets
 them on both backends (pjrt_ref follows that flag as cpu does:
-frameworks/jax/plugin.py, `client_options`).
+frameworks/jax/plugin.py, `client_options`); files run in one pytest
+process per device count asked for, so that each gets its count whatever
+order pytest collects them in (test_suite.py, `process_groups`).
 
 JAX's tests pick by device which of them run and with what tolerances
 (`jtu.run_on_devices("cpu")`, `jtu.test_device_matches(["cpu"])`). pjrt_ref
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from ..test_suite import Suite, main as run_suite
@@ -104,6 +107,15 @@ def all_files(checkout: str) -> list[str]:
                                               for out in LEFT_OUT))
 
 
+DEVICE_REQUEST = re.compile(r"request_cpu_devices\(\s*(\d+)\s*\)")
+
+
+def devices_asked(checkout: str, file: str) -> int:
+    """The most devices a test file asks JAX for (`jtu.request_cpu_devices(n)`), or 1."""
+    with open(os.path.join(checkout, file), errors="replace") as handle:
+        return max((int(n) for n in DEVICE_REQUEST.findall(handle.read())), default=1)
+
+
 def check_version(checkout: str) -> None:
     import jax
 
@@ -127,7 +139,8 @@ SUITE = Suite(command="pjrt-ref jax-tests", description=__doc__.split("\n\n")[1]
               checkout="a checkout of JAX's repository (its tests/ at least)",
               default_files=DEFAULT_FILES, backends=BACKENDS, environment=environment,
               check_version=check_version, workers=2, add_options=add_options,
-              pytest_plugins=("pjrt_ref.frameworks.jax.suite_plugin",), all_files=all_files)
+              pytest_plugins=("pjrt_ref.frameworks.jax.suite_plugin",), all_files=all_files,
+              devices_asked=devices_asked)
 
 
 def main(argv: list[str] | None = None) -> int:
