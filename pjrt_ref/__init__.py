@@ -14,6 +14,8 @@ SHIM_MODULE = "pjrt_ref.capi_shim._pjrt_ref_shim"
 
 ISOLATED_RUNTIME_MODULE = "pjrt_ref.capi_shim._pjrt_ref_isolated"
 
+RECORDING_PROXY_MODULE = "pjrt_ref.capi_shim._pjrt_ref_recorder"
+
 
 def library_path(runtime: str = "shared") -> str:
     """Absolute path of the PJRT plugin library to hand to a framework.
@@ -28,6 +30,13 @@ def library_path(runtime: str = "shared") -> str:
     if (settings.get("PJRT_REF_RUNTIME") or runtime) == "isolated":
         return _built_library(ISOLATED_RUNTIME_MODULE)
     return shim_path()
+
+
+def recording_proxy_path() -> str:
+    """Absolute path of the recording proxy, a PJRT plugin that forwards to
+    another and keeps what it compiles and runs (capi_shim/recording_proxy.c;
+    the plugin test kit puts it in front of the plugin under test)."""
+    return _built_library(RECORDING_PROXY_MODULE)
 
 
 def shim_path() -> str:

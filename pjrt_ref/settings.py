@@ -298,6 +298,14 @@ _declare("PJRT_REF_PROBE_DIR", PATH, None,
 _declare("PJRT_REF_SUITE_PROGRESS", PATH, None,
          "set by `pjrt-ref jax-tests` / `torch-tests` for their pytest runs: the file each test's "
          "start and outcome is appended to")
+_declare("PJRT_REF_RECORD_PLUGIN", PATH, None,
+         "set by `pjrt-ref jax-tests --plugin`: the plugin the recording proxy "
+         "(capi_shim/recording_proxy.c) loads and forwards to")
+_declare("PJRT_REF_RECORD_DIR", PATH, None,
+         "set by `pjrt-ref jax-tests --plugin`: the folder the recording proxy writes each compiled "
+         "program and each execution's arguments to")
+_declare("PJRT_REF_RECORD_TEST", Text("text", "a test id"), None,
+         "set by the plugin test kit around each test: the test the recording proxy files executions under")
 _declare("PJRT_REF_JAX_DEVICE_TAG", Text("text", "a device tag"), None,
          "set by `pjrt-ref jax-tests`: a device tag (`cpu`) JAX's test utilities also see on "
          "pjrt_ref's devices")

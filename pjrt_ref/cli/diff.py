@@ -33,6 +33,10 @@ def parse(argv: list[str]):
     parser.add_argument("--atol", type=float, help="absolute tolerance for every float type (default: by type)")
     parser.add_argument("--save-op", metavar="DIR",
                         help="write the first op that differs to DIR/op.mlir and its operands to DIR/argN.npy")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the outcome to FILE: status (agree, differs, error), and for a "
+                             "difference the op, its location, the element type, the worst elements "
+                             "and the ULP distance")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds to wait for the other backend's answer (default {DEFAULT_TIMEOUT:g})")
     return parser.parse_args(argv)
@@ -48,12 +52,23 @@ def main(argv: list[str]) -> int:
         print(f"pjrt-ref diff: first difference: {difference}")
         if options.save_op:
             print(f"pjrt-ref diff: {save_op(difference, options.save_op)}")
+        write_outcome(options.json, {"status": "differs", **difference.facts(), "message": str(difference)})
         return 1
     except (ArgumentCountError, *USER_INPUT_ERRORS) as error:   # OtherBackendFailed among them
         print(f"pjrt-ref diff: error: {describe(error)}", file=sys.stderr)
+        write_outcome(options.json, {"status": "error", "message": describe(error)})
         return 2
     print(f"pjrt-ref diff: {summary}")
+    write_outcome(options.json, {"status": "agree", "message": summary})
     return 0
+
+
+def write_outcome(path: str | None, outcome: dict) -> None:
+    if path:
+        import json
+
+        with open(path, "w") as handle:
+            json.dump(outcome, handle, indent=1)
 
 
 def diff_settings(options) -> dict[str, str]:

@@ -107,7 +107,7 @@ def _conformance_command(argv: list[str]) -> int:
 
 
 def _jax_tests_command(argv: list[str]) -> int:
-    from ..frameworks.jax.suite import main as suite_main
+    from ..testkit.command import main as suite_main       # the runner, and --plugin
 
     return suite_main(argv)
 

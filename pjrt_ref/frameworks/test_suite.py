@@ -447,6 +447,18 @@ class Suite:
     all_files: Callable[[str], list[str]] | None = None   # --all: every file of a checkout that can run
     process_per_file: bool = False                 # each file in a pytest process of its own
     devices_asked: Callable[[str, str], int] | None = None   # (checkout, file): the devices a file asks for
+    # Another backend in pjrt_ref's place (a plugin under test), and what follows the runs:
+    candidate: Callable[[argparse.Namespace], "Candidate | None"] | None = None
+
+
+@dataclass
+class Candidate:
+    """A backend run in pjrt_ref's place: its name, why it cannot run (it does
+    not load, say; every test then fails with that reason), and what to do
+    with the two runs afterwards (the plugin test kit's recording and triage)."""
+    name: str
+    cannot_run: str = ""
+    after_runs: Callable[["Suite", argparse.Namespace, Run, Run, str], object] | None = None
 
 
 def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
@@ -457,7 +469,7 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--devices", type=int, default=1, help="devices on each backend (default 1)")
     parser.add_argument("--workers", type=int, default=suite.workers,
                         help=f"pytest-xdist workers (default {suite.workers}; 0: no xdist)")
-    parser.add_argument("--only", choices=sorted(suite.backends), help="run one backend only")
+    parser.add_argument("--only", metavar="BACKEND", help=f"run one backend only ({' or '.join(suite.backends)})")
     parser.add_argument("--timeout", type=int, default=0, help="per-test timeout in s (pytest-timeout)")
     parser.add_argument("--stall", type=float, default=suite.stall,
                         help=f"kill a run in which no test finished for this many s, mark the tests "
@@ -517,13 +529,21 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
     suite.check_version(options.checkout)
     scratch = options.keep or tempfile.mkdtemp(prefix="pjrt-ref-tests-")
     os.makedirs(scratch, exist_ok=True)
-    chosen = [options.only] if options.only else list(suite.backends)
+    candidate = suite.candidate(options) if suite.candidate else None
+    backends = (suite.backends[0], candidate.name) if candidate else suite.backends
+    if options.only and options.only not in backends:
+        raise SystemExit(f"--only {options.only}: this run's backends are {', '.join(backends)}")
+    chosen = [options.only] if options.only else list(backends)
     runs = {}
     for backend in chosen:
         env = suite.environment(backend, options)
         settings = run_settings(backend, env, options)
-        if options.reference_from and backend == suite.backends[0]:
+        if options.reference_from and backend == backends[0]:
             runs[backend] = load_run(backend, settings, options.reference_from, options.checkout)
+            continue
+        if candidate and backend == candidate.name and candidate.cannot_run:
+            runs[backend] = Run(backend, {identifier: Outcome("failed", candidate.cannot_run)
+                                          for identifier in runs.get(backends[0], Run("")).outcomes})
             continue
         runs[backend] = run_backend(backend, suite, options, scratch)
         save_run(runs[backend], settings, scratch)
@@ -533,13 +553,15 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
                                  "outcomes": {k: vars(v) for k, v in run.outcomes.items()}}
                        for backend, run in runs.items()}, handle, indent=1)
     if len(runs) == 2:
-        reference, candidate = (runs[b] for b in suite.backends)
-        print(report(options.files, reference, candidate))
+        reference, ours = (runs[b] for b in backends)
+        print(report(options.files, reference, ours))
         if options.markdown:
             with open(options.markdown, "w") as handle:
-                handle.write(markdown_report(options.files, reference, candidate,
+                handle.write(markdown_report(options.files, reference, ours,
                                              f"`{suite.command} {' '.join(argv_shown(argv))}`, "
                                              f"{machine_line()}"))
+        if candidate and candidate.after_runs:
+            candidate.after_runs(suite, options, reference, ours, scratch)
         return 0
     run = runs[chosen[0]]
     for file in options.files:

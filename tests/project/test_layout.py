@@ -2,7 +2,9 @@
 
 Rooms, from the top (README "Layout"):
 
-    cli, frameworks, capi_shim
+    cli
+    testkit                       the plugin test kit (runs frameworks' suites, replays with debug's diff)
+    frameworks, capi_shim
     capi                          the C API layer (entry points, fast paths, strict mode, API log, profiler extension)
     debug                         tools that look at the layers below
     model                         the PJRT object model
@@ -42,6 +44,7 @@ ROOMS = {    # dotted prefix -> room (the longest prefix wins)
     "pjrt_ref.spmd": "spmd", "pjrt_ref.services": "services", "pjrt_ref.distributed": "distributed",
     "pjrt_ref.model": "model", "pjrt_ref.debug": "debug", "pjrt_ref.capi": "capi",
     "pjrt_ref.capi_shim": "capi_shim", "pjrt_ref.frameworks": "frameworks", "pjrt_ref.cli": "cli",
+    "pjrt_ref.testkit": "testkit",
     # The header's entry points as data: what the shim builds its table from
     # and the C API layer binds; it imports nothing.
     "pjrt_ref.capi_shim.entry_points": "base",
@@ -60,7 +63,8 @@ MAY_IMPORT = {
     "capi": {"debug", "model"} | BELOW_MODEL,
     "capi_shim": {"capi", "base"},
     "frameworks": {"base"},
-    "cli": {"capi", "debug", "model", "frameworks", "conformance"} | BELOW_MODEL,
+    "testkit": {"frameworks", "debug", "model"} | BELOW_MODEL,
+    "cli": {"capi", "debug", "model", "frameworks", "conformance", "testkit"} | BELOW_MODEL,
 }
 
 def module_name(path: pathlib.Path) -> str:

@@ -48,7 +48,7 @@ def test_the_table_has_a_row_per_setting_with_its_type_and_default(monkeypatch):
 # ------------------------------------------------------------------ product code
 def environment_reads(source: str) -> list[str]:
     """The PJRT_REF_* names `source` reads from the environment directly:
-    os.environ.get / [...] / `in`, os.getenv, with a literal name or a
+    os.environ.get / [...] (not assigned or deleted) / `in`, os.getenv, with a literal name or a
     module-level constant holding one (an `environ = os.environ` alias too)."""
     tree = ast.parse(source)
     constants = {target.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
@@ -70,7 +70,7 @@ def environment_reads(source: str) -> list[str]:
             if (node.func.attr in ("get", "pop", "setdefault") and is_environ(node.func.value)) \
                     or node.func.attr == "getenv":
                 keys.append(node.args[0])
-        elif isinstance(node, ast.Subscript) and is_environ(node.value):
+        elif isinstance(node, ast.Subscript) and is_environ(node.value) and isinstance(node.ctx, ast.Load):
             keys.append(node.slice)
         elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
                 and any(is_environ(c) for c in node.comparators):
@@ -90,6 +90,8 @@ d = os.getenv("PJRT_REF_D")
 e = os.environ["PJRT_REF_E"]
 f = os.environ.get("HOME")
 child = dict(os.environ, PJRT_REF_G="1")
+os.environ["PJRT_REF_H"] = "1"       # setting a variable (for children, or a C library) is no read
+del os.environ["PJRT_REF_H"]
 '''
     assert environment_reads(source) == ["PJRT_REF_A", "PJRT_REF_B", "PJRT_REF_C", "PJRT_REF_D", "PJRT_REF_E"]
 

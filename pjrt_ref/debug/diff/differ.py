@@ -42,6 +42,23 @@ class Divergence(Internal):
 
     module: str = ""
     arguments: tuple = ()
+    result_index: int = 0
+    comparison: "Comparison | None" = None     # the first result that differs
+
+    def facts(self) -> dict:
+        """What differs, as plain data (`pjrt-ref diff --json`)."""
+        comparison = self.comparison
+        facts = {"op": self.op, "location": self.location, "result": self.result_index}
+        if comparison is None:
+            return facts
+        facts.update(dtype=str(comparison.reference.dtype), shape=list(comparison.reference.shape),
+                     other_dtype=str(comparison.other.dtype), other_shape=list(comparison.other.shape),
+                     problem=comparison.problem, differing=comparison.differing,
+                     elements=int(comparison.reference.size), rtol=comparison.rtol, atol=comparison.atol,
+                     max_ulp=comparison.max_ulp,
+                     worst=[{"index": [int(i) for i in index], "pjrt_ref": str(ours), "other": str(other),
+                             "ulp": ulp} for index, ours, other, ulp in comparison.worst])
+        return facts
 
 
 @dataclass
@@ -107,6 +124,8 @@ class Unit:
         if not all(c.agrees for c in comparisons):
             divergence = Divergence(self.report(arguments, comparisons), op=self.name, location=self.location)
             divergence.module, divergence.arguments = self.module, tuple(arguments)
+            divergence.result_index = next(i for i, c in enumerate(comparisons) if not c.agrees)
+            divergence.comparison = comparisons[divergence.result_index]
             raise divergence
         differ.stats.add_compared(self, comparisons)
 

@@ -51,18 +51,20 @@ PLATFORMS = {"cpu": "cpu", "pjrt_ref": "pjrt_ref,cpu"}
 
 
 def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
+    """The pytest process's environment for `backend`, "cpu" or "pjrt_ref"
+    (the plugin test kit starts from pjrt_ref's for a plugin under test)."""
     env = dict(os.environ)
-    env["JAX_PLATFORMS"] = PLATFORMS[backend]
     env["JAX_NUM_GENERATED_CASES"] = str(options.cases)
     env["JAX_ENABLE_X64"] = "1" if options.x64 else "0"
-    if backend == "pjrt_ref" and options.device_tag:
+    if backend != "cpu" and options.device_tag:
         env["PJRT_REF_JAX_DEVICE_TAG"] = options.device_tag
     if options.devices > 1:
-        if backend == "cpu":
-            flag = f"--xla_force_host_platform_device_count={options.devices}"
-            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flag).strip()
-        else:
+        # XLA's host device count serves cpu and XLA-built cpu plugins; PJRT_REF_NUM_DEVICES pjrt_ref.
+        flag = f"--xla_force_host_platform_device_count={options.devices}"
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flag).strip()
+        if backend != "cpu":
             env["PJRT_REF_NUM_DEVICES"] = str(options.devices)
+    env["JAX_PLATFORMS"] = PLATFORMS[backend]
     return env
 
 

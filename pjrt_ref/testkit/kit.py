@@ -1,0 +1,143 @@
+"""The kit's run: after the plain runs on cpu and on the plugin, record,
+replay and sort every test that passes on cpu and fails on the plugin.
+
+1. Record: the failing tests run again on the plugin, with the recording
+   proxy in front of it (plugin.py, capi_shim/recording_proxy.c), which
+   keeps each program compiled and each execution's arguments.
+2. Keep: one folder per test (artifacts.py).
+3. Replay: each kept execution, in order, on cpu and on the plugin, until
+   one differs; then `pjrt-ref diff` names its first differing op (replay.py).
+4. Sort: one cause per test, causes by how many tests they explain
+   (causes.py), written as report.md and report.html (report.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import xml.etree.ElementTree as ElementTree
+
+from ..frameworks import test_suite
+from .artifacts import KeptTest, keep_test
+from .causes import Cause, Finding, cause_of, triage
+from .plugin import PluginUnderTest, recording_environment
+from .records import Records, read_records
+from .replay import Replay, replay
+from .report import markdown, page
+
+RECORD_PLUGIN = "pjrt_ref.testkit.record_plugin"
+# Executions replayed per test at most (a test may run hundreds of programs).
+REPLAYS_PER_TEST = 40
+
+
+def run(suite, options: argparse.Namespace, reference: "test_suite.Run", candidate: "test_suite.Run",
+        scratch: str) -> list:
+    """Record, keep, replay and sort; write the reports to options.report; the cause rows."""
+    plugin: PluginUnderTest = options.plugin
+    started = time.perf_counter()
+    failing = test_suite.regressions(reference, candidate)
+    root = options.report
+    os.makedirs(root, exist_ok=True)
+    if not plugin.loaded:
+        findings = [Finding(test, Cause("plugin does not load", plugin.load_error), plugin.load_error)
+                    for test, _ in failing]
+    else:
+        records, failures = record(suite, options, [test for test, _ in failing], scratch, root)
+        findings = [find(test, outcome, records, failures, plugin, os.path.join(root, "tests"))
+                    for test, outcome in failing]
+    rows = triage(findings)
+    seconds = time.perf_counter() - started
+    preamble = summary_lines(suite, options, reference, candidate, failing, rows, seconds)
+    title = f"Plugin test kit: {plugin.name} ({plugin.path})"
+    with open(os.path.join(root, "report.md"), "w") as handle:
+        handle.write(markdown(title, preamble, rows, root))
+    with open(os.path.join(root, "report.html"), "w") as handle:
+        handle.write(page(title, preamble, rows, root))
+    with open(os.path.join(root, "findings.json"), "w") as handle:
+        json.dump([{"test": f.test, "cause": f.cause.title(), "kind": f.cause.kind, "subject": f.cause.subject,
+                    "evidence": f.evidence, "folder": f.folder} for f in findings], handle, indent=1)
+    print("\n".join(preamble[-3:]))
+    for number, row in enumerate(rows[:10], 1):
+        print(f"  {number}. {len(row.findings)} test(s): {row.cause.title()}")
+    print(f"report: {os.path.join(root, 'report.md')} and report.html")
+    return rows
+
+
+def record(suite, options: argparse.Namespace, tests: list[str], scratch: str,
+           root: str) -> tuple[dict[str, Records], dict[str, str]]:
+    """Run `tests` on the plugin behind the recording proxy: each test's records, and its error text."""
+    if not tests:
+        return {}, {}
+    folder = os.path.join(root, "recorded")
+    recording = argparse.Namespace(**{**vars(options), "files": tests, "k": None,
+                                      "pytest_plugins": (*options.pytest_plugins, RECORD_PLUGIN)})
+    failures: dict[str, str] = {}
+    for index, (devices, group) in enumerate(test_suite.process_groups(suite, recording)):
+        env = suite.environment(options.plugin.name, argparse.Namespace(**{**vars(recording), "devices": devices}))
+        env = recording_environment(options.plugin, env, folder)
+        name = f"recording.group{index}"
+        test_suite.run_files(name, env, group, recording, scratch)
+        failures.update(failure_texts(os.path.join(scratch, f"{name}.xml"), options.checkout))
+    by_test: dict[str, Records] = {}
+    for process in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        records = read_records(os.path.join(folder, process))
+        for test in records.tests():
+            by_test[test] = records
+    return by_test, failures
+
+
+def failure_texts(junit: str, root: str) -> dict[str, str]:
+    """Each failing test's whole error text from a junit report (the plain run keeps only its first line)."""
+    if not os.path.exists(junit):
+        return {}
+    texts = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        for tag in ("failure", "error"):
+            node = case.find(tag)
+            if node is not None:
+                texts[test_suite.test_id(case, root)] = f"{node.get('message') or ''}\n{node.text or ''}".strip()
+    return texts
+
+
+def find(test: str, outcome, records: dict[str, Records], failures: dict[str, str],
+         plugin: PluginUnderTest, root: str) -> Finding:
+    """Keep the test's artifacts, replay its executions, and name its cause."""
+    failure = failures.get(test) or outcome.reason
+    kept = keep_test(records[test], test, failure, root) if test in records else None
+    replays = replay_until_difference(kept, plugin) if kept else []
+    cause, evidence = cause_of(outcome.reason, failure, replays)
+    if kept is None and test not in failures and outcome.status != "missing":
+        evidence += " (it passed when run again to record it)"
+    return Finding(test, cause, evidence, kept.folder if kept else "")
+
+
+def replay_until_difference(kept: KeptTest, plugin: PluginUnderTest) -> list[Replay]:
+    """Replay the test's executions in order; stop at the first whose results differ from cpu's."""
+    replays = []
+    for execution in kept.executions:
+        if execution.replayable or len(replays) >= REPLAYS_PER_TEST:
+            continue
+        arguments = [argument.value() for argument in execution.execution.device_arguments()]
+        with open(os.path.join(execution.folder, "program.mlir")) as handle:
+            program = handle.read()
+        outcome = replay(execution.execution.number, program, arguments, plugin.path, execution.folder)
+        with open(os.path.join(execution.folder, "replay.json"), "w") as handle:
+            json.dump(vars(outcome), handle, indent=1)
+        replays.append(outcome)
+        if outcome.status == "differs":
+            break
+    return replays
+
+
+def summary_lines(suite, options, reference, candidate, failing, rows, seconds: float) -> list[str]:
+    plugin: PluginUnderTest = options.plugin
+    a, b = (test_suite.totals(run, options.files) for run in (reference, candidate))
+    said = f"platform {plugin.platform}" if plugin.loaded else f"does not load: {plugin.load_error}"
+    return [f"{test_suite.machine_line()}.",
+            f"Plugin: {plugin.path}, {said}.",
+            f"Files: {len(options.files)}; cpu {a['passed']}/{a['failed']}/{a['skipped']}, "
+            f"{plugin.name} {b['passed']}/{b['failed']}/{b['skipped']} (pass/fail/skip).",
+            f"Wall time: the plain runs {reference.seconds + candidate.seconds:.0f} s (cpu {reference.seconds:.0f} s, "
+            f"{plugin.name} {candidate.seconds:.0f} s); the kit's recording, replay and triage {seconds:.0f} s more.",
+            f"{len(failing)} test(s) pass on cpu and not on {plugin.name}, in {len(rows)} cause(s)."]

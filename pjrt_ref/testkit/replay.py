@@ -1,0 +1,116 @@
+"""Replay a kept execution on XLA's cpu and on the plugin; where they differ, find the first op.
+
+For one execution of a failing test (its program and the argument values
+the plugin held when it began), `replay` runs the program on JAX's cpu
+client and on the plugin, each in a worker process of its own
+(debug/diff/backend.py: a plugin that crashes or hangs there takes only its
+worker down). If any result differs beyond tolerance, `pjrt-ref diff` runs
+the program on pjrt-ref, op by op, and each op on the plugin with
+pjrt-ref's own operand values, and names the first op whose result
+differs: the op, its MLIR location (a JAX program's locations are the
+test's `file.py:line`), the worst elements and their ULP distance. That
+op is then run alone on cpu too, which says whose value is the odd one out.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..debug.diff.backend import OtherBackendFailed, shared_backend
+from ..debug.diff.compare import compare
+
+# Seconds for one whole-program run on either backend, and for the op-by-op diff.
+RUN_TIMEOUT = 300.0
+DIFF_TIMEOUT = 900.0
+
+
+@dataclass
+class Replay:
+    """What replaying one execution showed."""
+    execution: int
+    status: str                 # "differs", "agrees", "not replayed", "plugin failed", "cpu failed"
+    detail: str = ""
+    first_op: dict = field(default_factory=dict)    # `pjrt-ref diff --json`'s facts, when an op differs
+    odd_one_out: str = ""       # "plugin", "pjrt-ref", "all differ": who differs at that op
+
+
+def program_text(code: bytes) -> str:
+    """The program as StableHLO text with its locations (what `pjrt-ref diff` reads and reports)."""
+    from ..interpreter.loader import make_context, parse_module
+
+    module = parse_module(code, make_context())
+    return module.operation.get_asm(enable_debug_info=True)
+
+
+def replay(number: int, program: str, arguments: list[np.ndarray], plugin_path: str,
+           folder: str) -> Replay:
+    """Run the program (text) with `arguments` on cpu and on the plugin; diff if they differ.
+    `folder` receives the diff's outcome (diff.json) and the first differing op alone (op/)."""
+    what = f"execution {number}"
+    try:
+        theirs = shared_backend(plugin_path, RUN_TIMEOUT).run(program, arguments, what)
+    except OtherBackendFailed as error:
+        return Replay(number, "plugin failed", str(error))
+    try:
+        ours = shared_backend("cpu", RUN_TIMEOUT).run(program, arguments, what)
+    except OtherBackendFailed as error:
+        return Replay(number, "cpu failed", str(error))
+    comparisons = [compare(expected, got) for expected, got in zip(ours, theirs)]
+    if len(ours) == len(theirs) and all(c.agrees for c in comparisons):
+        return Replay(number, "agrees", "the plugin's results equal cpu's within tolerance")
+    return first_differing_op(number, folder, plugin_path)
+
+
+def first_differing_op(number: int, folder: str, plugin_path: str) -> Replay:
+    """`pjrt-ref diff` of the execution kept in `folder` against the plugin."""
+    outcome_path = os.path.join(folder, "diff.json")
+    arguments = sorted((name for name in os.listdir(folder) if name.startswith("arg") and name.endswith(".npy")),
+                       key=lambda name: int(name[3:-4]))
+    command = [sys.executable, "-m", "pjrt_ref.cli.main", "diff", os.path.join(folder, "program.mlir"),
+               *[part for name in arguments for part in ("--arg", os.path.join(folder, name))],
+               "--against", plugin_path, "--json", outcome_path, "--save-op", os.path.join(folder, "op"),
+               "--timeout", str(RUN_TIMEOUT)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=DIFF_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return Replay(number, "differs", f"pjrt-ref diff did not finish within {DIFF_TIMEOUT:g} s")
+    if not os.path.exists(outcome_path):
+        said = (done.stderr or done.stdout or "").strip().splitlines()
+        return Replay(number, "differs", f"pjrt-ref diff failed: {said[-1] if said else done.returncode}")
+    with open(outcome_path) as handle:
+        outcome = json.load(handle)
+    if outcome["status"] == "agree":
+        return Replay(number, "differs", "no op differs beyond tolerance on its own: "
+                                         "small differences add up over the program")
+    if outcome["status"] == "error":
+        return Replay(number, "differs", f"pjrt-ref diff could not compare: {outcome['message']}")
+    return Replay(number, "differs", outcome["message"].splitlines()[0], outcome,
+                  odd_one_out(os.path.join(folder, "op"), plugin_path))
+
+
+def odd_one_out(op_folder: str, plugin_path: str) -> str:
+    """Run the first differing op alone on pjrt-ref, cpu and the plugin: whose value stands apart?"""
+    from ..interpreter import load
+
+    try:
+        with open(os.path.join(op_folder, "op.mlir")) as handle:
+            text = handle.read()
+        operands = [np.load(os.path.join(op_folder, f"arg{i}.npy"))
+                    for i in range(len([n for n in os.listdir(op_folder) if n.endswith(".npy")]))]
+        reference = [np.asarray(value) for value in load(text.encode())(*operands)]
+        cpu = shared_backend("cpu", RUN_TIMEOUT).run(text, operands, "the first differing op")
+        plugin = shared_backend(plugin_path, RUN_TIMEOUT).run(text, operands, "the first differing op")
+    except Exception as error:     # the verdict is extra information: its failure is noted, not fatal
+        return f"unknown ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    cpu_agrees = all(compare(r, c).agrees for r, c in zip(reference, cpu))
+    plugin_with_cpu = all(compare(c, p).agrees for c, p in zip(cpu, plugin))
+    if cpu_agrees:
+        return "plugin"          # pjrt-ref and XLA's cpu agree
+    if plugin_with_cpu:
+        return "pjrt-ref"        # cpu and the plugin agree: pjrt-ref's reading of the spec is in question
+    return "all differ"

@@ -1,0 +1,58 @@
+"""Sorting failures by cause (pjrt_ref/testkit/causes.py), on the messages real backends give."""
+from __future__ import annotations
+
+from pjrt_ref.testkit.causes import Cause, Finding, cause_of, triage
+from pjrt_ref.testkit.replay import Replay
+
+DIFFERS = {"op": "stablehlo.reverse", "location": "tests/lax_test.py:2210:11", "dtype": "float32",
+           "differing": 1, "elements": 6, "max_ulp": 1065353216,
+           "worst": [{"index": [0, 0], "pjrt_ref": "2.0", "other": "1.0", "ulp": 1065353216}]}
+
+
+def test_a_replay_that_names_an_op_files_the_test_under_that_op_and_type():
+    replays = [Replay(1, "agrees"), Replay(2, "differs", "...", DIFFERS, "plugin")]
+    cause, evidence = cause_of("AssertionError: Arrays are not almost equal", "", replays)
+    assert cause == Cause("op differs", "stablehlo.reverse (float32)")
+    assert "tests/lax_test.py:2210:11" in evidence and "1065353216 ULP" in evidence
+    assert "apart from the others: plugin" in evidence
+
+
+def test_results_that_differ_with_no_single_op_to_blame_say_so():
+    cause, _ = cause_of("AssertionError", "", [Replay(1, "differs", "no op differs beyond tolerance")])
+    assert cause == Cause("results differ", "no single op")
+
+
+def test_error_texts_name_the_custom_call_target_or_op_the_plugin_rejects():
+    texts = {
+        "jax.errors.JaxRuntimeError: UNIMPLEMENTED: custom call target 'lapack_sgetrf_ffi' is not "
+        "registered in pjrt-ref: a handler for pjrt_ref is registered with ...":
+            Cause("unsupported custom call", "lapack_sgetrf_ffi"),
+        'XlaRuntimeError: NOT_FOUND: No registered implementation for FFI custom call to '
+        'cu_lu_pivots_to_permutation for Host': Cause("unsupported custom call", "cu_lu_pivots_to_permutation"),
+        "UNIMPLEMENTED: 'stablehlo.fft' at x.py:3: op is not supported by pjrt-ref":
+            Cause("op rejected", "stablehlo.fft"),
+        "INTERNAL: failed to legalize operation 'stablehlo.custom_call'":
+            Cause("op rejected", "stablehlo.custom_call"),
+    }
+    for text, expected in texts.items():
+        assert cause_of(text.splitlines()[0], text, [])[0] == expected, text
+
+
+def test_hangs_and_crashes_come_before_anything_else():
+    assert cause_of("hung: nothing finished for 600 s", "", [])[0] == Cause("hang")
+    crash = "worker 'gw1' crashed while running 'tests/lax_test.py::LaxTest::testRev'"
+    assert cause_of(crash, crash, [Replay(1, "differs", "", DIFFERS)])[0] == Cause("crash")
+
+
+def test_other_errors_are_grouped_by_their_class_and_status():
+    cause, _ = cause_of("jax.errors.JaxRuntimeError: INTERNAL: something broke", "", [])
+    assert cause == Cause("other error", "JaxRuntimeError: INTERNAL")
+    assert cause_of("AssertionError: not equal", "", [])[0] == Cause("other error", "AssertionError")
+
+
+def test_the_cause_that_explains_the_most_tests_comes_first():
+    findings = [Finding("a", Cause("crash")), Finding("b", Cause("op differs", "x")),
+                Finding("c", Cause("op differs", "x")), Finding("d", Cause("hang"))]
+    rows = triage(findings)
+    assert [(row.cause.title(), [f.test for f in row.findings]) for row in rows] == [
+        ("op differs: x", ["b", "c"]), ("crash", ["a"]), ("hang", ["d"])]
