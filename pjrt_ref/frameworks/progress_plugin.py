@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 from .. import settings
+from .test_suite import XDIST_HEADER
 
 
 def _write(record: dict) -> None:
@@ -38,7 +39,10 @@ def pytest_runtest_logreport(report) -> None:
     if report.when == "teardown" and report.skipped:
         return
     status = report.outcome if report.when == "call" or report.skipped else "error"
-    _write({"end": report.nodeid, "status": status, "reason": _first_line(report)})
+    record = {"end": report.nodeid, "status": status, "reason": _first_line(report)}
+    if status in ("failed", "error"):
+        record["detail"] = (report.longreprtext or "")[-20000:]     # the error's end says most
+    _write(record)
 
 
 def _first_line(report) -> str:
@@ -47,4 +51,6 @@ def _first_line(report) -> str:
         return str(report.longrepr[2]).removeprefix("Skipped: ")[:300]
     crash = getattr(report.longrepr, "reprcrash", None)
     text = getattr(crash, "message", "") or report.longreprtext or ""
-    return text.strip().splitlines()[0][:300] if text.strip() else ""
+    # xdist heads a crashed worker's report with "[gw0] linux -- Python 3.11.7 /path": not the news
+    lines = [line for line in text.strip().splitlines() if line.strip() and not XDIST_HEADER.match(line)]
+    return lines[0][:300] if lines else ""

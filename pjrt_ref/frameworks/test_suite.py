@@ -78,12 +78,16 @@ def test_id(case: ElementTree.Element, root: str) -> str:
 
 
 def first_line(text: str) -> str:
-    """The first informative line of a failure message (errors say what happened first)."""
+    """The first informative line of a failure message (errors say what happened first;
+    xdist heads a crashed worker's report with `[gw0] linux -- Python ...`, which is not news)."""
     for line in (text or "").splitlines():
         line = line.strip()
-        if line and not line.startswith(("Traceback", "File ", "^")):
+        if line and not line.startswith(("Traceback", "File ", "^")) and not XDIST_HEADER.match(line):
             return line[:300]
     return ""
+
+
+XDIST_HEADER = re.compile(r"^\[gw\d+\] \S+ -- Python ")
 
 
 def raised(text: str) -> str:
@@ -278,6 +282,24 @@ class Progress:
     """What the progress plugin recorded: finished tests' outcomes, and the started ones still running."""
     finished: dict[str, Outcome]
     running: list[str]
+
+
+def failure_details(scratch: str, name: str) -> dict[str, str]:
+    """Each failed test's whole error text, as the progress plugin recorded it in
+    every segment of the run `name` (a killed segment leaves no junit report)."""
+    details: dict[str, str] = {}
+    for segment in itertools.count():
+        path = progress_path(scratch, name, segment)
+        if not os.path.exists(path):
+            return details
+        with open(path) as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("detail"):
+                    details[record["end"]] = record["detail"]
 
 
 def read_progress(path: str) -> Progress:

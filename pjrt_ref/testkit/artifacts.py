@@ -112,6 +112,8 @@ def keep_execution(execution: Execution, text: str | None, folder: str) -> KeptE
 def why_not_replayable(execution: Execution, text: str | None) -> str:
     if text is None:
         return "its program is not StableHLO pjrt-ref can read (or was loaded serialized)"
+    if execution.outcome != "ok":
+        return "the plugin did not finish it" if not execution.outcome else "the plugin returned an error"
     if execution.devices != 1:
         return f"it ran on {execution.devices} devices (the replay runs one)"
     missing = [a for a in execution.arguments if not a.kept]

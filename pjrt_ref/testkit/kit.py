@@ -78,6 +78,7 @@ def record(suite, options: argparse.Namespace, tests: list[str], scratch: str,
         env = recording_environment(options.plugin, env, folder)
         name = f"recording.group{index}"
         test_suite.run_files(name, env, group, recording, scratch)
+        failures.update(test_suite.failure_details(scratch, name))
         failures.update(failure_texts(os.path.join(scratch, f"{name}.xml"), options.checkout))
     by_test: dict[str, Records] = {}
     for process in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:

@@ -25,24 +25,36 @@ import pjrt_ref
 REVERSE_RIGHT = '''    dims = tuple(op.attrs["dimensions"])
     return np.flip(operand, axis=dims) if dims else operand
 '''
+CONCATENATE_RIGHT = '''    return np.concatenate([np.asarray(x, dtype=dtype) for x in inputs], axis=op.attrs["dimension"])
+'''
+FAULTS = {"off by one": "result = np.array(result); result.flat[0] = result.flat[1]",
+          "crash": "__import__('os').abort()",
+          "hang": "__import__('time').sleep(3600)"}
 
 
 def reverse_planted(fault: str) -> tuple[str, str, str]:
     """stablehlo.reverse on float32 with `fault`: "off by one" (element 0 repeats element 1),
     "crash" (the process aborts) or "hang" (it never returns)."""
-    effect = {"off by one": "result = np.array(result); result.flat[0] = result.flat[1]",
-              "crash": "__import__('os').abort()",
-              "hang": "__import__('time').sleep(3600)"}[fault]
     planted = ('''    dims = tuple(op.attrs["dimensions"])
     result = np.flip(operand, axis=dims) if dims else operand
     if result.dtype == np.float32 and result.size > 1:    # PLANTED
-        ''' + effect + '''
+        ''' + FAULTS[fault] + '''
     return result
 ''')
     return "interpreter/ops/shape.py", REVERSE_RIGHT, planted
 
 
-def planted_plugin(folder, plant: tuple[str, str, str]) -> str:
+def concatenate_planted(fault: str) -> tuple[str, str, str]:
+    """stablehlo.concatenate on float32 with `fault` (as `reverse_planted`)."""
+    planted = ('''    result = np.concatenate([np.asarray(x, dtype=dtype) for x in inputs], axis=op.attrs["dimension"])
+    if result.dtype == np.float32 and result.size > 1:    # PLANTED
+        ''' + FAULTS[fault] + '''
+    return result
+''')
+    return "interpreter/ops/shape.py", CONCATENATE_RIGHT, planted
+
+
+def planted_plugin(folder, *plants: tuple[str, str, str]) -> str:
     """Build the planted copy under `folder`; the path of its plugin library."""
     venv = os.path.join(str(folder), "venv")
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", venv],
@@ -57,11 +69,11 @@ def planted_plugin(folder, plant: tuple[str, str, str]) -> str:
         shutil.copytree(list(spec.submodule_search_locations)[0], os.path.join(package, part), **copy)
     with open(os.path.join(site_packages, "this-environment.pth"), "w") as handle:
         handle.write("\n".join(site.getsitepackages()) + "\n")
-    path, right, wrong = plant
-    target = os.path.join(package, path)
-    with open(target) as handle:
-        text = handle.read()
-    assert right in text, f"{path} no longer has the kernel the test plants a bug in"
-    with open(target, "w") as handle:
-        handle.write(text.replace(right, wrong))
+    for path, right, wrong in plants:
+        target = os.path.join(package, path)
+        with open(target) as handle:
+            text = handle.read()
+        assert right in text, f"{path} no longer has the kernel the test plants a bug in"
+        with open(target, "w") as handle:
+            handle.write(text.replace(right, wrong))
     return os.path.join(package, "capi_shim", "_pjrt_ref_isolated" + sysconfig.get_config_var("EXT_SUFFIX"))
