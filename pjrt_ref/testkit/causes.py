@@ -19,6 +19,7 @@ from .replay import Replay
 _ERROR_PATTERNS = (
     ("unsupported custom call", r"custom call (?:target )?(?:to )?['\"`]?([\w.\-]+)['\"`]? (?:is not registered|for platform)"),
     ("unsupported custom call", r"No registered implementation for (?:FFI )?custom call to ['\"`]?([\w.\-]+)"),
+    ("unsupported custom call", r"No FFI handler registered for ['\"`]?([\w.\-]+)"),
     ("unsupported custom call", r"[Uu]nsupported custom[ _]call (?:target )?['\"`]?([\w.\-]+)"),
     ("op rejected", r"['\"`]((?:stablehlo|chlo|mhlo|sdy|func|shardy)\.[\w.]+)['\"`][^\n]*?(?:not supported|unsupported|"
                     r"not implemented|unimplemented|failed to legalize|is unknown|cannot)"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 import xml.etree.ElementTree as ElementTree
 
@@ -34,21 +35,39 @@ REPLAYS_PER_TEST = 40
 def run(suite, options: argparse.Namespace, reference: "test_suite.Run", candidate: "test_suite.Run",
         scratch: str) -> list:
     """Record, keep, replay and sort; write the reports to options.report; the cause rows."""
-    plugin: PluginUnderTest = options.plugin
     started = time.perf_counter()
     failing = test_suite.regressions(reference, candidate)
-    root = options.report
+    fresh_report_folder(options.report)
+    rows = triage(findings(suite, options, failing, scratch))
+    preamble = summary_lines(options, reference, candidate, failing, rows, time.perf_counter() - started)
+    write_reports(options.report, options.plugin, preamble, rows)
+    print("\n".join(preamble[-3:]))
+    for number, row in enumerate(rows[:10], 1):
+        print(f"  {number}. {len(row.findings)} test(s): {row.cause.title()}")
+    print(f"report: {os.path.join(options.report, 'report.md')} and report.html")
+    return rows
+
+
+def fresh_report_folder(root: str) -> None:
+    """The report folder, without an earlier run's records and test folders (they would mix in)."""
+    for part in ("recorded", "tests"):
+        shutil.rmtree(os.path.join(root, part), ignore_errors=True)
     os.makedirs(root, exist_ok=True)
+
+
+def findings(suite, options: argparse.Namespace, failing: list, scratch: str) -> list[Finding]:
+    """One finding per failing test: recorded, kept, replayed and given its cause."""
+    plugin: PluginUnderTest = options.plugin
     if not plugin.loaded:
-        findings = [Finding(test, Cause("plugin does not load", plugin.load_error), plugin.load_error)
-                    for test, _ in failing]
-    else:
-        records, failures = record(suite, options, [test for test, _ in failing], scratch, root)
-        findings = [find(test, outcome, records, failures, plugin, os.path.join(root, "tests"))
-                    for test, outcome in failing]
-    rows = triage(findings)
-    seconds = time.perf_counter() - started
-    preamble = summary_lines(suite, options, reference, candidate, failing, rows, seconds)
+        return [Finding(test, Cause("plugin does not load", plugin.load_error), plugin.load_error)
+                for test, _ in failing]
+    records, failures = record(suite, options, [test for test, _ in failing], scratch, options.report)
+    return [find(test, outcome, records, failures, plugin, os.path.join(options.report, "tests"),
+                 options.checkout) for test, outcome in failing]
+
+
+def write_reports(root: str, plugin: PluginUnderTest, preamble: list[str], rows: list) -> None:
+    """report.md, report.html, and findings.json (the same as data)."""
     title = f"Plugin test kit: {plugin.name} ({plugin.path})"
     with open(os.path.join(root, "report.md"), "w") as handle:
         handle.write(markdown(title, preamble, rows, root))
@@ -56,12 +75,8 @@ def run(suite, options: argparse.Namespace, reference: "test_suite.Run", candida
         handle.write(page(title, preamble, rows, root))
     with open(os.path.join(root, "findings.json"), "w") as handle:
         json.dump([{"test": f.test, "cause": f.cause.title(), "kind": f.cause.kind, "subject": f.cause.subject,
-                    "evidence": f.evidence, "folder": f.folder} for f in findings], handle, indent=1)
-    print("\n".join(preamble[-3:]))
-    for number, row in enumerate(rows[:10], 1):
-        print(f"  {number}. {len(row.findings)} test(s): {row.cause.title()}")
-    print(f"report: {os.path.join(root, 'report.md')} and report.html")
-    return rows
+                    "evidence": f.evidence, "folder": f.folder} for row in rows for f in row.findings],
+                  handle, indent=1)
 
 
 def record(suite, options: argparse.Namespace, tests: list[str], scratch: str,
@@ -102,11 +117,14 @@ def failure_texts(junit: str, root: str) -> dict[str, str]:
 
 
 def find(test: str, outcome, records: dict[str, Records], failures: dict[str, str],
-         plugin: PluginUnderTest, root: str) -> Finding:
+         plugin: PluginUnderTest, root: str, checkout: str) -> Finding:
     """Keep the test's artifacts, replay its executions, and name its cause."""
     failure = failures.get(test) or outcome.reason
     kept = keep_test(records[test], test, failure, root) if test in records else None
     replays = replay_until_difference(kept, plugin) if kept else []
+    for done in replays:          # `tests/x_test.py:12:5`, as the test ids say, not the checkout's full path
+        if done.first_op.get("location"):
+            done.first_op["location"] = done.first_op["location"].replace(checkout.rstrip("/") + "/", "")
     cause, evidence = cause_of(outcome.reason, failure, replays)
     if kept is None and test not in failures and outcome.status != "missing":
         evidence += " (it passed when run again to record it)"
@@ -131,7 +149,8 @@ def replay_until_difference(kept: KeptTest, plugin: PluginUnderTest) -> list[Rep
     return replays
 
 
-def summary_lines(suite, options, reference, candidate, failing, rows, seconds: float) -> list[str]:
+def summary_lines(options, reference, candidate, failing, rows, seconds: float) -> list[str]:
+    """The report's head: where it ran, the plugin, the counts, the wall times, how many causes."""
     plugin: PluginUnderTest = options.plugin
     a, b = (test_suite.totals(run, options.files) for run in (reference, candidate))
     said = f"platform {plugin.platform}" if plugin.loaded else f"does not load: {plugin.load_error}"

@@ -6,8 +6,9 @@ Lines are compared after putting the test's directory in place of
 `/tmp/tutorial`. Skipped: `...` (a cut), lines with handle addresses (`0x`)
 and the profile's timing lines (they change from run to run). The jaxlib
 version, how many ops the diff compared (JAX 0.12 lowers the tutorial's
-model to one op fewer than 0.10) and how often `explain` saw each entry
-point called (JAX versions differ) are compared as placeholders.
+model to one op fewer than 0.10), how often `explain` saw each entry
+point called and the names JAX gives jitted functions in locations (JAX
+versions differ) are compared as placeholders.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ _CONSOLE = re.compile(r"```console\n(.*?)```", re.S)
 _VARIABLE = re.compile(r"0x[0-9a-f]+|\d+\.\d+ ms|\d\.\d+%")
 _VERSIONED = [(re.compile(r"jaxlib \d+(\.\d+)+"), "jaxlib X"),
               (re.compile(r"all \d+ ops compared"), "all N ops compared"),
-              (re.compile(r"\b\d+(  PJRT_\w+)$", re.M), r"N\1")]   # explain's calls per entry point
+              (re.compile(r"\b\d+(  PJRT_\w+)$", re.M), r"N\1"),   # explain's calls per entry point
+              (re.compile(r"jit\(_?(\w+)\)"), r"jit(\1)")]             # jnp.flip is `_flip` in some versions
 
 
 def unversioned(text: str) -> str:

@@ -29,6 +29,8 @@ def test_error_texts_name_the_custom_call_target_or_op_the_plugin_rejects():
             Cause("unsupported custom call", "lapack_sgetrf_ffi"),
         'XlaRuntimeError: NOT_FOUND: No registered implementation for FFI custom call to '
         'cu_lu_pivots_to_permutation for Host': Cause("unsupported custom call", "cu_lu_pivots_to_permutation"),
+        "jax.errors.JaxRuntimeError: NOT_FOUND: No FFI handler registered for lapack_sgees_ffi on a "
+        "platform Host (canonical host)": Cause("unsupported custom call", "lapack_sgees_ffi"),
         "UNIMPLEMENTED: 'stablehlo.fft' at x.py:3: op is not supported by pjrt-ref":
             Cause("op rejected", "stablehlo.fft"),
         "INTERNAL: failed to legalize operation 'stablehlo.custom_call'":
