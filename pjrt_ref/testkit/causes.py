@@ -119,3 +119,23 @@ def triage(findings: list[Finding]) -> list[CauseRow]:
     for finding in findings:
         grouped.setdefault(finding.cause, CauseRow(finding.cause)).findings.append(finding)
     return sorted(grouped.values(), key=lambda row: (-len(row.findings), row.cause.title()))
+
+
+@dataclass
+class KindRow:
+    """The causes of one kind together: how many tests, how many distinct causes, the largest."""
+    kind: str
+    tests: int
+    causes: int
+    largest: CauseRow
+
+
+def by_kind(rows: list[CauseRow]) -> list[KindRow]:
+    """The cause rows gathered by kind (every unsupported custom call target together,
+    say), the kind explaining the most tests first: the report's short view."""
+    kinds: dict[str, KindRow] = {}
+    for row in rows:                       # rows come largest first
+        kind = kinds.setdefault(row.cause.kind, KindRow(row.cause.kind, 0, 0, row))
+        kind.tests += len(row.findings)
+        kind.causes += 1
+    return sorted(kinds.values(), key=lambda kind: -kind.tests)

@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ElementTree
 
 from ..frameworks import test_suite
 from .artifacts import KeptTest, keep_test
-from .causes import Cause, Finding, cause_of, triage
+from .causes import Cause, Finding, by_kind, cause_of, triage
 from .plugin import PluginUnderTest, recording_environment
 from .records import Records, read_records
 from .replay import Replay, replay
@@ -160,4 +160,11 @@ def summary_lines(options, reference, candidate, failing, rows, seconds: float) 
             f"{plugin.name} {b['passed']}/{b['failed']}/{b['skipped']} (pass/fail/skip).",
             f"Wall time: the plain runs {reference.seconds + candidate.seconds:.0f} s (cpu {reference.seconds:.0f} s, "
             f"{plugin.name} {candidate.seconds:.0f} s); the kit's recording, replay and triage {seconds:.0f} s more.",
-            f"{len(failing)} test(s) pass on cpu and not on {plugin.name}, in {len(rows)} cause(s)."]
+            f"{len(failing)} test(s) pass on cpu and not on {plugin.name}, in {len(rows)} cause(s)"
+            + (f": {kinds(rows)}." if rows else ".")]
+
+
+def kinds(rows) -> str:
+    """`72 test(s) unsupported custom call (12 causes), 7 test(s) op differs`: the causes by kind."""
+    return ", ".join(f"{kind.tests} test(s) {kind.kind}" + (f" ({kind.causes} causes)" if kind.causes > 1 else "")
+                     for kind in by_kind(rows))

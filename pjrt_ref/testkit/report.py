@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 import os
 
-from .causes import CauseRow
+from .causes import CauseRow, by_kind
 
 # Tests listed under each cause (the rest are counted).
 LISTED_PER_CAUSE = 50
@@ -14,7 +14,12 @@ def markdown(title: str, preamble: list[str], rows: list[CauseRow], root: str) -
     lines = [f"# {title}", "", *preamble, ""]
     if not rows:
         return "\n".join(lines + ["No test passes on cpu and fails on the plugin."]) + "\n"
-    lines += ["| # | tests | cause | first test and evidence |", "|---|---|---|---|"]
+    lines += ["By kind:", "", "| kind | tests | causes | the largest |", "|---|---|---|---|"]
+    for kind in by_kind(rows):
+        lines.append(f"| {kind.kind} | {kind.tests} | {kind.causes} | {_cell(kind.largest.cause.title())} "
+                     f"({len(kind.largest.findings)}) |")
+    lines += ["", "By cause, the one that explains the most tests first:", "",
+              "| # | tests | cause | first test and evidence |", "|---|---|---|---|"]
     for number, row in enumerate(rows, 1):
         first = row.findings[0]
         lines.append(f"| {number} | {len(row.findings)} | {_cell(row.cause.title())} | "
@@ -40,6 +45,11 @@ def page(title: str, preamble: list[str], rows: list[CauseRow], root: str) -> st
     if not rows:
         parts.append("<p>No test passes on cpu and fails on the plugin.</p>")
     else:
+        parts.append("<h2>By kind</h2><table><tr><th>kind</th><th>tests</th><th>causes</th><th>the largest</th></tr>")
+        for kind in by_kind(rows):
+            parts.append(f"<tr><td>{html.escape(kind.kind)}</td><td>{kind.tests}</td><td>{kind.causes}</td>"
+                         f"<td>{html.escape(kind.largest.cause.title())} ({len(kind.largest.findings)})</td></tr>")
+        parts.append("</table><h2>By cause</h2>")
         parts.append("<table><tr><th>#</th><th>tests</th><th>cause</th><th>the tests</th></tr>")
         for number, row in enumerate(rows, 1):
             items = "".join(_item(finding, root) for finding in row.findings[:LISTED_PER_CAUSE])

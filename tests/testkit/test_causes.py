@@ -1,7 +1,7 @@
 """Sorting failures by cause (pjrt_ref/testkit/causes.py), on the messages real backends give."""
 from __future__ import annotations
 
-from pjrt_ref.testkit.causes import Cause, Finding, cause_of, triage
+from pjrt_ref.testkit.causes import Cause, Finding, by_kind, cause_of, triage
 from pjrt_ref.testkit.replay import Replay
 
 DIFFERS = {"op": "stablehlo.reverse", "location": "tests/lax_test.py:2210:11", "dtype": "float32",
@@ -58,3 +58,12 @@ def test_the_cause_that_explains_the_most_tests_comes_first():
     rows = triage(findings)
     assert [(row.cause.title(), [f.test for f in row.findings]) for row in rows] == [
         ("op differs: x", ["b", "c"]), ("crash", ["a"]), ("hang", ["d"])]
+
+
+def test_causes_of_one_kind_gather_in_the_short_view():
+    findings = [Finding(t, Cause("unsupported custom call", target)) for t, target in
+                (("a", "lapack_sgetrf_ffi"), ("b", "lapack_sgetrf_ffi"), ("c", "lapack_cgees_ffi"))]
+    findings.append(Finding("d", Cause("op differs", "stablehlo.reverse (float32)")))
+    kinds = by_kind(triage(findings))
+    assert [(k.kind, k.tests, k.causes, k.largest.cause.subject) for k in kinds] == [
+        ("unsupported custom call", 3, 2, "lapack_sgetrf_ffi"), ("op differs", 1, 1, "stablehlo.reverse (float32)")]
