@@ -3,10 +3,10 @@ op the plugin rejects, a crash, a hang.
 
 Each failing test gets one `Cause`; `triage` groups tests by cause, the
 cause that explains the most tests first, so the report's top line is the
-thing to fix first. A test whose replayed results differ from cpu's is
-filed under its first differing op and element type; otherwise the error's
-text decides (its patterns are those of XLA's, pjrt-ref's and MLIR's own
-messages).
+thing to fix first. The error's text decides first (its patterns are those
+of XLA's, pjrt-ref's and MLIR's own messages); a test that failed on values
+is filed under the first op, and its element type, where its replays found
+the plugin leaving the reference.
 """
 from __future__ import annotations
 
@@ -55,24 +55,34 @@ class CauseRow:
     findings: list[Finding] = field(default_factory=list)
 
 
-def cause_of(reason: str, failure: str, replays: list[Replay]) -> tuple[Cause, str]:
-    """The cause of one failing test: from its replays first, then from its error text."""
+def error_cause(reason: str, failure: str) -> tuple[Cause, str] | None:
+    """The cause the error text alone gives (a hang, a crash, a custom call or op the
+    plugin rejects), or None when the test failed on values (an assertion, say): only
+    then does replaying its executions tell more."""
     text = f"{reason}\n{failure}"
     if reason.startswith("hung"):
         return Cause("hang"), reason
     if any(sign in text for sign in _CRASH_SIGNS):
         return Cause("crash"), first_matching_line(text, _CRASH_SIGNS)
+    for kind, pattern in _ERROR_PATTERNS:
+        match = re.search(pattern, text)
+        if match:
+            return Cause(kind, match.group(1)), first_line_with(text, match.group(0))
+    return None
+
+
+def cause_of(reason: str, failure: str, replays: list[Replay]) -> tuple[Cause, str]:
+    """The cause of one failing test: its error text's, else its replays' first differing op."""
+    known = error_cause(reason, failure)
+    if known:
+        return known
     for replay in replays:
         if replay.first_op:
             return op_cause(replay)
     for replay in replays:
         if replay.status == "differs":
             return Cause("results differ", "no single op"), replay.detail
-    for kind, pattern in _ERROR_PATTERNS:
-        match = re.search(pattern, text)
-        if match:
-            return Cause(kind, match.group(1)), first_line_with(text, match.group(0))
-    return Cause("other error", error_class(text)), reason
+    return Cause("other error", error_class(f"{reason}\n{failure}")), reason
 
 
 def op_cause(replay: Replay) -> tuple[Cause, str]:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import package_home
 from ..debug.diff.backend import OtherBackendFailed, shared_backend
 from ..debug.diff.compare import compare
 
@@ -71,12 +71,14 @@ def first_differing_op(number: int, folder: str, plugin_path: str) -> Replay:
     outcome_path = os.path.join(folder, "diff.json")
     arguments = sorted((name for name in os.listdir(folder) if name.startswith("arg") and name.endswith(".npy")),
                        key=lambda name: int(name[3:-4]))
-    command = [sys.executable, "-m", "pjrt_ref.cli.main", "diff", os.path.join(folder, "program.mlir"),
-               *[part for name in arguments for part in ("--arg", os.path.join(folder, name))],
-               "--against", plugin_path, "--json", outcome_path, "--save-op", os.path.join(folder, "op"),
-               "--timeout", str(RUN_TIMEOUT)]
+    command = package_home.python_command(
+        "pjrt_ref.cli.main", "diff", os.path.join(folder, "program.mlir"),
+        *[part for name in arguments for part in ("--arg", os.path.join(folder, name))],
+        "--against", plugin_path, "--json", outcome_path, "--save-op", os.path.join(folder, "op"),
+        "--timeout", str(RUN_TIMEOUT))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=DIFF_TIMEOUT)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=DIFF_TIMEOUT,
+                              env=package_home.python_environment())
     except subprocess.TimeoutExpired:
         return Replay(number, "differs", f"pjrt-ref diff did not finish within {DIFF_TIMEOUT:g} s")
     if not os.path.exists(outcome_path):
