@@ -102,6 +102,9 @@ def op_cause(replay: Replay) -> tuple[Cause, str]:
                     f"plugin {element['other']}"
     if replay.odd_one_out:
         evidence += f"; apart from the others: {replay.odd_one_out}"
+    if replay.odd_one_out in ("pjrt-ref", "all differ") and facts.get("spec"):
+        evidence += f" (cpu does not side with pjrt-ref: which side the spec supports decides; " \
+                    f"pjrt-ref reads it as: {facts['spec']})"
     return Cause("op differs", f"{facts.get('op')} ({dtype})" if dtype else facts.get("op", "?")), evidence
 
 

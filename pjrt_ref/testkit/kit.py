@@ -20,6 +20,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 
 from ..frameworks import test_suite
+from ..interpreter import registry
 from .artifacts import KeptTest, keep_test
 from .causes import Cause, Finding, by_kind, cause_of, error_cause, triage
 from .plugin import PluginUnderTest, recording_environment
@@ -125,10 +126,22 @@ def find(test: str, outcome, records: dict[str, Records], failures: dict[str, st
     for done in replays:          # `tests/x_test.py:12:5`, as the test ids say, not the checkout's full path
         if done.first_op.get("location"):
             done.first_op["location"] = done.first_op["location"].replace(checkout.rstrip("/") + "/", "")
+        if done.first_op.get("op"):
+            done.first_op["spec"] = spec_reading(done.first_op["op"])
     cause, evidence = cause_of(outcome.reason, failure, replays)
     if kept is None and test not in failures and outcome.status != "missing":
         evidence += " (it passed when run again to record it)"
     return Finding(test, cause, evidence, kept.folder if kept else "")
+
+
+def spec_reading(op: str) -> str:
+    """How pjrt-ref's kernel for `op` reads the spec: its docstring's first sentence,
+    which cites the spec's section (`Spec "tanh" (docs/spec.md#tanh): ...`)."""
+    try:
+        text = registry.lookup(op).fn.__doc__ or ""
+    except Exception:         # an op pjrt-ref has no kernel of its own for
+        return ""
+    return " ".join(text.split()).split(". ")[0].rstrip(".")
 
 
 def replay_until_difference(kept: KeptTest, plugin: PluginUnderTest) -> list[Replay]:

@@ -17,6 +17,14 @@ def test_a_replay_that_names_an_op_files_the_test_under_that_op_and_type():
     assert "apart from the others: plugin" in evidence
 
 
+def test_where_pjrt_ref_stands_apart_the_report_quotes_its_reading_of_the_spec():
+    facts = {**DIFFERS, "spec": 'Spec "reverse" (docs/spec.md#reverse): flip each of `dimensions`'}
+    _, evidence = cause_of("AssertionError", "", [Replay(1, "differs", "...", facts, "pjrt-ref")])
+    assert "apart from the others: pjrt-ref" in evidence and "docs/spec.md#reverse" in evidence
+    _, evidence = cause_of("AssertionError", "", [Replay(1, "differs", "...", facts, "plugin")])
+    assert "docs/spec.md" not in evidence
+
+
 def test_results_that_differ_with_no_single_op_to_blame_say_so():
     cause, _ = cause_of("AssertionError", "", [Replay(1, "differs", "no op differs beyond tolerance")])
     assert cause == Cause("results differ", "no single op")
