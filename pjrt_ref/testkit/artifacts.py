@@ -10,7 +10,7 @@
         execution.json            which program, how many devices, whether it ran
         diff.json, op/            after the replay: pjrt-ref diff's outcome, the first differing op
 
-Folders are named by test id (`test_folder`), so a plugin author finds a
+Folders are named by test id (`folder_of_test`), so a plugin author finds a
 test's folder from the id in the report.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class KeptTest:
     executions: list[KeptExecution] = field(default_factory=list)
 
 
-def test_folder(root: str, test: str) -> str:
+def folder_of_test(root: str, test: str) -> str:
     """A folder name for a test id: the id with path-unsafe characters replaced (and
     a hash of the id when shortened)."""
     name = re.sub(r"[^\w.\-\[\],=+]", "_", test.replace("::", "--").replace("/", "."))
@@ -55,7 +55,7 @@ def test_folder(root: str, test: str) -> str:
 
 def keep_test(records: Records, test: str, failure: str, root: str) -> KeptTest:
     """Write the test's folder under `root`."""
-    folder = test_folder(root, test)
+    folder = folder_of_test(root, test)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "failure.txt"), "w") as handle:
         handle.write(f"{test}\n\n{failure}\n")
@@ -99,7 +99,10 @@ def keep_execution(execution: Execution, text: str | None, folder: str) -> KeptE
         if argument.kept:
             name = f"arg{argument.index}.npy" if execution.devices == 1 else \
                 f"device{argument.device}-arg{argument.index}.npy"
-            np.save(os.path.join(where, name), argument.value())
+            try:
+                np.save(os.path.join(where, name), argument.value())
+            except ValueError as error:       # packed sub-byte data, say: kept raw, not replayed
+                argument.status = f"unreadable: {error}"
     with open(os.path.join(where, "execution.json"), "w") as handle:
         json.dump({"program": execution.program, "devices": execution.devices,
                    "arguments": [{"device": a.device, "index": a.index, "dims": list(a.dims),

@@ -40,8 +40,14 @@ class Argument:
         return self.status == "ok"
 
     def value(self) -> np.ndarray:
+        """The argument as numpy holds it (one element per byte for sub-byte types, as PJRT
+        hosts copy them); ValueError if the plugin's copy has another size."""
         dtype = to_numpy(self.buffer_type)
         data = np.fromfile(self.path, dtype=np.uint8)
+        expected = int(np.prod(self.dims, dtype=np.int64)) * dtype.itemsize
+        if data.size != expected:
+            raise ValueError(f"the plugin copied {data.size} bytes for {dtype}{list(self.dims)}, "
+                             f"not {expected}")
         return data.view(dtype).reshape(self.dims)
 
 
