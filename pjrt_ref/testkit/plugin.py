@@ -3,10 +3,13 @@
 A plugin author names the library as JAX users do,
 `PJRT_NAMES_AND_LIBRARY_PATHS=NAME:PATH` (JAX's `register_plugin`). The
 kit asks it once, in a process of its own, which platform its client
-reports: a plugin that calls itself "cpu" takes JAX's cpu lowerings (LAPACK
-custom calls, say) and is the only backend of its runs, since JAX cannot
-hold two "cpu" platforms; one with a name of its own runs beside JAX's cpu
-backend, as pjrt_ref does (`JAX_PLATFORMS=NAME,cpu`: host callbacks and
+reports and how many devices it has. A plugin that calls itself "cpu"
+takes JAX's cpu lowerings (LAPACK custom calls, say) and is the only
+backend of its runs: with jaxlib's own cpu beside it, a test's
+`jax.devices("cpu")` would run on jaxlib's cpu and not on the plugin (such
+a test fails with "Unknown backend cpu", a cause of its own in the
+report). One with a platform of its own runs beside JAX's cpu backend, as
+pjrt_ref does (`JAX_PLATFORMS=NAME,cpu`: host callbacks and
 `jax.devices("cpu")` in tests still work).
 
 For the recording run, JAX loads the recording proxy under the same name,
@@ -41,6 +44,7 @@ class PluginUnderTest:
     path: str
     platform: str = ""
     version: str = ""
+    devices: int = 0
     load_error: str = ""
 
     @property
@@ -94,7 +98,7 @@ def probe(plugin: PluginUnderTest, base: dict[str, str], timeout: float = LOAD_T
     for line in done.stdout.splitlines():
         if line.startswith("PLUGIN-PROBE "):
             said = json.loads(line.split(" ", 1)[1])
-            return PluginUnderTest(plugin.name, plugin.path, said["platform"], str(said["version"]))
+            return PluginUnderTest(plugin.name, plugin.path, said["platform"], str(said["version"]), said["devices"])
     lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
     why = lines[-1].strip() if lines else f"exit status {done.returncode}"
     if done.returncode < 0:
