@@ -18,6 +18,7 @@ import os
 import shutil
 import time
 import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
 
 from ..frameworks import test_suite
 from ..interpreter import registry
@@ -57,14 +58,18 @@ def fresh_report_folder(root: str) -> None:
 
 
 def findings(suite, options: argparse.Namespace, failing: list, scratch: str) -> list[Finding]:
-    """One finding per failing test: recorded, kept, replayed and given its cause."""
+    """One finding per failing test: recorded, kept, replayed and given its cause (a test
+    the plugin's run skipped, fewer devices say, needs no recording: its reason is the cause)."""
     plugin: PluginUnderTest = options.plugin
     if not plugin.loaded:
         return [Finding(test, Cause("plugin does not load", plugin.load_error), plugin.load_error)
                 for test, _ in failing]
-    records, failures = record(suite, options, [test for test, _ in failing], scratch, options.report)
-    return [find(test, outcome, records, failures, plugin, os.path.join(options.report, "tests"),
-                 options.checkout) for test, outcome in failing]
+    skipped = [Finding(test, Cause("skipped on the plugin", outcome.reason), outcome.reason)
+               for test, outcome in failing if outcome.status == "skipped"]
+    failed = [(test, outcome) for test, outcome in failing if outcome.status != "skipped"]
+    recording = record(suite, options, [test for test, _ in failed], scratch, options.report)
+    return skipped + [find(test, outcome, recording, plugin, os.path.join(options.report, "tests"),
+                           options.checkout) for test, outcome in failed]
 
 
 def write_reports(root: str, plugin: PluginUnderTest, preamble: list[str], rows: list) -> None:
@@ -80,28 +85,34 @@ def write_reports(root: str, plugin: PluginUnderTest, preamble: list[str], rows:
                   handle, indent=1)
 
 
-def record(suite, options: argparse.Namespace, tests: list[str], scratch: str,
-           root: str) -> tuple[dict[str, Records], dict[str, str]]:
-    """Run `tests` on the plugin behind the recording proxy: each test's records, and its error text."""
+@dataclass
+class Recording:
+    """The recording run: each test's records, its whole error text, and its outcome there."""
+    records: dict[str, Records] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    outcomes: dict[str, "test_suite.Outcome"] = field(default_factory=dict)
+
+
+def record(suite, options: argparse.Namespace, tests: list[str], scratch: str, root: str) -> Recording:
+    """Run `tests` on the plugin behind the recording proxy."""
+    recording_run = Recording()
     if not tests:
-        return {}, {}
+        return recording_run
     folder = os.path.join(root, "recorded")
     recording = argparse.Namespace(**{**vars(options), "files": tests, "k": None,
                                       "pytest_plugins": (*options.pytest_plugins, RECORD_PLUGIN)})
-    failures: dict[str, str] = {}
     for index, (devices, group) in enumerate(test_suite.process_groups(suite, recording)):
         env = suite.environment(options.plugin.name, argparse.Namespace(**{**vars(recording), "devices": devices}))
         env = recording_environment(options.plugin, env, folder)
         name = f"recording.group{index}"
-        test_suite.run_files(name, env, group, recording, scratch)
-        failures.update(test_suite.failure_details(scratch, name))
-        failures.update(failure_texts(os.path.join(scratch, f"{name}.xml"), options.checkout))
-    by_test: dict[str, Records] = {}
+        recording_run.outcomes.update(test_suite.run_files(name, env, group, recording, scratch))
+        recording_run.failures.update(test_suite.failure_details(scratch, name))
+        recording_run.failures.update(failure_texts(os.path.join(scratch, f"{name}.xml"), options.checkout))
     for process in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         records = read_records(os.path.join(folder, process))
         for test in records.tests():
-            by_test[test] = records
-    return by_test, failures
+            recording_run.records[test] = records
+    return recording_run
 
 
 def failure_texts(junit: str, root: str) -> dict[str, str]:
@@ -117,11 +128,12 @@ def failure_texts(junit: str, root: str) -> dict[str, str]:
     return texts
 
 
-def find(test: str, outcome, records: dict[str, Records], failures: dict[str, str],
-         plugin: PluginUnderTest, root: str, checkout: str) -> Finding:
+def find(test: str, outcome, recording: Recording, plugin: PluginUnderTest, root: str,
+         checkout: str) -> Finding:
     """Keep the test's artifacts, replay its executions, and name its cause."""
-    failure = failures.get(test) or outcome.reason
-    kept = keep_test(records[test], test, failure, root) if test in records else None
+    failure = recording.failures.get(test) or outcome.reason
+    records = recording.records.get(test)
+    kept = keep_test(records, test, failure, root) if records else None
     replays = replay_until_difference(kept, plugin) if kept and not error_cause(outcome.reason, failure) else []
     for done in replays:          # `tests/x_test.py:12:5`, as the test ids say, not the checkout's full path
         if done.first_op.get("location"):
@@ -129,8 +141,9 @@ def find(test: str, outcome, records: dict[str, Records], failures: dict[str, st
         if done.first_op.get("op"):
             done.first_op["spec"] = spec_reading(done.first_op["op"])
     cause, evidence = cause_of(outcome.reason, failure, replays)
-    if kept is None and test not in failures and outcome.status != "missing":
-        evidence += " (it passed when run again to record it)"
+    again = recording.outcomes.get(test)
+    if again is not None and again.status == "passed":
+        evidence += " (it passed when run again to record it: flaky, or it depends on the tests run before it)"
     return Finding(test, cause, evidence, kept.folder if kept else "")
 
 

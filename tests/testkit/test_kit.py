@@ -42,6 +42,12 @@ def test_concatenate_float32():
 
 def test_sum():
     assert float(jnp.sum(X)) == 66.0
+
+
+def test_on_cpu_only():
+    import pytest
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("this test runs on cpu only")
 '''
 
 
@@ -68,7 +74,8 @@ def test_the_planted_op_heads_the_report_with_every_test_it_breaks(checkout, tmp
     done, findings = run_kit(checkout, plugin, report)
     causes = {finding["test"].split("::")[-1]: finding["cause"] for finding in findings}
     assert causes == {"test_flip_float32": "op differs: stablehlo.reverse (float32)",
-                      "test_rot90_float32": "op differs: stablehlo.reverse (float32)"}
+                      "test_rot90_float32": "op differs: stablehlo.reverse (float32)",
+                      "test_on_cpu_only": "skipped on the plugin: this test runs on cpu only"}
     markdown = (report / "report.md").read_text()
     top = next(line for line in markdown.splitlines() if line.startswith("| 1 |"))
     assert "| 2 | op differs: stablehlo.reverse (float32) |" in top
@@ -91,12 +98,12 @@ def test_a_crash_and_a_hang_are_rows_of_their_own_and_the_run_goes_on(checkout, 
     _, findings = run_kit(checkout, plugin, tmp_path / "report", "--stall", "10")
     causes = {finding["test"].split("::")[-1]: finding["kind"] for finding in findings}
     assert causes == {"test_flip_float32": "crash", "test_rot90_float32": "crash",
-                      "test_concatenate_float32": "hang"}
+                      "test_concatenate_float32": "hang", "test_on_cpu_only": "skipped on the plugin"}
 
 
 def test_a_plugin_that_does_not_load_is_one_row_and_cpu_still_runs(checkout, tmp_path):
     not_a_plugin = tmp_path / "libnot_a_plugin.so"
     not_a_plugin.write_text("not a shared library")
     done, findings = run_kit(checkout, str(not_a_plugin), tmp_path / "report")
-    assert len(findings) == 5 and {f["kind"] for f in findings} == {"plugin does not load"}
-    assert "1. 5 test(s): plugin does not load:" in done.stdout
+    assert len(findings) == 6 and {f["kind"] for f in findings} == {"plugin does not load"}
+    assert "1. 6 test(s): plugin does not load:" in done.stdout
