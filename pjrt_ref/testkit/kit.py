@@ -179,7 +179,7 @@ def summary_lines(options, reference, candidate, failing, rows, seconds: float) 
     """The report's head: where it ran, the plugin, the counts, the wall times, how many causes."""
     plugin: PluginUnderTest = options.plugin
     a, b = (test_suite.totals(run, options.files) for run in (reference, candidate))
-    said = (f"platform {plugin.platform}, {plugin.devices} device(s) in a process of its own" if plugin.loaded
+    said = (f"platform {plugin.platform}, {plugin.devices} device(s)" if plugin.loaded
             else f"does not load: {plugin.load_error}")
     return [f"{test_suite.machine_line()}.",
             f"Plugin: {plugin.path}, {said}.",
