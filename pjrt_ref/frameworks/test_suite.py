@@ -334,17 +334,23 @@ def save_run(run: Run, settings: dict, scratch: str) -> None:
 
 
 def load_run(backend: str, settings: dict, directory: str, root: str) -> Run:
-    """A backend's run kept by an earlier `--keep DIR`, if it ran with these settings."""
+    """A backend's run kept by an earlier `--keep DIR`, if it ran these files (or more:
+    a whole-suite run serves any files of it) with the same -k and environment."""
     with open(os.path.join(directory, f"{backend}.json")) as handle:
         recorded = json.load(handle)
     seconds = recorded.pop("seconds")
     outcomes = recorded.pop("outcomes", None)
-    if recorded != settings:
+    kept_files, wanted = set(recorded.get("files", [])), set(settings["files"])
+    same = {k: v for k, v in recorded.items() if k != "files"} == {k: v for k, v in settings.items() if k != "files"}
+    if not same or not wanted <= kept_files:
         raise SystemExit(f"{directory}/{backend}.json was run with other settings:\n"
                          f"  kept: {recorded}\n  now:  {settings}")
     if outcomes is None:               # kept before outcomes were saved with the settings
         return Run(backend, read_junit(os.path.join(directory, f"{backend}.xml"), root), seconds)
-    return Run(backend, {k: Outcome(**v) for k, v in outcomes.items()}, seconds)
+    chosen = {k: Outcome(**v) for k, v in outcomes.items() if k.split("::", 1)[0] in wanted}
+    if wanted != kept_files:           # its wall time was the whole run's: count only the chosen files' tests
+        seconds = sum(outcome.seconds for outcome in chosen.values())
+    return Run(backend, chosen, seconds)
 
 
 def counts(outcomes: dict[str, Outcome], file: str) -> dict[str, int]:

@@ -73,6 +73,23 @@ def test_a_kept_reference_run_is_read_back_only_with_the_same_settings(tmp_path)
     other = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
     with pytest.raises(SystemExit, match="other settings"):
         test_suite.load_run("cpu", other, str(tmp_path), str(tmp_path))
+    options.x64, options.files = True, ["test/test_operations.py", "test/test_other.py"]
+    more_files = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    with pytest.raises(SystemExit, match="other settings"):         # a kept run serves fewer files, not more
+        test_suite.load_run("cpu", more_files, str(tmp_path), str(tmp_path))
+
+
+def test_a_kept_whole_suite_run_serves_any_of_its_files(tmp_path):
+    options = argparse.Namespace(checkout=str(tmp_path), devices=1, cases=1, x64=False, device_tag="cpu",
+                                 files=["a_test.py", "b_test.py"], k=None)
+    whole = test_suite.Run("cpu", {"a_test.py::t1": test_suite.Outcome("passed", "", 2.0),
+                                   "b_test.py::t2": test_suite.Outcome("failed", "x", 3.0)}, 100.0)
+    test_suite.save_run(whole, test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options),
+                        str(tmp_path))
+    options.files = ["b_test.py"]
+    some = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    part = test_suite.load_run("cpu", some, str(tmp_path), str(tmp_path))
+    assert list(part.outcomes) == ["b_test.py::t2"] and part.seconds == 3.0
 
 
 HANGING_TESTS = """
