@@ -201,12 +201,12 @@ def test_torch_files_each_run_in_a_process_of_their_own():
 
 
 def test_all_runs_every_test_file_but_the_left_out_ones(tmp_path):
-    for name in ("tests/lax_test.py", "tests/pallas/ops_test.py", "tests/multiprocess/pjit_test.py",
+    for name in ("tests/lax_test.py", "tests/pallas/fusion_test.py", "tests/multiprocess/pjit_test.py",
                  "tests/mosaic/gpu_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/util.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
     assert jax_suite.all_files(str(tmp_path)) == [
-        "tests/lax_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/pallas/ops_test.py"]
+        "tests/lax_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/pallas/fusion_test.py"]
     assert all(reason.strip() for reason in jax_suite.LEFT_OUT.values())
     options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "--all"])
     assert options.files == jax_suite.all_files(str(tmp_path))
