@@ -15,6 +15,7 @@ test's folder from the id in the report.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -73,20 +74,26 @@ def keep_program(records: Records, program: Program, folder: str) -> str | None:
     if os.path.exists(options):
         shutil.copyfile(options, os.path.join(folder, f"program-{program.number}.options.pb"))
     code_path = records.program_path(program.number)
-    if program.format != "mlir" or not os.path.exists(code_path):
-        if os.path.exists(code_path):
-            shutil.copyfile(code_path, os.path.join(folder, f"program-{program.number}.{program.format}"))
-        return None
-    with open(code_path, "rb") as handle:
-        code = handle.read()
-    try:
-        text = program_text(code)
-    except Exception:       # a program pjrt-ref cannot read: keep the plugin's bytes as they came
-        shutil.copyfile(code_path, os.path.join(folder, f"program-{program.number}.mlirbc"))
+    text = readable_text(code_path) if program.format == "mlir" else None
+    if text is None:
+        if os.path.exists(code_path):      # kept as the plugin got it
+            suffix = "mlirbc" if program.format == "mlir" else program.format
+            shutil.copyfile(code_path, os.path.join(folder, f"program-{program.number}.{suffix}"))
         return None
     with open(os.path.join(folder, f"program-{program.number}.mlir"), "w") as handle:
         handle.write(text)
     return text
+
+
+@functools.lru_cache(maxsize=256)
+def readable_text(code_path: str) -> str | None:
+    """A recorded program as StableHLO text, or None if pjrt-ref cannot read it. Cached:
+    a program jitted once serves many tests, and each test's folder gets its copy."""
+    try:
+        with open(code_path, "rb") as handle:
+            return program_text(handle.read())
+    except Exception:       # missing, or a program pjrt-ref cannot read
+        return None
 
 
 def keep_execution(execution: Execution, text: str | None, folder: str) -> KeptExecution:

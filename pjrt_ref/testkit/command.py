@@ -15,7 +15,7 @@ import os
 from ..frameworks import test_suite
 from ..frameworks.jax import suite as jax_suite
 from . import kit
-from .plugin import environment as plugin_environment, parse_plugin, probe
+from .plugin import PluginUnderTest, environment as plugin_environment, parse_plugin, probe
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
     plugin = getattr(options, "plugin", None)
-    if plugin is not None and not isinstance(plugin, str) and backend == plugin.name:
+    if isinstance(plugin, PluginUnderTest) and backend == plugin.name:
         return plugin_environment(plugin, jax_suite.environment("pjrt_ref", options))
     return jax_suite.environment(backend, options)
 
