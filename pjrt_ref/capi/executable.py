@@ -1,6 +1,8 @@
 """PJRT_Executable_*, PJRT_LoadedExecutable_* and PJRT_ExecuteContext_* entry points."""
 from __future__ import annotations
 
+import contextlib
+
 from ..model import handles
 from ..spmd import partitioner as spmd
 from ..model.buffer import Buffer
@@ -310,11 +312,11 @@ def _execute_on_one_device(args: Args, loaded: LoadedExecutable, device, non_don
     out_row = require_array(require_array(args.output_lists, 1, "output_lists")[0],
                             loaded.executable.num_outputs, "output_lists[0]")
     arguments = [handles.get(row[i], Buffer, "PJRT_Buffer") for i in range(num_args)]
-    with attached_ffi_context(args.options):   # user data for FFI handlers, if any
-        if loaded.executable.uses_host_channel:
-            with attached_host_transfers(args.options, 0):    # send/recv host callbacks
-                outputs = loaded.execute(arguments, device, non_donatable)
-        else:
+    ffi_context = attached_ffi_context(args.options)   # user data for FFI handlers, if any
+    if ffi_context is None and not loaded.executable.uses_host_channel:
+        outputs = loaded.execute(arguments, device, non_donatable)     # most executions: nothing to attach
+    else:
+        with ffi_context or contextlib.nullcontext(), attached_host_transfers(args.options, 0):
             outputs = loaded.execute(arguments, device, non_donatable)
     _hand_out(outputs, out_row)
     _hand_out_events(args, 1)

@@ -16,7 +16,6 @@ a target for their platform; pjrt-ref's JAX hook does the same for
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 
 from ..errors import InvalidArgument
@@ -43,18 +42,15 @@ class ExecuteContext:
         self.user_data.clear()
 
 
-_NOTHING = contextlib.nullcontext()
-
-
 def attached_ffi_context(options):
     """A context in which FFI handlers see the user data of `options.context`
-    (a PJRT_ExecuteContext); nothing to attach for most executions, which
-    then pay one field read."""
+    (a PJRT_ExecuteContext), or None when there is none to attach: most
+    executions, which then pay one field read and enter no context."""
     if options == cdata.NULL or options.struct_size < _context_end():
-        return _NOTHING
+        return None
     context = options.context
     if context == cdata.NULL:
-        return _NOTHING
+        return None
     execute_context = handles.get(context, ExecuteContext, "PJRT_ExecuteContext")
     return ffi_context.attach(execute_context.execution_info(options.launch_id))
 

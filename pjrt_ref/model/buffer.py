@@ -40,8 +40,10 @@ def _read_only(array: np.ndarray, minor_to_major: layouts.MinorToMajor | None = 
     array = np.asarray(array)
     if minor_to_major is not None:
         array = layouts.stored_in(array, minor_to_major)
-    elif not (array.flags.c_contiguous and array.flags.aligned):   # frameworks may view it in place
-        array = array.copy(order="C")    # (np.ascontiguousarray would make 0-d arrays 1-d)
+    else:
+        flags = array.flags
+        if not (flags.c_contiguous and flags.aligned):   # frameworks may view it in place
+            array = array.copy(order="C")    # (np.ascontiguousarray would make 0-d arrays 1-d)
     if array.flags.writeable:
         array = array.view()             # our own read-only view; the caller's array stays writable
         array.flags.writeable = False
@@ -193,10 +195,11 @@ class Buffer:
 
     def destroy(self) -> None:
         """PJRT_Buffer_Destroy: the contents and any external references' hold on them go."""
-        self.delete()
         with self._lock:
+            self._array = None
             self.external_references = 0
             self._pinned = None
+        handles.facts_changed(self)
 
     def acquire_external_reference(self) -> None:
         """PJRT_Buffer_IncreaseExternalReferenceCount: keep the data in place and alive.

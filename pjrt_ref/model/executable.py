@@ -85,6 +85,7 @@ class Executable:
         self.stored_output_layouts = tuple(None if order == layouts.row_major(len(order)) else order
                                            for order in self.output_layouts)
         self.fingerprint = _fingerprint(self.code, self.compile_options)
+        self.result_specs: dict = {}    # device -> its results' execution_io.ResultSpec, made on first use
 
     @classmethod
     def compile(cls, code: bytes, fmt: str, compile_options: bytes = b"") -> "Executable":
@@ -252,16 +253,19 @@ class LoadedExecutable:
         if self.deleted:
             raise InvalidArgument("executable has been deleted")
         exe = self.executable
-        donated = donated_indices(exe, arguments, non_donatable)
+        donated = donated_indices(exe, arguments, non_donatable) if exe.donor_indices else ()
         arrays = [buffer.array for buffer in arguments]
-        start = time.perf_counter()
         watch = observer.current       # PJRT_REF_PROFILE, jax.profiler.trace (interpreter/observer.py)
-        outputs = exe.run(arrays, watch)
         if watch.recording:
+            start = time.perf_counter()
+            outputs = exe.run(arrays, watch)
             watch.slice(f"execute {exe.name}", "execute", start, time.perf_counter(),
                         {"arguments": [f"{a.dtype}{list(a.shape)}" for a in arrays]})
+        else:
+            outputs = exe.run(arrays, watch)
         buffers = output_buffers(exe, outputs, device, arrays)
-        delete_donated(arguments, donated)
+        if donated:
+            delete_donated(arguments, donated)
         return buffers
 
 

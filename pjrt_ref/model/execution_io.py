@@ -5,6 +5,8 @@ execution (`multi_device.py`).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .buffer import Buffer
@@ -50,24 +52,42 @@ def output_buffers(exe, values: list, device, arguments: list[np.ndarray]) -> li
         raise Internal(f"program returned {len(values)} results, signature says {exe.num_outputs}")
     taken = {id(_memory_owner(array)) for array in arguments}
     buffers = []
-    for index, (value, ttype) in enumerate(zip(values, exe.output_types)):
-        array = result_array(index, value, ttype)
+    for index, (value, spec) in enumerate(zip(values, result_specs(exe, device))):
+        array = result_array(index, value, spec.dtype)
         owner = id(_memory_owner(array))
         if owner in taken and array.size:
             array = array.copy()
             owner = id(array)
         taken.add(owner)
-        buffers.append(Buffer(array, device, device.memory_of_kind(exe.output_memory_kinds[index]),
-                              buffer_type=buffer_type_of(ttype), minor_to_major=exe.stored_output_layouts[index]))
+        buffers.append(Buffer(array, device, spec.memory, buffer_type=spec.buffer_type,
+                              minor_to_major=spec.layout))
     return buffers
 
 
-def result_array(index: int, value, ttype) -> np.ndarray:
-    """Result `index` as a numpy array of its signature's element type (a token: a 0-size placeholder)."""
-    array = np.asarray(value)
-    expected = getattr(ttype, "dtype", None)
+class ResultSpec(NamedTuple):
+    """What a result's buffer is, the same for every execution on one device."""
+    dtype: np.dtype | None          # None: a token
+    buffer_type: BufferType
+    memory: object                  # the device's memory of the result's kind
+    layout: tuple | None            # minor_to_major to store it in; None: row-major
+
+
+def result_specs(exe, device) -> tuple[ResultSpec, ...]:
+    """Each result's `ResultSpec` on `device`, worked out on the first execution there."""
+    specs = exe.result_specs.get(device)
+    if specs is None:
+        specs = exe.result_specs[device] = tuple(
+            ResultSpec(getattr(ttype, "dtype", None), buffer_type_of(ttype), device.memory_of_kind(kind), layout)
+            for ttype, kind, layout in zip(exe.output_types, exe.output_memory_kinds, exe.stored_output_layouts))
+    return specs
+
+
+def result_array(index: int, value, expected: np.dtype | None) -> np.ndarray:
+    """Result `index` as a numpy array of its signature's element type `expected` (None: a token,
+    which is a 0-size placeholder)."""
     if expected is None:
         return np.zeros((0,), np.bool_)
+    array = value if type(value) is np.ndarray else np.asarray(value)
     if array.dtype != expected:
         raise Internal(f"result {index}: interpreter produced {array.dtype}, signature says {expected}")
     return array
@@ -81,6 +101,9 @@ def buffer_type_of(ttype) -> BufferType:
 
 def _memory_owner(array: np.ndarray) -> object:
     """The object whose memory `array` uses: follows numpy views back to their base."""
-    while isinstance(array, np.ndarray) and array.base is not None:
-        array = array.base
+    while isinstance(array, np.ndarray):
+        base = array.base
+        if base is None:
+            return array
+        array = base
     return array

@@ -25,6 +25,7 @@ from .event import COMPLETE
 T = TypeVar("T")
 
 _ffi = None                       # set by bind(); the shim's cffi FFI object
+_types = None                     # (uintptr_t, uint64_t[2], void*): resolved once, for the hot paths
 _lock = threading.Lock()
 _objects: dict[int, tuple[Any, Any]] = {}   # address -> (object, backing allocation)
 # The backing memory of the last QUARANTINE destroyed handles stays allocated,
@@ -39,24 +40,26 @@ c_facts = None    # the shim's C fact table (pjrt_ref/capi/fast_paths.py CFacts)
 
 def bind(ffi) -> None:
     """Called once by `pjrt_ref.capi.install` with the shim's FFI."""
-    global _ffi
+    global _ffi, _types
     _ffi = ffi
+    _types = (ffi.typeof("uintptr_t"), ffi.typeof("uint64_t[2]"), ffi.typeof("void*"))
 
 
 def address(ptr) -> int:
     """The integer address behind a cdata pointer (0 for NULL)."""
-    return int(_ffi.cast("uintptr_t", ptr))
+    return int(_ffi.cast(_types[0], ptr))
 
 
 def add(obj: Any):
     """Register `obj` under a fresh handle; returns it as a `void*` cdata."""
-    backing = _ffi.new("uint64_t[2]")
-    key = address(backing)
+    uintptr, backing_type, void_pointer = _types
+    backing = _ffi.new(backing_type)
+    key = int(_ffi.cast(uintptr, backing))
     with _lock:
         _objects[key] = (obj, backing)
     if c_facts is not None:
         c_facts.added(key, obj)
-    return _ffi.cast("void*", backing)
+    return _ffi.cast(void_pointer, backing)
 
 
 def facts_changed(obj: Any) -> None:
@@ -67,7 +70,11 @@ def facts_changed(obj: Any) -> None:
 
 def get(ptr, kind: type[T], what: str | None = None) -> T:
     """The live object of type `kind` behind `ptr`, or InvalidArgument."""
-    return _get(int(_ffi.cast("uintptr_t", ptr)), kind, what)    # (address(ptr), inlined: a hot path)
+    key = int(_ffi.cast(_types[0], ptr))     # (address(ptr) and _get's common case, inlined: a hot path)
+    entry = _objects.get(key)
+    if entry is not None and watch is None and isinstance(entry[0], kind):
+        return entry[0]
+    return _get(key, kind, what)
 
 
 def _get(key: int, kind: type[T], what: str | None) -> T:
@@ -95,7 +102,8 @@ def remove(ptr, kind: type[T], what: str | None = None) -> T:
 
 def remove_address(key: int, kind: type[T], what: str | None = None) -> T:
     """`remove` for a handle given by its address."""
-    obj = _get(key, kind, what)
+    entry = _objects.get(key)
+    obj = entry[0] if entry is not None and watch is None and isinstance(entry[0], kind) else _get(key, kind, what)
     if c_facts is not None:
         c_facts.removed(key)
     with _lock:
