@@ -11,6 +11,7 @@ becomes `OracleUnavailable` with its reason.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import pickle
 import signal
@@ -58,6 +59,8 @@ def _child(write_end: int, output_fd: int, text: str, arguments: list, dimension
         signal.alarm(CHILD_TIME_LIMIT)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
+        if faulthandler.is_enabled():   # its dump of an abort goes with the rest, not to the parent's stderr
+            faulthandler.enable(file=2)
         payload = pickle.dumps(("results", _evaluate(text, arguments, dimensions)))
     except OracleUnavailable as why:
         payload = pickle.dumps(("error", str(why)))

@@ -105,6 +105,8 @@ def op_cause(replay: Replay) -> tuple[Cause, str]:
                     f"plugin {element['other']}"
     if replay.odd_one_out:
         evidence += f"; apart from the others: {replay.odd_one_out}"
+    if replay.stablehlo_interpreter:
+        evidence += f"; StableHLO's reference interpreter gives the values of: {replay.stablehlo_interpreter}"
     if replay.odd_one_out in ("pjrt-ref", "all differ") and facts.get("spec"):
         evidence += f" (cpu does not side with pjrt-ref: which side the spec supports decides; " \
                     f"pjrt-ref reads it as: {facts['spec']})"

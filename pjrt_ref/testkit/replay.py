@@ -9,7 +9,9 @@ the program on pjrt-ref, op by op, and each op on the plugin with
 pjrt-ref's own operand values, and names the first op whose result
 differs: the op, its MLIR location (a JAX program's locations are the
 test's `file.py:line`), the worst elements and their ULP distance. That
-op is then run alone on cpu too, which says whose value is the odd one out.
+op is then run alone on cpu too, which says whose value is the odd one out,
+and on StableHLO's own reference interpreter, a third opinion written to
+the spec by others, which says whose values it gives.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class Replay:
     detail: str = ""
     first_op: dict = field(default_factory=dict)    # `pjrt-ref diff --json`'s facts, when an op differs
     odd_one_out: str = ""       # "plugin", "pjrt-ref", "all differ": who differs at that op
+    stablehlo_interpreter: str = ""   # whose values StableHLO's reference interpreter gives at that op
 
 
 def program_text(code: bytes) -> str:
@@ -91,12 +94,14 @@ def first_differing_op(number: int, folder: str, plugin_path: str) -> Replay:
                                          "small differences add up over the program")
     if outcome["status"] == "error":
         return Replay(number, "differs", f"pjrt-ref diff could not compare: {outcome['message']}")
-    return Replay(number, "differs", outcome["message"].splitlines()[0], outcome,
-                  odd_one_out(os.path.join(folder, "op"), plugin_path))
+    apart, third = odd_one_out(os.path.join(folder, "op"), plugin_path)
+    return Replay(number, "differs", outcome["message"].splitlines()[0], outcome, apart, third)
 
 
-def odd_one_out(op_folder: str, plugin_path: str) -> str:
-    """Run the first differing op alone on pjrt-ref, cpu and the plugin: whose value stands apart?"""
+def odd_one_out(op_folder: str, plugin_path: str) -> tuple[str, str]:
+    """Run the first differing op alone on pjrt-ref, cpu, the plugin and StableHLO's own
+    reference interpreter: (whose value stands apart, whose values the StableHLO
+    interpreter gives)."""
     from ..interpreter import load
 
     try:
@@ -108,11 +113,28 @@ def odd_one_out(op_folder: str, plugin_path: str) -> str:
         cpu = shared_backend("cpu", RUN_TIMEOUT).run(text, operands, "the first differing op")
         plugin = shared_backend(plugin_path, RUN_TIMEOUT).run(text, operands, "the first differing op")
     except Exception as error:     # the verdict is extra information: its failure is noted, not fatal
-        return f"unknown ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
-    cpu_agrees = all(compare(r, c).agrees for r, c in zip(reference, cpu))
-    plugin_with_cpu = all(compare(c, p).agrees for c, p in zip(cpu, plugin))
-    if cpu_agrees:
-        return "plugin"          # pjrt-ref and XLA's cpu agree
-    if plugin_with_cpu:
-        return "pjrt-ref"        # cpu and the plugin agree: pjrt-ref's reading of the spec is in question
-    return "all differ"
+        return f"unknown ({str(error).splitlines()[0] if str(error) else type(error).__name__})", ""
+    third = stablehlo_interpreter_sides(text, operands, {"pjrt-ref": reference, "cpu": cpu, "plugin": plugin})
+    if _agree(reference, cpu):
+        return "plugin", third          # pjrt-ref and XLA's cpu agree
+    if _agree(cpu, plugin):
+        return "pjrt-ref", third        # cpu and the plugin agree: pjrt-ref's reading of the spec is in question
+    return "all differ", third
+
+
+def stablehlo_interpreter_sides(text: str, operands: list[np.ndarray], values: dict[str, list]) -> str:
+    """Whose values StableHLO's reference interpreter (`stablehlo.eval_module`, which nobody
+    here wrote, run in a forked child since it aborts on ops it lacks) gives for the op:
+    `pjrt-ref, cpu`, `none of them`, or `unavailable (why)`."""
+    from ..conformance.oracle import OracleUnavailable, reference_results
+
+    try:
+        theirs = reference_results(text, operands, 0)
+    except OracleUnavailable as why:
+        return f"unavailable ({str(why).splitlines()[0]})"
+    sides = [name for name, results in values.items() if _agree(theirs, results)]
+    return ", ".join(sides) if sides else "none of them"
+
+
+def _agree(expected: list, got: list) -> bool:
+    return len(expected) == len(got) and all(compare(e, g).agrees for e, g in zip(expected, got))

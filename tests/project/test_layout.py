@@ -3,7 +3,7 @@
 Rooms, from the top (README "Layout"):
 
     cli
-    testkit                       the plugin test kit (runs frameworks' suites, replays with debug's diff)
+    testkit                       the plugin test kit (runs frameworks' suites, replays with debug's diff, asks conformance's oracle)
     frameworks, capi_shim
     capi                          the C API layer (entry points, fast paths, strict mode, API log, profiler extension)
     debug                         tools that look at the layers below
@@ -63,7 +63,7 @@ MAY_IMPORT = {
     "capi": {"debug", "model"} | BELOW_MODEL,
     "capi_shim": {"capi", "base"},
     "frameworks": {"base"},
-    "testkit": {"frameworks", "debug", "model"} | BELOW_MODEL,
+    "testkit": {"frameworks", "debug", "model", "conformance"} | BELOW_MODEL,
     "cli": {"capi", "debug", "model", "frameworks", "conformance", "testkit"} | BELOW_MODEL,
 }
 
