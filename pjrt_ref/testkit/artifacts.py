@@ -7,6 +7,7 @@
       execution-E/              each execution inside the test:
         program.mlir              the program it ran
         argI.npy                  its arguments (deviceD-argI.npy on several devices)
+        options.pb                on several devices: the compile options (partitions, replicas)
         execution.json            which program, how many devices, whether it ran
         diff.json, op/            after the replay: pjrt-ref diff's outcome, the first differing op
 
@@ -102,6 +103,9 @@ def keep_execution(execution: Execution, text: str | None, folder: str) -> KeptE
     if text is not None:
         with open(os.path.join(where, "program.mlir"), "w") as handle:
             handle.write(text)
+    options = os.path.join(folder, f"program-{execution.program}.options.pb")
+    if execution.devices > 1 and os.path.exists(options):    # what it was compiled for: partitions, replicas
+        shutil.copyfile(options, os.path.join(where, "options.pb"))
     for argument in execution.arguments:
         if argument.kept:
             name = f"arg{argument.index}.npy" if execution.devices == 1 else \
@@ -116,19 +120,20 @@ def keep_execution(execution: Execution, text: str | None, folder: str) -> KeptE
                                   "buffer_type": a.buffer_type, "status": a.status}
                                  for a in execution.arguments],
                    "outcome": execution.outcome or "the process ended inside the call"}, handle, indent=1)
-    return KeptExecution(execution, where, why_not_replayable(execution, text))
+    return KeptExecution(execution, where,
+                         why_not_replayable(execution, text, os.path.exists(os.path.join(where, "options.pb"))))
 
 
-def why_not_replayable(execution: Execution, text: str | None) -> str:
+def why_not_replayable(execution: Execution, text: str | None, has_options: bool = False) -> str:
     if text is None:
         return "its program is not StableHLO pjrt-ref can read (or was loaded serialized)"
+    if execution.devices > 1 and not has_options:
+        return f"it ran on {execution.devices} devices and its compile options were not kept"
     if execution.outcome != "ok":
         return "the plugin did not finish it" if not execution.outcome else "the plugin returned an error"
-    if execution.devices != 1:
-        return f"it ran on {execution.devices} devices (the replay runs one)"
     missing = [a for a in execution.arguments if not a.kept]
     if missing:
         return f"argument {missing[0].index} was not kept ({missing[0].status})"
-    if len(execution.arguments) != execution.argument_count:
+    if len(execution.arguments) != execution.argument_count * execution.devices:
         return "not every argument was recorded"
     return ""

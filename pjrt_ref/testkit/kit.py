@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from ..frameworks import test_suite
 from ..interpreter import registry
-from .artifacts import KeptTest, keep_test
+from .artifacts import KeptExecution, KeptTest, keep_test
 from .causes import Cause, Finding, by_kind, cause_of, error_cause, triage
 from .plugin import PluginUnderTest, recording_environment
 from .records import Records, read_records
-from .replay import Replay, replay
+from .replay import Replay, replay, replay_on_devices
 from .report import markdown, page
 
 RECORD_PLUGIN = "pjrt_ref.testkit.record_plugin"
@@ -163,16 +163,28 @@ def replay_until_difference(kept: KeptTest, plugin: PluginUnderTest) -> list[Rep
     for execution in kept.executions:
         if execution.replayable or len(replays) >= REPLAYS_PER_TEST:
             continue
-        arguments = [argument.value() for argument in execution.execution.device_arguments()]
         with open(os.path.join(execution.folder, "program.mlir")) as handle:
             program = handle.read()
-        outcome = replay(execution.execution.number, program, arguments, plugin.path, execution.folder)
+        outcome = replay_execution(execution, program, plugin)
         with open(os.path.join(execution.folder, "replay.json"), "w") as handle:
             json.dump(vars(outcome), handle, indent=1)
         replays.append(outcome)
         if outcome.status == "differs":
             break
     return replays
+
+
+def replay_execution(kept: KeptExecution, program: str, plugin: PluginUnderTest) -> Replay:
+    """`replay` for an execution on one device; `replay_on_devices` for one on several."""
+    execution = kept.execution
+    if execution.devices == 1:
+        arguments = [argument.value() for argument in execution.device_arguments()]
+        return replay(execution.number, program, arguments, plugin.path, kept.folder)
+    with open(os.path.join(kept.folder, "options.pb"), "rb") as handle:
+        options = handle.read()
+    arguments = [[argument.value() for argument in execution.device_arguments(device)]
+                 for device in range(execution.devices)]
+    return replay_on_devices(execution.number, program, options, arguments, plugin.path)
 
 
 def summary_lines(options, reference, candidate, failing, rows, seconds: float) -> list[str]:

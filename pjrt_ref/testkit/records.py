@@ -57,7 +57,7 @@ class Execution:
     number: int
     program: int           # 0: an executable the proxy did not see compiled
     devices: int
-    argument_count: int
+    argument_count: int    # on each device
     test: str
     arguments: list[Argument] = field(default_factory=list)
     outcome: str = ""      # "ok", "error", or "" (the process ended inside the call)

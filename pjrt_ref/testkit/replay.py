@@ -40,6 +40,7 @@ class Replay:
     first_op: dict = field(default_factory=dict)    # `pjrt-ref diff --json`'s facts, when an op differs
     odd_one_out: str = ""       # "plugin", "pjrt-ref", "all differ": who differs at that op
     stablehlo_interpreter: str = ""   # whose values StableHLO's reference interpreter gives at that op
+    devices: int = 1            # the devices the execution ran on
 
 
 def program_text(code: bytes) -> str:
@@ -67,6 +68,49 @@ def replay(number: int, program: str, arguments: list[np.ndarray], plugin_path: 
     if len(ours) == len(theirs) and all(c.agrees for c in comparisons):
         return Replay(number, "agrees", "the plugin's results equal cpu's within tolerance")
     return first_differing_op(number, folder, plugin_path)
+
+
+def replay_on_devices(number: int, program: str, options: bytes, arguments: list[list[np.ndarray]],
+                      plugin_path: str) -> Replay:
+    """Run a program compiled for several devices (`options`: its serialized compile options;
+    `arguments[d]`: device d's) on cpu and on the plugin, each given that many devices,
+    and compare every device's results. `pjrt-ref diff` runs programs on one device,
+    so a difference here is named by device and result, not by op."""
+    devices = len(arguments)
+    what = f"execution {number} on {devices} devices"
+    try:
+        theirs = shared_backend(plugin_path, RUN_TIMEOUT, devices).run_on_devices(program, options, arguments, what)
+    except OtherBackendFailed as error:
+        return Replay(number, "plugin failed", str(error), devices=devices)
+    try:
+        ours = shared_backend("cpu", RUN_TIMEOUT, devices).run_on_devices(program, options, arguments, what)
+    except OtherBackendFailed as error:
+        return Replay(number, "cpu failed", str(error), devices=devices)
+    for device, (expected, got) in enumerate(zip(ours, theirs)):
+        if len(expected) != len(got):
+            return Replay(number, "differs", f"device {device} gave {len(got)} results, cpu {len(expected)}",
+                          devices=devices)
+        for index, (e, g) in enumerate(zip(expected, got)):
+            comparison = compare(e, g)
+            if not comparison.agrees:
+                return Replay(number, "differs", f"result {index} on device {device} of {devices}: "
+                                                 f"{described(comparison)}", devices=devices)
+    return Replay(number, "agrees", f"the plugin's results equal cpu's on each of {devices} devices",
+                  devices=devices)
+
+
+def described(comparison) -> str:
+    """One line on how cpu's value (`reference`) and the plugin's (`other`) differ."""
+    cpu, plugin = comparison.reference, comparison.other
+    if comparison.problem:
+        return f"{comparison.problem}: cpu {cpu.dtype}{list(cpu.shape)}, plugin {plugin.dtype}{list(plugin.shape)}"
+    line = f"{comparison.differing} of {cpu.size} elements differ"
+    if comparison.max_ulp:
+        line += f", by up to {comparison.max_ulp} ULP"
+    if comparison.worst:
+        index, expected, got, _ = comparison.worst[0]
+        line += f"; worst [{', '.join(str(int(i)) for i in index)}]: cpu {expected}, plugin {got}"
+    return line
 
 
 def first_differing_op(number: int, folder: str, plugin_path: str) -> Replay:

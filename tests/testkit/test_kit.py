@@ -19,7 +19,10 @@ from jax_support import clean_env
 from planted_plugin import concatenate_planted, planted_plugin, reverse_planted
 
 TESTS = '''
-import jax, jax.numpy as jnp, numpy as np
+import jax
+jax.config.update("jax_num_cpu_devices", 2)     # cpu's devices; the plugin's: PJRT_REF_NUM_DEVICES (run_kit)
+import jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4)
 
@@ -44,6 +47,13 @@ def test_sum():
     assert float(jnp.sum(X)) == 66.0
 
 
+def test_flip_on_two_devices_float32():
+    rows = NamedSharding(Mesh(np.array(jax.devices()[:2]), ("x",)), P("x"))
+    flip = jax.jit(lambda x: jnp.flip(x, 1) * 2, in_shardings=rows, out_shardings=rows)
+    Y = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(flip(Y), np.flip(Y, 1) * 2)
+
+
 def test_on_cpu_only():
     import pytest
     if jax.devices()[0].platform != "cpu":
@@ -62,7 +72,8 @@ def checkout(tmp_path_factory):
 def run_kit(checkout, plugin: str, report, *extra: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     done = subprocess.run([sys.executable, "-m", "pjrt_ref.cli.main", "jax-tests", str(checkout),
                            "tests/ops_test.py", "--plugin", f"planted={plugin}", "--report", str(report), *extra],
-                          env=clean_env(), capture_output=True, text=True, timeout=900, cwd=checkout)
+                          env=clean_env(PJRT_REF_NUM_DEVICES="2"), capture_output=True, text=True, timeout=900,
+                          cwd=checkout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done, json.loads((report / "findings.json").read_text())
 
@@ -75,6 +86,7 @@ def test_the_planted_op_heads_the_report_with_every_test_it_breaks(checkout, tmp
     causes = {finding["test"].split("::")[-1]: finding["cause"] for finding in findings}
     assert causes == {"test_flip_float32": "op differs: stablehlo.reverse (float32)",
                       "test_rot90_float32": "op differs: stablehlo.reverse (float32)",
+                      "test_flip_on_two_devices_float32": "results differ: a program on 2 devices",
                       "test_on_cpu_only": "skipped on the plugin: this test runs on cpu only"}
     markdown = (report / "report.md").read_text()
     top = next(line for line in markdown.splitlines() if line.startswith("| 1 |"))
@@ -90,6 +102,12 @@ def test_the_planted_op_heads_the_report_with_every_test_it_breaks(checkout, tmp
     assert (differing[0] / "arg0.npy").exists() and (differing[0] / "op" / "op.mlir").exists()
     assert "stablehlo.reverse" in (differing[0] / "op" / "op.mlir").read_text()
     assert list(folder.glob("program-*.options.pb"))
+    # A program on two devices: replayed on two devices of each backend, each device's results compared.
+    two = report / "tests" / "tests.ops_test.py--test_flip_on_two_devices_float32"
+    replayed = json.loads(next(two.glob("execution-*/replay.json")).read_text())
+    assert replayed["status"] == "differs" and replayed["devices"] == 2
+    assert replayed["detail"].startswith("result 0 on device 0 of 2: 1 of 8 elements differ")
+    assert (next(two.glob("execution-*/options.pb"))).exists()
 
 
 @pytest.mark.slow
@@ -98,6 +116,7 @@ def test_a_crash_and_a_hang_are_rows_of_their_own_and_the_run_goes_on(checkout, 
     _, findings = run_kit(checkout, plugin, tmp_path / "report", "--stall", "10")
     causes = {finding["test"].split("::")[-1]: finding["kind"] for finding in findings}
     assert causes == {"test_flip_float32": "crash", "test_rot90_float32": "crash",
+                      "test_flip_on_two_devices_float32": "crash",
                       "test_concatenate_float32": "hang", "test_on_cpu_only": "skipped on the plugin"}
 
 
@@ -105,5 +124,5 @@ def test_a_plugin_that_does_not_load_is_one_row_and_cpu_still_runs(checkout, tmp
     not_a_plugin = tmp_path / "libnot_a_plugin.so"
     not_a_plugin.write_text("not a shared library")
     done, findings = run_kit(checkout, str(not_a_plugin), tmp_path / "report")
-    assert len(findings) == 6 and {f["kind"] for f in findings} == {"plugin does not load"}
-    assert "1. 6 test(s): plugin does not load:" in done.stdout
+    assert len(findings) == 7 and {f["kind"] for f in findings} == {"plugin does not load"}
+    assert "1. 7 test(s): plugin does not load:" in done.stdout

@@ -10,6 +10,7 @@ started again at the next request.
 from __future__ import annotations
 
 import atexit
+import base64
 import hashlib
 import os
 import signal
@@ -56,9 +57,10 @@ def normalize_spec(spec: str) -> str:
 class OtherBackend:
     """`spec` ("cpu" or a plugin path) behind a worker process."""
 
-    def __init__(self, spec: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, spec: str, timeout: float = DEFAULT_TIMEOUT, devices: int = 1) -> None:
         self.spec = normalize_spec(spec)
         self.timeout = timeout
+        self.devices = devices           # how many devices the worker's backend gets
         self.description = spec          # "pjrt_ref 0.1.0 (PATH)" once the worker has said hello
         self._process: subprocess.Popen | None = None
         self._reader: Reader | None = None
@@ -70,7 +72,7 @@ class OtherBackend:
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
-            package_home.python_command("pjrt_ref.debug.diff.worker", self.spec),
+            package_home.python_command("pjrt_ref.debug.diff.worker", self.spec, str(self.devices)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             env=package_home.python_environment(worker_environment()))
         self._reader = Reader(self._process.stdout.fileno())
@@ -129,17 +131,30 @@ class OtherBackend:
 
     # -- requests --------------------------------------------------------------
     def run(self, module_text: str, arguments: list, what: str) -> list:
-        """Results of the one-op program `module_text` on `arguments`.
+        """Results of the one-device program `module_text` on `arguments`.
 
         `what` names the op for messages ("'stablehlo.tanh' at f.py:3:7").
         Raises OtherBackendFailed when the backend cannot compile or run it,
         or its worker dies or hangs."""
+        return self._request(module_text, {}, arguments, what)[1]
+
+    def run_on_devices(self, module_text: str, options: bytes, arguments: list[list], what: str) -> list[list]:
+        """Each device's results of `module_text` compiled with `options` (a serialized
+        xla.CompileOptionsProto: SPMD partitions or replicas) for `len(arguments)`
+        devices, `arguments[d]` being device d's. The worker needs that many devices."""
+        devices = len(arguments)
+        extra = {"options": base64.b64encode(options).decode(), "devices": devices}
+        reply, results = self._request(module_text, extra, [a for own in arguments for a in own], what)
+        per_device = reply["per_device"]
+        return [results[d * per_device:(d + 1) * per_device] for d in range(devices)]
+
+    def _request(self, module_text: str, extra: dict, arguments: list, what: str) -> tuple[dict, list]:
         doing = f"running {what}"
         with self._lock:
             if self._process is None:
                 self._start()
-            key = program_key(module_text)
-            header = {"key": key}
+            key = program_key(module_text + extra.get("options", ""))
+            header = {"key": key, **extra}
             if key not in self._compiled:
                 header["module"] = module_text
             try:
@@ -152,20 +167,20 @@ class OtherBackend:
                     raise OtherBackendFailed(f"{self.description} cannot compile {what}: {reply['error']}")
                 raise OtherBackendFailed(f"{self.description} failed running {what}: {reply['error']}")
             self._compiled.add(key)
-            return results
+            return reply, results
 
 
-_SHARED: dict[tuple[str, float], OtherBackend] = {}
+_SHARED: dict[tuple[str, float, int], OtherBackend] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_backend(spec: str, timeout: float = DEFAULT_TIMEOUT) -> OtherBackend:
-    """The process's one OtherBackend for `spec` (its worker starts at first use)."""
+def shared_backend(spec: str, timeout: float = DEFAULT_TIMEOUT, devices: int = 1) -> OtherBackend:
+    """The process's one OtherBackend for `spec` with `devices` devices (its worker starts at first use)."""
     spec = normalize_spec(spec)
     with _SHARED_LOCK:
-        backend = _SHARED.get((spec, timeout))
+        backend = _SHARED.get((spec, timeout, devices))
         if backend is None:
-            backend = _SHARED[(spec, timeout)] = OtherBackend(spec, timeout)
+            backend = _SHARED[(spec, timeout, devices)] = OtherBackend(spec, timeout, devices)
         return backend
 
 
