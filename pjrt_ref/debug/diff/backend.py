@@ -37,11 +37,15 @@ class OtherBackendFailed(Unavailable):
     """The other backend could not load, compile or run something, or its worker died."""
 
 
-def worker_environment() -> dict[str, str]:
+def worker_environment(devices: int = 1) -> dict[str, str]:
     """The worker's environment: ours, without pjrt-ref's debug switches,
-    plus PJRT_REF_DIFF_WORKER=1 (a `sitecustomize` can tell it is in one)."""
+    plus PJRT_REF_DIFF_WORKER=1 (a `sitecustomize` can tell it is in one),
+    and, for a worker of several devices, PJRT_REF_NUM_DEVICES (the count
+    of a pjrt-ref plugin; other backends take it from the worker's JAX)."""
     environment = {k: v for k, v in os.environ.items() if k not in _SWITCHES_NOT_INHERITED}
     environment["PJRT_REF_DIFF_WORKER"] = "1"
+    if devices > 1:
+        environment["PJRT_REF_NUM_DEVICES"] = str(devices)
     return environment
 
 
@@ -74,7 +78,7 @@ class OtherBackend:
         self._process = subprocess.Popen(
             package_home.python_command("pjrt_ref.debug.diff.worker", self.spec, str(self.devices)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=package_home.python_environment(worker_environment()))
+            env=package_home.python_environment(worker_environment(self.devices)))
         self._reader = Reader(self._process.stdout.fileno())
         self._compiled = set()
         hello = self._receive(f"loading {self.spec}", max(self.timeout, DEFAULT_TIMEOUT))[0]

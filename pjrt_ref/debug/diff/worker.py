@@ -39,9 +39,8 @@ def load_backend(spec: str, devices: int = 1):
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    if devices > 1:
+    if devices > 1:      # (a pjrt-ref plugin's count comes with the environment: backend.py)
         jax.config.update("jax_num_cpu_devices", devices)
-        os.environ.setdefault("PJRT_REF_NUM_DEVICES", str(devices))
     from jax._src import xla_bridge
 
     # Not JAX's warning that a plugin platform is "experimental": a crash
