@@ -198,6 +198,7 @@ OP_FAMILIES = {
 CUSTOM_CALL_FAMILIES = {
     'ApproxTopK': 'approx_top_k',
     'CustomSPMDPartitioning': 'sharding',
+    'InspectSharding': 'sharding',
     'LayoutConstraint': 'placement',
     'MoveToDevice': 'placement',
     'MoveToHost': 'placement',

@@ -22,9 +22,11 @@ from ..partitioned_run import current_partitioned_run
 from ..registry import register, register_custom_call
 
 
-@register_custom_call("Sharding", "xla.sdy.FuncResultSharding")
+@register_custom_call("Sharding", "xla.sdy.FuncResultSharding", "InspectSharding")
 def sharding_annotation(op, *operands):
-    """The value itself: a sharding does not change a global value."""
+    """The value itself: a sharding does not change a global value. (JAX's
+    `inspect_array_sharding` callback ran when the program was partitioned:
+    pjrt_ref/spmd/inspect_sharding.py.)"""
     return operands[0] if len(operands) == 1 else tuple(operands)
 
 

@@ -43,6 +43,9 @@ class BuildOptions:
     device_assignment: DeviceAssignment | None = None
     # `jit(..., compiler_options={...})`: (name, str | bool | int | float) pairs.
     option_overrides: tuple = ()
+    # allow_spmd_sharding_propagation_to_parameters: which parameters JAX leaves to the
+    # compiler's sharding propagation (one value: all of them).
+    parameters_left_to_propagation: tuple[bool, ...] = ()
 
 
 def parse_compile_options(blob: bytes) -> BuildOptions:
@@ -64,6 +67,11 @@ def parse_compile_options(blob: bytes) -> BuildOptions:
             options["use_spmd_partitioning"] = bool(value)
         elif field == 9:
             options["device_assignment"] = parse_device_assignment(value)
+        elif field == 18:      # packed, or one field per value
+            left = packed_varints(value, "allow_spmd_sharding_propagation_to_parameters") \
+                if isinstance(value, bytes) else [value]
+            options["parameters_left_to_propagation"] = (
+                options.get("parameters_left_to_propagation", ()) + tuple(bool(v) for v in left))
     return BuildOptions(**options)
 
 

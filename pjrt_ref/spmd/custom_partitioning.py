@@ -107,13 +107,13 @@ def _ask(op, operand_layout: Callable, result_shardings: Callable,
                             "extension; JAX does when it loads the plugin)")
     key = _key(op).encode()
     layouts = [operand_layout(v) for v in op.operands]
-    operands = [(_shape_proto(v.type), _sharding_proto(hlo_sharding_text(layout, devices)))
+    operands = [(_shape_proto(v.type), sharding_proto(hlo_sharding_text(layout, devices)))
                 for v, layout in zip(op.operands, layouts)]
     result_shape = _result_shape_proto(op)
     results = result_shardings(op) or _propagated_result_shardings(
         op, partitioner, layouts, operands, result_shape, key, devices)
     module, operand_protos, result_proto = partitioner.partition(
-        operands, (result_shape, _sharding_proto(_packed(results))), key)
+        operands, (result_shape, sharding_proto(_packed(results))), key)
     return (module, [_sharding_texts(p, 1)[0] for p in operand_protos],
             _sharding_texts(result_proto, len(op.results)), results)
 
@@ -287,7 +287,8 @@ def _result_shape_proto(op) -> bytes:
     return shape.to_serialized_proto()
 
 
-def _sharding_proto(text: str) -> bytes:
+def sharding_proto(text: str) -> bytes:
+    """HloSharding `text` as a serialized xla.OpSharding."""
     from jax._src.lib import xla_client as xc
 
     return xc.HloSharding.from_string(text).to_proto().SerializeToString()
@@ -300,7 +301,7 @@ def _packed(texts: list[str]) -> str:
 
 def sharding_elements(text: str, count: int) -> list[str]:
     """The `count` element shardings of HloSharding `text` (itself for one value)."""
-    return _sharding_texts(_sharding_proto(text), count)
+    return _sharding_texts(sharding_proto(text), count)
 
 
 def _sharding_texts(proto: bytes, count: int) -> list[str]:

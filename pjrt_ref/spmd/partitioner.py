@@ -86,11 +86,12 @@ from ..errors import InvalidArgument, Unimplemented
 from .layout import (Layout, Mesh, gathered, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated,
                           sharding_texts_per_value)
-from . import custom_partitioning
+from . import custom_partitioning, inspect_sharding
 from .gspmd import (MANUAL_CALL, OUT_SHARDINGS_ATTR, annotate_full_to_shard, attribute_text,
                     custom_call_target, make_manual_calls)
 from ..interpreter import observer
 from ..interpreter.attributes import convert_attribute
+from ..interpreter.location import describe_location
 from ..interpreter.partitioned_run import current_partitioned_run, run_with
 from .manual import PartitionedRun, run_on_grid
 
@@ -98,10 +99,13 @@ __all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_progra
            "current_partitioned_run"]
 
 
-def make_partitioned_runner(program, *, num_partitions: int, num_replicas: int) -> "PartitionedRunner":
+def make_partitioned_runner(program, *, num_partitions: int, num_replicas: int,
+                            parameters_left_open: tuple[bool, ...] = ()) -> "PartitionedRunner":
     """A callable running `program` as an SPMD program over
-    `num_replicas * num_partitions` devices (see the module docstring)."""
-    return PartitionedRunner(program, num_partitions=num_partitions, num_replicas=num_replicas)
+    `num_replicas * num_partitions` devices (see the module docstring);
+    `parameters_left_open`: the compile options' allow_spmd_sharding_propagation_to_parameters."""
+    return PartitionedRunner(program, num_partitions=num_partitions, num_replicas=num_replicas,
+                             parameters_left_open=parameters_left_open)
 
 
 _RUNNERS_LOCK = threading.Lock()
@@ -121,7 +125,8 @@ def runner_for_executable(exe) -> "PartitionedRunner | None":
             runner = getattr(exe, "_spmd_runner", None)
             if runner is None:
                 runner = exe._spmd_runner = make_partitioned_runner(
-                    exe.program, num_partitions=exe.num_partitions, num_replicas=exe.num_replicas)
+                    exe.program, num_partitions=exe.num_partitions, num_replicas=exe.num_replicas,
+                    parameters_left_open=exe.build_options.parameters_left_to_propagation)
     return runner
 
 
@@ -195,7 +200,7 @@ class PartitionedRunner:
     """`program` planned for N partitions: argument/result layouts and meshes."""
 
     def __init__(self, program, *, num_partitions: int, num_replicas: int,
-                 custom_calls_partitioned: bool = False) -> None:
+                 custom_calls_partitioned: bool = False, parameters_left_open: tuple[bool, ...] = ()) -> None:
         if num_replicas != 1 and num_partitions != 1:
             raise Unimplemented(f"a program with {num_replicas} replicas x {num_partitions} "
                                 "partitions: the reference partitioner runs one replica")
@@ -231,6 +236,7 @@ class PartitionedRunner:
         self._groups = _sharding_groups(module)    # value -> the others of its sharding group
         self._inherited: dict = {}      # _inherited_layout's answers, by (value, calls)
         self.layout_visits = 0          # values _inherited_layout looked at (its tests count them)
+        self._choose_open_parameters(func, arg_attrs, res_attrs, returned, parameters_left_open)
         self.result_layouts = [
             self._layout(attrs, t) if _annotated(attrs) else self._chosen_result_layout(value, _shape(t))
             for attrs, t, value in zip(res_attrs, program.output_types, returned)]
@@ -242,6 +248,80 @@ class PartitionedRunner:
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
             layout.shard_shape(_shape(t), f"result {i} of @{program.entry}")
+        if inspect_sharding.TARGET in program.text:     # jax.debug.inspect_array_sharding's callbacks
+            inspect_sharding.report(module, self._sharding_proto_of,
+                                    lambda op: f"'{op.name}' at {describe_location(op.location)}")
+
+    def _sharding_proto_of(self, value) -> bytes:
+        """The serialized xla.OpSharding of the layout propagation gives `value`."""
+        return custom_partitioning.sharding_proto(hlo_sharding_text(self.proposed_layout(value), self.devices))
+
+    def _choose_open_parameters(self, func, arg_attrs: list, res_attrs: list, returned: list,
+                                left_open: tuple[bool, ...]) -> None:
+        """Parameters JAX left to the compiler (no sharding of their own, and left open by the
+        compile options' `allow_spmd_sharding_propagation_to_parameters`: an uncommitted
+        argument of a jit) take the layout their uses give (`_layout_from_uses`), as XLA's
+        propagation gives one to such a parameter; replicated if none does. PJRT reports it
+        (`argument_sharding_texts`) and JAX places the argument so before it calls."""
+        chosen = [i for i, attrs in enumerate(arg_attrs)
+                  if not _annotated(attrs) and left_open and left_open[min(i, len(left_open) - 1)]]
+        if not chosen:
+            return
+        for i in chosen:                   # unknown while choosing: no open parameter is anyone's source
+            self.argument_layouts[i] = None
+        arguments = func.regions[0].blocks[0].arguments
+        results_at: dict = {}
+        for index, value in enumerate(returned):
+            if _annotated(res_attrs[index]):
+                results_at.setdefault(value.maybe_downcast(), []).append(index)
+        layouts = {i: self._layout_from_uses(arguments[i].maybe_downcast(), results_at, res_attrs)
+                   for i in chosen}
+        for i, layout in layouts.items():
+            ttype = self.program.input_types[i]
+            self.argument_layouts[i] = (layout.split_evenly(_shape(ttype)) if layout is not None
+                                        else replicated(len(_shape(ttype)), self.devices))
+        self._inherited.clear()            # answers given while they were unknown
+
+    def _layout_from_uses(self, value, results_at: dict, res_attrs: list) -> Layout | None:
+        """The layout the uses of an open parameter give it: following it forward through
+        element-wise ops of its shape, the first sharding constraint it meets, the layout
+        another member of a sharding group it is in (`shard_alike`) has, or the sharding a
+        result it is returned as carries."""
+        seen, queue = {value}, [value]
+        while queue:
+            value = queue.pop(0)
+            for other in self._groups.get(value, ()):
+                found = self._inherited_layout(other)
+                if found is not None:
+                    return found
+            for index in results_at.get(value, ()):
+                return self._layout(res_attrs[index], self.program.output_types[index])
+            for use in value.uses:
+                op = use.owner
+                op = getattr(op, "operation", op)
+                constrained = self._constraint_layout(op, value)
+                if constrained is not None:
+                    return constrained
+                if op.name in _ELEMENTWISE or _passes_value_on(op):
+                    for result in op.results:
+                        result = result.maybe_downcast()
+                        if _shape_of(result) == _shape_of(value) and result not in seen:
+                            seen.add(result)
+                            queue.append(result)
+        return None
+
+    def _constraint_layout(self, op, value) -> Layout | None:
+        """The layout a sharding constraint `op` on `value` pins (none where it leaves dimensions open)."""
+        if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
+            text = attribute_text(op.attributes["sharding"])
+            return self._sdy_layout(text, len(_shape_of(value))) if _open_unsplit_dims(text) is None else None
+        if custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
+            attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
+            text = attrs["mhlo.sharding"]
+            if _GSPMD_GROUP.search(text) or _gspmd_open_dims(op, attrs, len(_shape_of(value))) is not None:
+                return None
+            return parse_hlo_sharding(text, len(_shape_of(value)), self.devices)
+        return None
 
     @staticmethod
     def _with_custom_calls_partitioned(program, num_partitions: int, num_replicas: int):
@@ -869,6 +949,15 @@ def _attr_dicts(func, name: str, count: int) -> list[dict[str, str]]:
         entry = ir.DictAttr(entry)
         dicts.append({entry[i].name: attribute_text(entry[i].attr) for i in range(len(entry))})
     return dicts
+
+
+def _passes_value_on(op) -> bool:
+    """A custom call that only places, lays out or groups its operand (GSPMD's
+    `shard_as` @Sharding marks a sharding group's member)."""
+    target = custom_call_target(op)
+    return target in _SAME_VALUE_CALLS or (
+        target == "Sharding" and "mhlo.sharding" in op.attributes
+        and _GSPMD_GROUP.search(attribute_text(op.attributes["mhlo.sharding"])) is not None)
 
 
 def _annotated(attrs: dict) -> bool:

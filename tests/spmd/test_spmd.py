@@ -32,7 +32,8 @@ from repo_paths import SUPPORT
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_unspecified_transposed_out",
          "jit_unspecified_dot_out", "jit_unspecified_stacked_out", "jit_unspecified_shard_alike_out",
-         "jit_unspecified_uneven_out", "jit_unspecified_reshaped_out", "jit_train_step",
+         "jit_unspecified_uneven_out", "jit_unspecified_reshaped_out", "jit_open_parameter_alike",
+         "jit_open_parameter_constrained", "jit_train_step",
          "shard_map_collectives",
          "shard_map_mesh_2d", "shard_map_inside_jit", "shard_map_reversed_mesh",
          "shard_map_all_to_all", "shard_map_loop", "shard_map_partial_manual",
@@ -46,6 +47,8 @@ CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated
 # its arguments, whose shapes are local. The constrained cases: in GSPMD's
 # spelling (`@SPMDShardToFullShape`) the reference keeps the result's
 # annotated sharding and does not look into the body.
+# Run end to end only: its program holds a callback of the process that lowered it.
+END_TO_END_ONLY = ["jit_inspected_sharding"]
 SHARDING_DIFFERS = {
     "shardy": {"shard_map_partial_manual"},
     "gspmd": {"shard_map_partial_manual_constrained", "shard_map_partial_manual_constrained_replicated"},
@@ -127,7 +130,11 @@ def run_case(runner, program, case: dict, name: str):
 def test_partitioned_runner_matches_jax_cpu(request, oracle, name):
     case = oracle[name]
     program = load(case["text"])
-    runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1)
+    # As JAX compiles a jit: every parameter it gives no sharding is left to propagation.
+    runner = make_partitioned_runner(program, num_partitions=4, num_replicas=1, parameters_left_open=(True,))
+    for ours, theirs, t in zip(runner.argument_sharding_texts(), case["argument_hlo_shardings"],
+                               program.input_types):
+        assert same_layout(ours, theirs, len(t.shape)), (name, "argument", ours, theirs)
     outputs, whole = run_case(runner, program, case, name)
     assert_same_values(whole, case["globals"], name)
     if name in SHARDING_DIFFERS[request.node.callspec.params["oracle"]]:
@@ -189,11 +196,21 @@ def test_uneven_sharding_is_unimplemented():
         make_partitioned_runner(load(text), num_partitions=4, num_replicas=1)
 
 
+def test_an_inspect_sharding_callback_of_another_process_is_refused_not_called(cpu_oracle):
+    """The callback's bytes are pointers into the process that lowered the program:
+    here they point at nothing, and calling them would crash this process."""
+    program = load(cpu_oracle["jit_inspected_sharding"]["text"])
+    with pytest.raises(InvalidArgument, match="callback was not made in this process"):
+        make_partitioned_runner(program, num_partitions=4, num_replicas=1)
+
+
 def assert_same_end_to_end(ours: dict, oracle: dict, partitioner: str) -> None:
-    for name in CASES:
+    for name in CASES + END_TO_END_ONLY:
         assert_same_values(ours[name]["globals"], oracle[name]["globals"], name)
+        assert ours[name]["inspected"] == oracle[name]["inspected"], name
         if name in SHARDING_DIFFERS[partitioner]:
             continue
+        assert ours[name]["argument_hlo_shardings"] == oracle[name]["argument_hlo_shardings"], name
         assert ours[name]["specs"] == oracle[name]["specs"], name
         assert ours[name]["shard_shapes"] == oracle[name]["shard_shapes"], name
         per_device = [list(row) for row in zip(*ours[name]["outputs"])]

@@ -95,6 +95,21 @@ def jit_cases():
         x[1:5] * 2.0, x.reshape(4, 8), x.reshape(2, 4, 4), x[:, 1:2].reshape(8),
         jax.lax.dynamic_slice_in_dim(x, i, 4, 0), x[i], x[jnp.array([1, 3, 6])],
         jnp.take(x, jnp.array([3, 0]), axis=1), x[::-1, 1:])), [put(m2, P("a", "b"), x), put(m2, P(), np.int32(3))])
+    # A parameter JAX leaves to the compiler (an uncommitted argument) takes the
+    # sharding its uses give: another member of its sharding group's, a
+    # constraint's after element-wise ops; JAX places the argument so.
+    from jax.experimental.shard_alike import shard_alike
+    z = matrix(8, 4, 4)
+    yield ("jit_open_parameter_alike", jax.jit(lambda x, z: shard_alike(x, z)), [put(m2, P("a", "b"), x), z])
+    yield ("jit_open_parameter_constrained", jax.jit(lambda x, z: (z, jax.lax.with_sharding_constraint(
+        jnp.sin(z) * 2.0, NamedSharding(m2, P("b", None))) + x)), [put(m2, P(), x), z])
+
+    # jax.debug.inspect_array_sharding: the callback hears the sharding propagation gives.
+    def inspected(x):
+        y = x * 2.0
+        jax.debug.inspect_array_sharding(y, callback=lambda sharding: INSPECTED.append(str(sharding.spec)))
+        return y + 1.0
+    yield ("jit_inspected_sharding", jax.jit(inspected), [put(m2, P("b", "a"), x)])
     y = matrix(8, 6, 3)
 
     def loss(w, x, y):
@@ -194,17 +209,28 @@ def spec_of(array) -> str:
     return str(getattr(sharding, "spec", sharding))
 
 
+# What jax.debug.inspect_array_sharding's callbacks heard in the case running.
+INSPECTED: list[str] = []
+
+
 def run_all() -> dict:
     results = {}
     for name, fn, args in list(jit_cases()) + list(shard_map_cases()) + list(more_shard_map_cases()):
+        INSPECTED.clear()
         outputs = fn(*args)
+        heard = list(INSPECTED)        # (compiling again below may call the callbacks again)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         mesh = args[0].sharding.mesh
+        # Arguments JAX left to the compiler go where the compiled program says.
+        chosen = fn.lower(*args).compile().input_shardings[0]
+        placed = [a if isinstance(a, jax.Array) else jax.device_put(a, s) for a, s in zip(args, chosen)]
         results[name] = {
             # Logical device (partition) p of the compiled program is mesh position p.
             "device_order": [d.id for d in mesh.devices.flat],
             "text": fn.lower(*args).as_text(),
-            "arguments": [shards(a) for a in args],
+            "arguments": [shards(a) for a in placed],
+            "argument_hlo_shardings": [str(s._to_xla_hlo_sharding(np.ndim(a))) for s, a in zip(chosen, args)],
+            "inspected": heard,
             "outputs": [shards(o) for o in outputs],
             "globals": [np.asarray(o) for o in outputs],
             "specs": [spec_of(o) for o in outputs],
