@@ -316,7 +316,7 @@ class PartitionedRunner:
             text = attribute_text(op.attributes["sharding"])
             return self._sdy_layout(text, len(_shape_of(value))) if _open_unsplit_dims(text) is None else None
         if custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
-            attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
+            attrs = _attribute_texts(op)
             text = attrs["mhlo.sharding"]
             if _GSPMD_GROUP.search(text) or _gspmd_open_dims(op, attrs, len(_shape_of(value))) is not None:
                 return None
@@ -647,7 +647,7 @@ class PartitionedRunner:
             return (None if found is None else found.transposed(permutation)), []
         if op.name == "stablehlo.dot_general":
             return self._dot_general_layout(op, calls), []
-        attrs = {name: attribute_text(op.attributes[name]) for name in op.attributes}
+        attrs = _attribute_texts(op)
         if op.name == "sdy.manual_computation":
             return self._manual_result_layout(op, value, calls, attrs["out_shardings"]), []
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
@@ -949,6 +949,20 @@ def _attr_dicts(func, name: str, count: int) -> list[dict[str, str]]:
         entry = ir.DictAttr(entry)
         dicts.append({entry[i].name: attribute_text(entry[i].attr) for i in range(len(entry))})
     return dicts
+
+
+def _attribute_texts(op) -> dict[str, str]:
+    """`op`'s attributes as text, by name. One jaxlib cannot hand to Python (a complex
+    splat constant such as `dense<(0x7FC00000,0x7FC00000)> : tensor<complex<f32>>`:
+    "Can't cast unknown element type") is left out: those are values, which sharding
+    propagation never reads."""
+    texts = {}
+    for name in op.attributes:
+        try:
+            texts[name] = attribute_text(op.attributes[name])
+        except TypeError:       # (by name: a failing look-up by position aborts the process)
+            continue
+    return texts
 
 
 def _passes_value_on(op) -> bool:

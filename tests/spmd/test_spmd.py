@@ -408,3 +408,23 @@ with open(sys.argv[1], "w") as handle:
     ours = run_inline(tmp_path, script, **{**PJRT_REF_4, "JAX_PLATFORMS": "pjrt_ref,cpu"})  # cpu: callback inputs
     assert ours == run_inline(tmp_path, script, **CPU_4)
     assert len(ours["calls"]) == 4
+
+
+def test_a_constant_jaxlib_cannot_hand_to_python_is_passed_over():
+    """jaxlib cannot turn a complex splat of NaNs (what jnp.linalg's complex kernels
+    start from) into a Python attribute ("Can't cast unknown element type"); the
+    propagation reads no constant's value, and the result still follows the argument,
+    as in `jit_unspecified_out`."""
+    text = """
+    module attributes {mhlo.num_partitions = 2 : i32} {
+      sdy.mesh @mesh = <["i"=2]>
+      func.func public @main(%arg0: tensor<4xcomplex<f32>> {sdy.sharding = #sdy.sharding<@mesh, [{"i"}]>})
+          -> tensor<4xcomplex<f32>> {
+        %nan = stablehlo.constant dense<(0x7FC00000,0x7FC00000)> : tensor<complex<f32>>
+        %0 = stablehlo.broadcast_in_dim %nan, dims = [] : (tensor<complex<f32>>) -> tensor<4xcomplex<f32>>
+        %1 = stablehlo.add %0, %arg0 : tensor<4xcomplex<f32>>
+        return %1 : tensor<4xcomplex<f32>>
+      }
+    }"""
+    runner = make_partitioned_runner(load(text), num_partitions=2, num_replicas=1)
+    assert runner.output_sharding_texts() == runner.argument_sharding_texts() != ["{replicated}"]
