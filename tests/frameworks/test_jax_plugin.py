@@ -442,3 +442,30 @@ def test_async_collectives_run_and_their_compiled_text_reads():
     for devices in ("1", "4"):
         proc = run_jax(code, PJRT_REF_NUM_DEVICES=devices)
         assert proc.stdout.split()[-2:] == ["ok", devices]
+
+
+def test_io_callback_in_a_shard_map_body_runs_on_each_device():
+    """In a shard_map body, a host callback with a scalar and an array result runs
+    once per device on that device's shard, as on cpu (JAX's own send/recv form
+    would put the scalar's sharding on the array's recv too, which MLIR's verifier
+    refuses)."""
+    code = """
+        from functools import partial
+        from jax.experimental import io_callback
+        from jax.sharding import PartitionSpec as P
+        n = jax.device_count()
+        mesh = jax.make_mesh((n,), ('i',), axis_types=(jax.sharding.AxisType.Auto,))
+        @jax.jit
+        @partial(jax.shard_map, mesh=mesh, in_specs=P('i'), out_specs=P('i'))
+        def f(x):
+            total, tens = io_callback(lambda v: (np.int32(np.sum(v)), np.asarray(v) * 10),
+                                      (jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((4,), jnp.int32)), x)
+            return tens + total
+        x = jnp.arange(n * 4, dtype=jnp.int32)
+        pieces = np.arange(n * 4).reshape(n, 4)
+        expected = (pieces * 10 + pieces.sum(1, keepdims=True)).reshape(-1)
+        print("ok", n, np.asarray(f(x)).tolist() == expected.tolist())
+    """
+    for devices in ("1", "2"):      # (io_callback puts its operands on a cpu device)
+        proc = run_jax(code, PJRT_REF_NUM_DEVICES=devices, JAX_PLATFORMS="pjrt_ref,cpu")
+        assert proc.stdout.split()[-3:] == ["ok", devices, "True"], proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -244,8 +244,24 @@ def _emit_send_recv_callback(ctx, callback: Callable, token, operands: Sequence,
     results, token = jax_callback._emit_tpu_python_callback(
         ctx.module_context.get_backend(), ctx, _checked_results(callback, result_avals, _where(ctx)),
         token, list(operands), operand_avals, operand_shapes, result_avals, result_shapes,
-        returns_token=returns_token, sharding=sharding)
+        returns_token=returns_token, sharding=_send_recv_sharding(sharding))
     return results, token, None
+
+
+def _send_recv_sharding(sharding: Any) -> Any:
+    """The sharding JAX's TPU form may put on the sends and recvs.
+
+    In a shard_map body (every mesh axis manual) JAX gives one Shardy sharding
+    per callback result, naming no devices, and its TPU form puts the first on
+    every send and recv, whatever their rank (a result of rank 1 and the
+    scalar recv it waits on alike): MLIR's verifier rejects the module ("recv
+    op result 0 - sharding doesn't match tensor rank"). In a manual body every
+    op runs on each device, so they need none. Elsewhere (one device runs the
+    callback: a maximal sharding) JAX's stays."""
+    shardings = getattr(sharding, "shardings", None)
+    if shardings and not any(s.logical_device_ids for s in shardings):
+        return None
+    return sharding
 
 
 def _where(ctx) -> str:
