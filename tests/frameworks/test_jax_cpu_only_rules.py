@@ -138,3 +138,28 @@ def test_an_export_lowered_for_cpu_is_called_on_pjrt_ref_as_on_cpu():
             print("refused:", "was exported for platforms" in str(error))
     """, JAX_PLATFORMS="pjrt_ref,cpu")
     assert proc.stdout.strip().splitlines()[-1] == "refused: True"
+
+
+def test_a_default_rule_that_refuses_unknown_platform_names_lowers_as_for_cpu():
+    """Pallas's `mpmd_map` (plgpu.kernel) has one rule for every platform, which
+    picks by name and refuses "pjrt_ref"; pjrt_ref gets the rule it picks for cpu.
+    Each thread of an interpreted kernel writes its own id: the same on both."""
+    code = """
+        import numpy as np
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+        def kernel(o_ref):
+            thread = jax.lax.axis_index("g") * 2 + jax.lax.axis_index("t")
+            o_ref[thread] = thread * 10
+
+        def run(device):
+            call = plgpu.kernel(kernel, out_type=jax.ShapeDtypeStruct((6,), jnp.int32), grid=(3,),
+                                grid_names=("g",), num_threads=2, thread_name="t",
+                                interpret=InterpretGPUParams())
+            return np.asarray(jax.jit(call, device=device)()).tolist()
+
+        print(run(jax.devices("pjrt_ref")[0]) == run(jax.devices("cpu")[0]) == [0, 10, 20, 30, 40, 50])
+    """
+    done = run_jax(code, JAX_PLATFORMS="pjrt_ref,cpu")
+    assert done.stdout.split()[-1] == "True", done.stdout[-2000:] + done.stderr[-3000:]

@@ -37,13 +37,24 @@ And for serialized programs: an `Exported` (`jax.export`) lowered for
 for platforms ... but it is used on ('pjrt_ref',)"), where cpu runs it.
 `borrow_cpu_exports` calls it with its cpu lowering, as cpu would; an export
 for platforms without cpu is refused as before.
+
+And for the few default rules that pick a rule by the platform's name and
+refuse one they do not know (CPU_CHOICE_OF_DEFAULT_RULE): pjrt_ref's table
+lends the rule they pick for cpu.
 """
 from __future__ import annotations
 
 
+# Primitives whose one (default) rule picks a rule by the platform's name and
+# refuses names it does not know (Pallas's `mpmd_map`: "Unsupported platform:
+# pjrt_ref"): (module, name) of the rule it picks for cpu.
+CPU_CHOICE_OF_DEFAULT_RULE = {"mpmd_map": ("jax._src.pallas.mpmd", "_mpmd_map_fallback_lowering")}
+
+
 class RulesBorrowingCpu(dict):
     """A platform's lowering rules (primitive -> LoweringRuleEntry) that lends cpu's
-    rule for a primitive JAX gave a cpu rule and no default rule."""
+    rule for a primitive JAX gave a cpu rule and no default rule, and for one of
+    CPU_CHOICE_OF_DEFAULT_RULE the rule its default rule picks for cpu."""
 
     def __init__(self, own: dict, mlir):
         super().__init__(own)
@@ -51,9 +62,19 @@ class RulesBorrowingCpu(dict):
 
     def borrowed(self, primitive):
         """cpu's rule entry for `primitive` if it is cpu-only, else None."""
-        if primitive in self._mlir._lowerings:
-            return None
+        default = self._mlir._lowerings.get(primitive)
+        if default is not None:
+            return self._cpu_choice(primitive, default)
         return self._mlir._platform_specific_lowerings.get("cpu", {}).get(primitive)
+
+    def _cpu_choice(self, primitive, default):
+        """The entry of the rule `default` picks for cpu, for a CPU_CHOICE_OF_DEFAULT_RULE
+        primitive whose module is loaded (it is, once JAX lowers it); else None."""
+        import sys
+
+        module_name, name = CPU_CHOICE_OF_DEFAULT_RULE.get(primitive.name, (None, None))
+        rule = getattr(sys.modules.get(module_name), name, None) if module_name else None
+        return None if rule is None else self._mlir.LoweringRuleEntry(rule, default.inline)
 
     def __contains__(self, primitive) -> bool:
         return dict.__contains__(self, primitive) or self.borrowed(primitive) is not None
