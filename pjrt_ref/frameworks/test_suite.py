@@ -520,13 +520,25 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
         if options.files:
             parser.error("--all runs every file: name no files")
         options.files = suite.all_files(options.checkout)
-    options.files = options.files or list(suite.default_files)
+    options.files = [in_checkout(f, options.checkout) for f in options.files or suite.default_files]
     missing = [f for f in options.files if not os.path.exists(os.path.join(options.checkout, f.split("::", 1)[0]))]
     if missing:
         parser.error(f"not in {options.checkout}: {', '.join(missing)}")
     options.pytest_plugins = ("pjrt_ref.frameworks.progress_plugin", *suite.pytest_plugins)
     options.process_per_file = suite.process_per_file
     return options
+
+
+def in_checkout(file: str, checkout: str) -> str:
+    """`file` as the test ids name it, relative to the checkout (`tests/x_test.py`), also when
+    given as a path that leads into the checkout (absolute, or from the working folder)."""
+    path, _, rest = file.partition("::")
+    for candidate in (path, os.path.abspath(path)):
+        if os.path.isabs(candidate) and os.path.exists(candidate) \
+                and os.path.commonpath([candidate, checkout]) == checkout:
+            path = os.path.relpath(candidate, checkout)
+            break
+    return path + (f"::{rest}" if rest else "")
 
 
 def machine_line() -> str:

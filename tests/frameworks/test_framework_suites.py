@@ -265,6 +265,18 @@ def test_a_named_file_that_is_not_in_the_checkout_is_refused_by_name(tmp_path, c
     assert f"not in {tmp_path}: tests/no_such_test.py" in capsys.readouterr().err
 
 
+def test_a_file_named_by_its_path_is_read_as_the_test_ids_name_it(tmp_path, monkeypatch):
+    """Absolute, or relative to the working folder: the per-file counts key on the
+    test ids' `tests/x_test.py` (a run named by absolute paths counted no test)."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "lax_test.py").write_text("")
+    options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), str(tmp_path / "tests" / "lax_test.py"),
+                                                      f"{tmp_path}/tests/lax_test.py::LaxTest"])
+    assert options.files == ["tests/lax_test.py", "tests/lax_test.py::LaxTest"]
+    monkeypatch.chdir(tmp_path / "tests")
+    assert test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "lax_test.py"]).files == ["tests/lax_test.py"]
+
+
 def test_a_file_in_which_no_test_ran_is_an_error_with_pytests_words_not_zero_tests(tmp_path, capsys):
     """A file pytest collects nothing from (here: it holds no test) shows as an
     error naming why, on each backend, never as a clean 0/0/0."""
