@@ -651,13 +651,7 @@ class PartitionedRunner:
         if op.name == "sdy.manual_computation":
             return self._manual_result_layout(op, value, calls, attrs["out_shardings"]), []
         if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
-            open_dims = _open_unsplit_dims(attrs["sharding"])
-            if open_dims is None:
-                return self._sdy_layout(attrs["sharding"], len(_shape_of(value))), []
-            found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
-            return (None if found is None else
-                    gathered([(found if is_open else None, d) for d, is_open in enumerate(open_dims)],
-                             self.devices)), []
+            return self._constrained_layout(attrs["sharding"], op.operands[0].maybe_downcast(), value, calls), []
         if op.name == "stablehlo.broadcast_in_dim":
             return self._broadcast_layout(op, value, calls), []
         if op.name == "stablehlo.reshape":
@@ -682,10 +676,13 @@ class PartitionedRunner:
             return parse_hlo_sharding(attribute_text(text), len(_shape_of(value)), self.devices), []
         open_dims = _gspmd_open_dims(op, attrs, len(_shape_of(value)))
         if open_dims is not None:
+            rank = len(_shape_of(value))
+            pinned = parse_hlo_sharding(attrs["mhlo.sharding"], rank, self.devices)
             found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
-            return (None if found is None else
-                    gathered([(found if is_open else None, d) for d, is_open in enumerate(open_dims)],
-                             self.devices)), []
+            if found is None:
+                return (None if attrs["mhlo.sharding"] == "{replicated}" else pinned), []
+            return gathered([(found if is_open and pinned.tile_counts[d] == 1 else pinned, d)
+                             for d, is_open in enumerate(open_dims)], self.devices) or pinned, []
         if custom_call_target(op) == "Sharding" and _GSPMD_GROUP.search(attrs.get("mhlo.sharding", "")):
             return None, [(op.operands[0].maybe_downcast(), calls)]      # a group's member only
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
@@ -695,6 +692,43 @@ class PartitionedRunner:
             returned = _returned_values(self._callee(attrs["callee"]))[value.result_number]
             return None, [(returned.maybe_downcast(), calls + (op,))]
         return None, []
+
+    def _constrained_layout(self, text: str, operand, value, calls: tuple) -> Layout | None:
+        """A Shardy constraint's layout: the splits it pins, and along each dimension it
+        leaves open and unsplit (`{?}`) the split propagation gives its operand, as XLA's
+        propagation fills it: unless that split is over an axis the constraint says stays
+        whole (`replicated={"y"}`), or over devices a pinned dimension already splits over
+        (`gathered`). A constraint that pins nothing and finds nothing is no source."""
+        rank = len(_shape_of(value))
+        open_dims = _open_and_unsplit(text)
+        pinned = self._sdy_layout(text, rank)
+        if not any(open_dims):
+            return pinned
+        found = self._inherited_from((operand, calls))
+        if found is None:
+            return None if _open_unsplit_dims(text) is not None else pinned
+        found = self._whole_along_replicated_axes(found, text)
+        return gathered([(found if is_open else pinned, d) for d, is_open in enumerate(open_dims)],
+                        self.devices) or pinned
+
+    def _whole_along_replicated_axes(self, layout: Layout, text: str) -> Layout:
+        """`layout` with every dimension it splits over an axis that Shardy sharding `text`
+        names replicated (`replicated={"y"}`) left whole: two devices that differ only
+        along those axes must hold the same tile."""
+        match = re.search(r"replicated=\{([^}]*)\}", text)
+        names = set(re.findall(r'"([^"]+)"', match.group(1))) if match else set()
+        if not names:
+            return layout
+        coordinates = parse_tensor_sharding(text).mesh(self.meshes).coordinates()
+
+        def others(device):
+            return tuple(v for axis, v in coordinates[device].items() if axis not in names)
+        split = [any(layout.tile_of[a][d] != layout.tile_of[b][d]
+                     for a in coordinates for b in coordinates if others(a) == others(b))
+                 for d in range(len(layout.tile_counts))]
+        if not any(split):
+            return layout
+        return gathered([(None if bad else layout, d) for d, bad in enumerate(split)], self.devices) or layout
 
     def _manual_result_layout(self, op, value, calls: tuple, out_shardings: str) -> Layout:
         """A shard_map result's layout: its out_sharding's, and along the
@@ -927,11 +961,13 @@ def _open_unsplit_dims(text: str) -> list[bool] | None:
 
 
 def _gspmd_open_dims(op, attrs: dict, rank: int) -> list[bool] | None:
-    """`_open_unsplit_dims` in GSPMD's spelling: a `@Sharding` call that says
-    `{replicated}` with `backend_config = "unspecified_dims=[0,1]"` leaves
-    those dimensions open and the others whole; None for any other op."""
-    if custom_call_target(op) != "Sharding" or attrs.get("mhlo.sharding") != "{replicated}":
-        return None
+    """The open dimensions of GSPMD's constraint: a `@Sharding` call whose
+    `backend_config = "unspecified_dims=[0,1]"` leaves those dimensions open
+    (for propagation to fill where its sharding splits them over no device)
+    and pins the others as its `mhlo.sharding` says; None for any other op."""
+    text = attrs.get("mhlo.sharding")
+    if custom_call_target(op) != "Sharding" or text is None or _GSPMD_GROUP.search(text):
+        return None     # (a sharding group's member is not a constraint)
     match = re.search(r"unspecified_dims=\[([\d,\s]*)\]", attrs.get("backend_config", ""))
     if match is None:
         return None

@@ -75,6 +75,10 @@ def jit_cases():
         jnp.stack([x * 2.0, x + 1.0], axis=-1).transpose(1, 0, 2),
         NamedSharding(m2, P(P.UNCONSTRAINED, P.UNCONSTRAINED, None)))),
            [put(m2, P("a", "b"), x)])
+    # ... and a constraint that pins one dimension and leaves the other open
+    # takes the operand's split there.
+    yield ("jit_partly_open_constraint", jax.jit(lambda x: jax.lax.with_sharding_constraint(
+        jnp.sin(x) * 2.0, NamedSharding(m2, P(P.UNCONSTRAINED, "b"))) + 1.0), [put(m2, P("a", None), x)])
     # ... and a sharding group (shard_alike): a value with no source of its
     # own takes the sharding its group's other member gets.
     def alike(x):
