@@ -550,8 +550,9 @@ class PartitionedRunner:
         slices and reverses (which keep their operand's splits; a dynamic slice keeps
         those of the dimensions it does not cut; a gather those it passes
         through whole), reshapes (`_reshape_layout`), through
-        transposes (permuting the sharding's dimensions), through custom calls
-        that only place or lay out their operand, and through
+        transposes (permuting the sharding's dimensions), into what a loop's
+        body or a conditional's branches return (and a loop's operand), through
+        custom calls that only place or lay out their operand, and through
         `func.call`s (into the callee's `func.return`, and from a callee's
         argument back to the call's operand) to an entry argument, a sharding
         constraint or a manual computation's result and takes that sharding
@@ -628,7 +629,10 @@ class PartitionedRunner:
 
         if isinstance(value, ir.BlockArgument):   # a function's argument: its caller's operand
             block_op = value.owner.owner
-            if getattr(block_op, "operation", block_op).name != "func.func":
+            block_op = getattr(block_op, "operation", block_op)
+            if block_op.name == "stablehlo.while":    # a loop-carried value: the loop's operand
+                return None, [(block_op.operands[value.arg_number].maybe_downcast(), calls)]
+            if block_op.name != "func.func":
                 return None, []         # a region's argument (a shard_map body's is local): no source
             if not calls:
                 return self.argument_layouts[value.arg_number], []
@@ -639,6 +643,12 @@ class PartitionedRunner:
             shape = _shape_of(value)
             return None, [(operand.maybe_downcast(), calls) for operand in op.operands
                           if _shape_of(operand) == shape]
+        if op.name in _REGION_RESULTS:        # what the body (each branch) returns, then a loop's operand
+            index = value.result_number
+            returned = [region.blocks[0].operations[len(region.blocks[0].operations) - 1].operands[index]
+                        for region in op.regions[_REGION_RESULTS[op.name]:]]
+            operands = [op.operands[index]] if op.name == "stablehlo.while" else []
+            return None, [(v.maybe_downcast(), calls) for v in returned + operands]
         if custom_call_target(op) in _SAME_VALUE_CALLS or op.name in _SPLITS_KEPT:
             return None, [(op.operands[0].maybe_downcast(), calls)]
         if op.name == "stablehlo.transpose":
@@ -1064,6 +1074,9 @@ def _shape_of(value) -> tuple:
 # Ops whose result element i depends only on the operands' element i.
 # Custom calls whose result is their operand, placed or laid out elsewhere
 # (interpreter/ops/placement.py): the operand's sharding carries over.
+# Ops whose results are what their regions return: the index of the first such
+# region (a while's body follows its condition; each branch of a case or an if).
+_REGION_RESULTS = {"stablehlo.while": 1, "stablehlo.case": 0, "stablehlo.if": 0}
 _SAME_VALUE_CALLS = frozenset(("LayoutConstraint", "annotate_device_placement", "MoveToHost", "MoveToDevice"))
 _ELEMENTWISE = frozenset("stablehlo." + name for name in (
     "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "

@@ -32,7 +32,7 @@ from repo_paths import SUPPORT
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_unspecified_transposed_out",
          "jit_unspecified_dot_out", "jit_unspecified_stacked_out", "jit_partly_open_constraint",
-         "jit_unspecified_shard_alike_out",
+         "jit_scan_constrained_out", "jit_unspecified_shard_alike_out",
          "jit_unspecified_uneven_out", "jit_unspecified_reshaped_out", "jit_open_parameter_alike",
          "jit_open_parameter_constrained", "jit_train_step",
          "shard_map_collectives",

@@ -79,6 +79,10 @@ def jit_cases():
     # takes the operand's split there.
     yield ("jit_partly_open_constraint", jax.jit(lambda x: jax.lax.with_sharding_constraint(
         jnp.sin(x) * 2.0, NamedSharding(m2, P(P.UNCONSTRAINED, "b"))) + 1.0), [put(m2, P("a", None), x)])
+    # ... and out of a loop: what its body returns (scan over a constrained step).
+    yield ("jit_scan_constrained_out", jax.jit(lambda x: jax.lax.scan(
+        lambda c, _: (jax.lax.with_sharding_constraint(c * 2.0, NamedSharding(m2, P("b", "a"))), None),
+        x, None, length=2)[0]), [put(m2, P(), x)])
     # ... and a sharding group (shard_alike): a value with no source of its
     # own takes the sharding its group's other member gets.
     def alike(x):
