@@ -21,6 +21,9 @@ _ERROR_PATTERNS = (
     ("unsupported custom call", r"No registered implementation for (?:FFI )?custom call to ['\"`]?([\w.\-]+)"),
     ("unsupported custom call", r"No FFI handler registered for ['\"`]?([\w.\-]+)"),
     ("unsupported custom call", r"[Uu]nsupported custom[ _]call (?:target )?['\"`]?([\w.\-]+)"),
+    # XLA's error quoting the HLO of a custom call it refuses to compile (its partitioner:
+    # "Side-effect ops cannot be replicated: ... custom_call_target=\"InspectSharding\"").
+    ("custom call rejected", r"custom_call_target=\"([\w.\-]+)\""),
     ("op rejected", r"['\"`]((?:stablehlo|chlo|mhlo|sdy|func|shardy)\.[\w.]+)['\"`][^\n]*?(?:not supported|unsupported|"
                     r"not implemented|unimplemented|failed to legalize|is unknown|cannot)"),
     ("op rejected", r"(?:not supported|unsupported|not implemented|unimplemented|failed to legalize)[^\n]*?"
@@ -35,7 +38,8 @@ _CRASH_SIGNS = ("crashed while running", "node down", "Fatal Python error", "Seg
 
 @dataclass(frozen=True)
 class Cause:
-    kind: str          # "op differs", "results differ", "unsupported custom call", "op rejected",
+    kind: str          # "op differs", "results differ", "unsupported custom call", "custom call
+                       # rejected", "op rejected",
                        # "crash", "hang", "plugin does not load", "other error"
     subject: str = ""
 

@@ -45,6 +45,14 @@ def test_error_texts_name_the_custom_call_target_or_op_the_plugin_rejects():
             Cause("op rejected", "stablehlo.custom_call"),
         "RuntimeError: Unknown backend cpu. Available backends are ['xla_cpu_plugin']":
             Cause("test asks for JAX's own cpu backend", "cpu"),
+        # XLA's own CPU plugin (lammps-jax-pjrt-cpu 0.11.2) on debugging_primitives_test:
+        'jax.errors.JaxRuntimeError: UNIMPLEMENTED: Side-effect ops cannot be replicated: '
+        '%inspect_sharding.0 = s32[2,2,2]{2,1,0} custom-call(%x.0), custom_call_target="InspectSharding", '
+        'custom_call_has_side_effect=true': Cause("custom call rejected", "InspectSharding"),
+        'jax.errors.JaxRuntimeError: INTERNAL: RET_CHECK failure (xla/service/spmd/spmd_partitioner.cc:7426) '
+        'hlo->has_sharding() Side-effect HLO must have sharding: %debug_print.0 = () custom-call(%squeeze.0), '
+        'custom_call_target="xla_ffi_partitioned_python_cpu_callback"':
+            Cause("custom call rejected", "xla_ffi_partitioned_python_cpu_callback"),
     }
     for text, expected in texts.items():
         assert cause_of(text.splitlines()[0], text, [])[0] == expected, text
