@@ -10,6 +10,8 @@
         options.pb                on several devices: the compile options (partitions, replicas)
         execution.json            which program, how many devices, whether it ran
         diff.json, op/            after the replay: pjrt-ref diff's outcome, the first differing op
+        one-device/               on several devices: the program without its shardings and its
+                                    whole arguments, replayed (and diffed) on one device
 
 Folders are named by test id (`folder_of_test`), so a plugin author finds a
 test's folder from the id in the report.

@@ -88,7 +88,9 @@ def cause_of(reason: str, failure: str, replays: list[Replay]) -> tuple[Cause, s
             return op_cause(replay)
     for replay in replays:
         if replay.status == "differs":        # (`pjrt-ref diff` names ops of one-device programs)
-            subject = "no single op" if replay.devices == 1 else f"a program on {replay.devices} devices"
+            subject = ("no single op" if replay.devices == 1 else
+                       f"only partitioned over {replay.devices} devices" if replay.one_device == "agrees" else
+                       f"a program on {replay.devices} devices")
             return Cause("results differ", subject), replay.detail
     return Cause("other error", error_class(f"{reason}\n{failure}")), reason
 

@@ -184,7 +184,7 @@ def replay_execution(kept: KeptExecution, program: str, plugin: PluginUnderTest)
         options = handle.read()
     arguments = [[argument.value() for argument in execution.device_arguments(device)]
                  for device in range(execution.devices)]
-    return replay_on_devices(execution.number, program, options, arguments, plugin.path)
+    return replay_on_devices(execution.number, program, options, arguments, plugin.path, kept.folder)
 
 
 def summary_lines(options, reference, candidate, failing, rows, seconds: float) -> list[str]:

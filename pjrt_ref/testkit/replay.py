@@ -41,6 +41,7 @@ class Replay:
     odd_one_out: str = ""       # "plugin", "pjrt-ref", "all differ": who differs at that op
     stablehlo_interpreter: str = ""   # whose values StableHLO's reference interpreter gives at that op
     devices: int = 1            # the devices the execution ran on
+    one_device: str = ""        # on several: "agrees"/"differs" on one device, or why it was not tried
 
 
 def program_text(code: bytes) -> str:
@@ -71,11 +72,51 @@ def replay(number: int, program: str, arguments: list[np.ndarray], plugin_path: 
 
 
 def replay_on_devices(number: int, program: str, options: bytes, arguments: list[list[np.ndarray]],
-                      plugin_path: str) -> Replay:
+                      plugin_path: str, folder: str) -> Replay:
     """Run a program compiled for several devices (`options`: its serialized compile options;
     `arguments[d]`: device d's) on cpu and on the plugin, each given that many devices,
-    and compare every device's results. `pjrt-ref diff` runs programs on one device,
-    so a difference here is named by device and result, not by op."""
+    and compare every device's results. Where they differ, the same program without
+    its shardings runs on one device of each (`on_one_device`): `pjrt-ref diff` names
+    its first differing op, or its agreeing says the difference comes with partitioning."""
+    differing = _differing_device(number, program, options, arguments, plugin_path)
+    if differing.status != "differs":
+        return differing
+    return on_one_device(differing, program, options, arguments, plugin_path, folder)
+
+
+def on_one_device(differing: Replay, program: str, options: bytes, arguments: list[list[np.ndarray]],
+                  plugin_path: str, folder: str) -> Replay:
+    """`differing` (a program on several devices) told by its one-device form (one_device.py)."""
+    from .one_device import global_arguments, one_device_program
+
+    single, why_not = one_device_program(program)
+    try:
+        whole = global_arguments(program, options, arguments) if single is not None else []
+    except Exception as error:      # the pieces do not fit the layouts pjrt-ref reads
+        single, why_not = None, f"its arguments do not go back together: {str(error).splitlines()[0]}"
+    if single is None:
+        differing.one_device = f"not tried: {why_not}"
+        return differing
+    where = os.path.join(folder, "one-device")
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, "program.mlir"), "w") as handle:
+        handle.write(single)
+    for index, value in enumerate(whole):
+        np.save(os.path.join(where, f"arg{index}.npy"), value)
+    alone = replay(differing.execution, single, whole, plugin_path, where)
+    if alone.status == "agrees":
+        differing.one_device = "agrees"
+        differing.detail += ("; the same program on one device agrees: the difference comes with "
+                             "partitioning (the plugin's SPMD partitioner or collectives)")
+        return differing
+    alone.devices, alone.one_device = differing.devices, alone.status
+    alone.detail = f"on {differing.devices} devices: {differing.detail}; on one device: {alone.detail}"
+    return alone
+
+
+def _differing_device(number: int, program: str, options: bytes, arguments: list[list[np.ndarray]],
+                      plugin_path: str) -> Replay:
+    """The first device and result whose values differ between cpu and the plugin (or "agrees")."""
     devices = len(arguments)
     what = f"execution {number} on {devices} devices"
     try:

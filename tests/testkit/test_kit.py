@@ -86,14 +86,14 @@ def test_the_planted_op_heads_the_report_with_every_test_it_breaks(checkout, tmp
     causes = {finding["test"].split("::")[-1]: finding["cause"] for finding in findings}
     assert causes == {"test_flip_float32": "op differs: stablehlo.reverse (float32)",
                       "test_rot90_float32": "op differs: stablehlo.reverse (float32)",
-                      "test_flip_on_two_devices_float32": "results differ: a program on 2 devices",
+                      "test_flip_on_two_devices_float32": "op differs: stablehlo.reverse (float32)",
                       "test_on_cpu_only": "skipped on the plugin: this test runs on cpu only"}
     markdown = (report / "report.md").read_text()
     top = next(line for line in markdown.splitlines() if line.startswith("| 1 |"))
-    assert "| 2 | op differs: stablehlo.reverse (float32) |" in top
+    assert "| 3 | op differs: stablehlo.reverse (float32) |" in top
     assert "ops_test.py:" in top and "apart from the others: plugin" in top      # the test's line; cpu agrees
     assert "<td>op differs: stablehlo.reverse (float32)</td>" in (report / "report.html").read_text()
-    assert "1. 2 test(s): op differs: stablehlo.reverse (float32)" in done.stdout
+    assert "1. 3 test(s): op differs: stablehlo.reverse (float32)" in done.stdout
     # What reproduces it without JAX: the programs, the arguments, the error, the op alone.
     folder = report / "tests" / "tests.ops_test.py--test_flip_float32"
     assert "AssertionError" in (folder / "failure.txt").read_text()
@@ -102,12 +102,15 @@ def test_the_planted_op_heads_the_report_with_every_test_it_breaks(checkout, tmp
     assert (differing[0] / "arg0.npy").exists() and (differing[0] / "op" / "op.mlir").exists()
     assert "stablehlo.reverse" in (differing[0] / "op" / "op.mlir").read_text()
     assert list(folder.glob("program-*.options.pb"))
-    # A program on two devices: replayed on two devices of each backend, each device's results compared.
+    # A program on two devices: replayed on two devices of each backend, each device's results
+    # compared; then without its shardings on one device, where `pjrt-ref diff` names the op.
     two = report / "tests" / "tests.ops_test.py--test_flip_on_two_devices_float32"
     replayed = json.loads(next(two.glob("execution-*/replay.json")).read_text())
-    assert replayed["status"] == "differs" and replayed["devices"] == 2
-    assert replayed["detail"].startswith("result 0 on device 0 of 2: 1 of 8 elements differ")
+    assert replayed["status"] == "differs" and replayed["devices"] == 2 and replayed["one_device"] == "differs"
+    assert replayed["detail"].startswith("on 2 devices: result 0 on device 0 of 2: 1 of 8 elements differ")
+    assert replayed["first_op"]["op"] == "stablehlo.reverse"
     assert (next(two.glob("execution-*/options.pb"))).exists()
+    assert "sdy." not in next(two.glob("execution-*/one-device/program.mlir")).read_text()
 
 
 @pytest.mark.slow
