@@ -244,7 +244,7 @@ def run_segment(name: str, env: dict[str, str], files: list[str], options: argpa
         command += ["--deselect", identifier]
     progress = progress_path(scratch, name, segment)
     open(progress, "w").close()
-    env = {**env, "PJRT_REF_SUITE_PROGRESS": progress}
+    env = {**own_pytest_environment(env), "PJRT_REF_SUITE_PROGRESS": progress}
     log = open(log_path(scratch, name, segment), "w") if not options.verbose else None
     process = subprocess.Popen(command, cwd=options.checkout, env=env, start_new_session=True,
                                stdout=log, stderr=subprocess.STDOUT if log else None)
@@ -253,6 +253,13 @@ def run_segment(name: str, env: dict[str, str], files: list[str], options: argpa
     finally:
         if log:
             log.close()
+
+
+def own_pytest_environment(env: dict[str, str]) -> dict[str, str]:
+    """`env` without what an enclosing pytest run sets for its own tests (a run started
+    from a test under pytest-xdist inherits PYTEST_XDIST_WORKER, and its controller would
+    take itself for a worker of that run)."""
+    return {k: v for k, v in env.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
 
 
 def wait_or_stall(process: subprocess.Popen, progress: str, stall: float) -> bool:

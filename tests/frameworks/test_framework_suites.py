@@ -129,6 +129,28 @@ def test_a_hanging_test_is_reported_hung_and_the_rest_still_run(tmp_path, capsys
     assert status["test_skipped"] == ("skipped", "not here")
 
 
+def test_a_run_started_inside_a_pytest_xdist_worker_is_a_pytest_run_of_its_own(tmp_path, monkeypatch):
+    """Started from a test under pytest-xdist (the docs test runs the kit so), the run's
+    pytest processes must not inherit the enclosing worker's variables: its controller
+    would take itself for a worker (the kit then lost every recording)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "test").mkdir(parents=True)
+    (checkout / "test" / "test_env.py").write_text(
+        "import os\n\ndef test_no_enclosing_worker():\n"
+        "    assert os.environ.get('PYTEST_XDIST_WORKER') != 'gw7'\n")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
+    suite = test_suite.Suite(command="t", description="t", checkout="t",
+                             default_files=("test/test_env.py",), backends=("cpu", "pjrt_ref"),
+                             environment=lambda backend, options: dict(os.environ),
+                             check_version=lambda checkout: None)
+    report = tmp_path / "report.json"
+    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--workers", "0",
+                                   "--json", str(report)]) == 0
+    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    assert [v["status"] for v in outcomes.values()] == ["passed"], outcomes
+
+
 # A file that switches a process-wide mode when imported, as PyTorch/XLA's
 # test/eager/test_eager.py does (torch_xla.experimental.eager_mode(True)).
 SWITCHING_FILE = """
