@@ -110,18 +110,23 @@ def test_skipped():
 """
 
 
-def test_a_hanging_test_is_reported_hung_and_the_rest_still_run(tmp_path, capsys):
+def run_one_file(tmp_path, name: str, text: str, *options: str) -> dict:
+    """Run a checkout holding test/`name` (`text`) on "pjrt_ref" with a suite that passes
+    this process's environment on; the outcomes by test id."""
     checkout = tmp_path / "checkout"
     (checkout / "test").mkdir(parents=True)
-    (checkout / "test" / "test_hang.py").write_text(HANGING_TESTS)
+    (checkout / "test" / name).write_text(text)
     suite = test_suite.Suite(command="t", description="t", checkout="t",
-                             default_files=("test/test_hang.py",), backends=("cpu", "pjrt_ref"),
+                             default_files=(f"test/{name}",), backends=("cpu", "pjrt_ref"),
                              environment=lambda backend, options: dict(os.environ),
                              check_version=lambda checkout: None)
     report = tmp_path / "report.json"
-    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--stall", "3",
-                                   "--timeout", "0", "--json", str(report)]) == 0
-    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", *options, "--json", str(report)]) == 0
+    return json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+
+
+def test_a_hanging_test_is_reported_hung_and_the_rest_still_run(tmp_path, capsys):
+    outcomes = run_one_file(tmp_path, "test_hang.py", HANGING_TESTS, "--stall", "3", "--timeout", "0")
     status = {k.split("::")[-1]: (v["status"], v["reason"]) for k, v in outcomes.items()}
     assert status["test_first"] == ("passed", "")
     assert status["test_hangs"][0] == "failed" and status["test_hangs"][1].startswith("hung")
@@ -133,21 +138,10 @@ def test_a_run_started_inside_a_pytest_xdist_worker_is_a_pytest_run_of_its_own(t
     """Started from a test under pytest-xdist (the docs test runs the kit so), the run's
     pytest processes must not inherit the enclosing worker's variables: its controller
     would take itself for a worker (the kit then lost every recording)."""
-    checkout = tmp_path / "checkout"
-    (checkout / "test").mkdir(parents=True)
-    (checkout / "test" / "test_env.py").write_text(
-        "import os\n\ndef test_no_enclosing_worker():\n"
-        "    assert os.environ.get('PYTEST_XDIST_WORKER') != 'gw7'\n")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "8")
-    suite = test_suite.Suite(command="t", description="t", checkout="t",
-                             default_files=("test/test_env.py",), backends=("cpu", "pjrt_ref"),
-                             environment=lambda backend, options: dict(os.environ),
-                             check_version=lambda checkout: None)
-    report = tmp_path / "report.json"
-    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--workers", "0",
-                                   "--json", str(report)]) == 0
-    outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
+    outcomes = run_one_file(tmp_path, "test_env.py", "import os\n\ndef test_no_enclosing_worker():\n"
+                            "    assert os.environ.get('PYTEST_XDIST_WORKER') != 'gw7'\n", "--workers", "0")
     assert [v["status"] for v in outcomes.values()] == ["passed"], outcomes
 
 
