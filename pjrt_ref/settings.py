@@ -235,6 +235,11 @@ _declare("PJRT_REF_FAST_PATHS", FLAG, True,
 _declare("PJRT_REF_NUM_DEVICES", Integer(1, 1024), 1,
          "virtual devices of a client (the client create option `num_devices` wins; from JAX, "
          "so does `jax_num_cpu_devices`, as for JAX's cpu backend)")
+_declare("PJRT_REF_SPMD_PER_DEVICE", FLAG, True,
+         "run a partitioned program (jit over sharded arrays) as XLA does: each device runs the "
+         "per-device program (its tiles, with collectives where values change layout), which is also "
+         "what the executable's optimized program shows; off: the global program runs once and each "
+         "device gets its tiles of the results")
 _declare("PJRT_REF_COLLECTIVE_TIMEOUT", SECONDS, 120.0,
          "seconds a device or process waits for its peers at a collective before DEADLINE_EXCEEDED")
 _declare("PJRT_REF_RUNTIME", OneOf("isolated", "shared"), None,

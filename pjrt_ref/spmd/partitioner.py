@@ -82,7 +82,8 @@ import threading
 
 import numpy as np
 
-from ..errors import InvalidArgument, Unimplemented
+from .. import settings
+from ..errors import InvalidArgument, PjrtRefError, Unimplemented
 from .layout import (Layout, Mesh, gathered, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated,
                           sharding_texts_per_value)
@@ -94,6 +95,7 @@ from ..interpreter.attributes import convert_attribute
 from ..interpreter.location import describe_location
 from ..interpreter.partitioned_run import current_partitioned_run, run_with
 from .manual import PartitionedRun, run_on_grid
+from .per_device import NotLowered, lower_per_device
 
 __all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_program_text", "PartitionedRunner",
            "current_partitioned_run"]
@@ -248,9 +250,44 @@ class PartitionedRunner:
             layout.shard_shape(_shape(t), f"argument {i} of @{program.entry}")
         for i, (layout, t) in enumerate(zip(self.result_layouts, program.output_types)):
             layout.shard_shape(_shape(t), f"result {i} of @{program.entry}")
+        self.lowered = None             # the per-device program (per_device/), or None: the program runs whole
+        self.kept_whole_because = None
+        self.gathered_for: tuple[str, ...] = ()
+        if self.per_device_program is None and num_replicas == 1 and settings.get("PJRT_REF_SPMD_PER_DEVICE"):
+            self._lower_per_device([not _annotated(attrs) for attrs in res_attrs])
         if inspect_sharding.TARGET in program.text:     # jax.debug.inspect_array_sharding's callbacks
             inspect_sharding.report(module, self._sharding_proto_of,
                                     lambda op: f"'{op.name}' at {describe_location(op.location)}")
+
+    def _lower_per_device(self, open_results: list[bool]) -> None:
+        """Rewrite the program for one device (`per_device.lower_per_device`) and
+        load it; a program that keeps running whole says why in `kept_whole_because`."""
+        from ..interpreter import load
+        from ..interpreter.loader import make_context
+
+        try:
+            lowered = lower_per_device(
+                self.program.text, make_context(), entry=self.program.entry, devices=self.devices,
+                argument_layouts=self.argument_layouts, result_layouts=self.result_layouts,
+                annotated_layouts=self._annotated_layouts, constraint_layout=self._constraint_layout,
+                open_results=open_results)
+            self.lowered = load(lowered.text, self.program.entry)
+            self.result_layouts = lowered.result_layouts
+            self.gathered_for = lowered.gathered_for
+        except NotLowered as reason:
+            self.kept_whole_because = str(reason)
+        except PjrtRefError as error:       # the rewrite made a program the interpreter refuses
+            self.kept_whole_because = f"the per-device program was refused: {error}"
+        except Exception as error:          # a rewrite that failed must not fail the program
+            self.kept_whole_because = f"the rewrite failed: {type(error).__name__}: {error}"
+
+    def _annotated_layouts(self, op) -> list[Layout] | None:
+        """The layouts `op`'s own sharding annotation gives its results."""
+        texts = self.annotated_shardings(op)
+        if texts is None or len(texts) != len(op.results):
+            return None
+        return [parse_hlo_sharding(text, len(_shape_of(result)), self.devices)
+                for text, result in zip(texts, op.results)]
 
     def _sharding_proto_of(self, value) -> bytes:
         """The serialized xla.OpSharding of the layout propagation gives `value`."""
@@ -384,7 +421,9 @@ class PartitionedRunner:
         """
         if self._optimized_text is None:
             output = _output_sharding_text(self.output_sharding_texts())
-            if _converts_to_hlo(self.program.text):
+            if self.lowered is not None:
+                text = _with_module_shardings(self.lowered.text, output, self.argument_sharding_texts())
+            elif _converts_to_hlo(self.program.text):
                 text = _with_module_shardings(self.program.text, output,
                                               self.argument_sharding_texts())
             else:
@@ -417,6 +456,8 @@ class PartitionedRunner:
             raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
                                   f"got arguments for {len(shards)}")
         per_device_arguments = [shards[d] for d in self.devices]
+        if self.lowered is not None and placement is None:
+            return self.run_lowered(per_device_arguments)
         if self.per_device_program is None:
             global_arguments = self.assemble_arguments(per_device_arguments)
             run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
@@ -428,6 +469,18 @@ class PartitionedRunner:
         return [[layout.cut(np.asarray(result), device, f"result {i}")
                  for i, (layout, result) in enumerate(zip(self.result_layouts, per_device_results[device]))]
                 for device in devices]
+
+    def run_lowered(self, per_device_arguments: list) -> list[list[np.ndarray]]:
+        """The per-device program on every device, one thread each, on its own shards."""
+        program = self.lowered
+        run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
+        function = observer.current.function(program)
+
+        def job(device: int):
+            arguments = program.check_arguments(per_device_arguments[device])
+            return lambda: run_with(run, lambda: function.run(list(arguments)))
+        results = run_on_grid(None, self.num_replicas, self.num_partitions, [job(d) for d in self.devices])
+        return [[np.asarray(r) for r in results[d]] for d in self.devices]
 
     def shards_of_every_device(self, shards: dict, placement) -> dict:
         """{device: its argument shards} for every device, from this process's
