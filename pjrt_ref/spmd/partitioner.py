@@ -473,6 +473,7 @@ class PartitionedRunner:
     def run_lowered(self, per_device_arguments: list) -> list[list[np.ndarray]]:
         """The per-device program on every device, one thread each, on its own shards."""
         program = self.lowered
+        self.check_shards(per_device_arguments)
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
         function = observer.current.function(program)
 
@@ -481,6 +482,26 @@ class PartitionedRunner:
             return lambda: run_with(run, lambda: function.run(list(arguments)))
         results = run_on_grid(None, self.num_replicas, self.num_partitions, [job(d) for d in self.devices])
         return [[np.asarray(r) for r in results[d]] for d in self.devices]
+
+    def check_shards(self, per_device_arguments: list) -> None:
+        """Each device's argument shards must have the shard shapes and element types
+        the program takes; the error names the device."""
+        for device, shards in zip(self.devices, per_device_arguments):
+            if len(shards) != len(self.program.input_types):
+                raise InvalidArgument(f"@{self.program.entry} takes {len(self.program.input_types)} "
+                                      f"argument(s); device {device} passed {len(shards)}")
+            for i, (shard, shape, ttype) in enumerate(zip(shards, self.argument_shard_shapes(device),
+                                                         self.program.input_types)):
+                if not hasattr(ttype, "dtype"):
+                    continue
+                what = f"argument {i} of @{self.program.entry}"
+                shard = np.asarray(shard)
+                if shard.dtype != np.dtype(ttype.dtype):
+                    raise InvalidArgument(f"{what}: device {device}'s shard has element type "
+                                          f"{shard.dtype}, the program takes {np.dtype(ttype.dtype)}")
+                if tuple(shard.shape) != tuple(shape):
+                    raise InvalidArgument(f"{what}: device {device}'s shard has shape "
+                                          f"{list(shard.shape)}, the sharding needs {list(shape)}")
 
     def shards_of_every_device(self, shards: dict, placement) -> dict:
         """{device: its argument shards} for every device, from this process's

@@ -45,7 +45,7 @@ _KEPT_WHOLE = re.compile(
     r"stablehlo\.(?:all_gather|all_reduce|all_to_all|reduce_scatter|collective_permute|collective_broadcast|"
     r"partition_id|replica_id|send|recv|infeed|outfeed|after_all|optimization_barrier)\b|"
     r"has_side_effect\s*=\s*true|!stablehlo\.token|sdy\.named_computation|CustomSPMDPartitioning|"
-    r"called_computations|xla_python|xla_ffi_python|PyCapsule")
+    r"called_computations|xla_python|xla_ffi_python|PyCapsule|pjrt_ref\.manual_call")
 
 ELEMENTWISE = frozenset("stablehlo." + name for name in (
     "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "
@@ -73,9 +73,10 @@ def lower_per_device(text: str, context, *, entry: str, devices: list[int],
     """The per-device program of the annotated module `text` (see the module
     docstring); `NotLowered` when the program stays whole.
 
-    A result JAX left to the compiler (`open_results[i]`) keeps the layout
-    its value has in the per-device program, as XLA's propagation gives it
-    one; the others are moved to `result_layouts[i]`.
+    Results are moved to `result_layouts[i]`, except that a result JAX left
+    to the compiler (`open_results[i]`) for which the runner's propagation
+    found no split keeps the layout its value has in the per-device program
+    (a custom call's batch dimension, say), as XLA's propagation gives it one.
 
     `annotated_layouts(op)`: the layouts an op's own sharding annotation
     gives its results (None without one); `constraint_layout(op, value)`:
@@ -142,21 +143,25 @@ class _Lowering:
         _inline_calls(block, self.functions)
         returned = list(_terminator(block).operands)
         open_results = open_results + [False] * (len(returned) - len(open_results))
-        for value, layout, is_open in zip(returned, result_layouts, open_results):
-            if not is_open or is_split(layout):       # for an open result, a hint of a split
-                self._want(value, layout)
-        self._find_wanted(block)
         for argument, layout in zip(block.arguments, argument_layouts):
             if layout.partial_of is not None:
                 raise NotLowered("an unreduced argument")
             self.layouts[argument] = layout
-            argument.set_type(local_type(argument.type, layout))
+        for value, layout, is_open in zip(returned, result_layouts, open_results):
+            if not is_open or is_split(layout):       # for an open result, a hint of a split
+                self._want(value, layout)
+        self._want_groups(block)
+        self._find_wanted(block)
+        for argument in block.arguments:
+            argument.set_type(local_type(argument.type, self.layouts[argument]))
         self._lower_block(block)
         terminator = _terminator(block)
         result_layouts = list(result_layouts)
         for i, value in enumerate(terminator.operands):
-            if open_results[i] and value in self.layouts and self.layouts[value].partial_of is None:
-                result_layouts[i] = self.layouts[value]
+            natural = self.layouts.get(value)
+            if open_results[i] and not is_split(result_layouts[i]) and natural is not None \
+                    and natural.partial_of is None:
+                result_layouts[i] = natural
             terminator.operands[i] = self.reshard(terminator, value, result_layouts[i])
         self.entry.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
             [a.type for a in block.arguments], [v.type for v in terminator.operands]))
@@ -222,6 +227,29 @@ class _Lowering:
                     self._want(op.operands[i], self.wanted.get(result))
                     self._want(_terminator(body).operands[i], self.wanted.get(result))
                 self._find_wanted(body)
+
+    def _want_groups(self, block) -> None:
+        """The values of a sharding group (`sdy.sharding_group`, JAX's `shard_alike`) want
+        the layout the first of them has: an argument's, a constraint's, or a wanted one."""
+        members: dict = {}
+        for op in block.operations:
+            if op.operation.name == "sdy.sharding_group":
+                group = int(convert_attribute(op.attributes["group_id"]))
+                members.setdefault(group, []).append(op.operands[0])
+        for values in members.values():
+            known = (self._known_layout(v) for v in values)
+            source = next((layout for layout in known if layout is not None), None)
+            for value in values:
+                self._want(value, source)
+
+    def _known_layout(self, value) -> Layout | None:
+        if value in self.wanted or value in self.layouts:
+            return self.wanted.get(value) or self.layouts[value]
+        owner = getattr(value.owner, "operation", None)
+        if owner is not None and (owner.name in ("sdy.sharding_constraint", "sdy.reshard")
+                                  or _custom_call_target(owner) == "Sharding"):
+            return self._constraint(owner)
+        return None
 
     def _annotation(self, op) -> list[Layout] | None:
         if op.name.startswith("sdy.") or _custom_call_target(op) == "Sharding":
@@ -342,7 +370,8 @@ class _Lowering:
 
     def lower_reshape(self, op) -> None:
         """reshape keeps a split of the major dimension of each group of dimensions
-        it merges or splits, where the tile count divides the new major dimension."""
+        it merges or splits, where the tile count divides the new major dimension
+        (the group's other dimensions are gathered: a tile is then a contiguous block)."""
         operand, result = op.operands[0], op.results[0]
         layout = self.layouts.get(operand) or self.whole(operand)
         before, after = self.global_shape(operand), shape_of(result)
@@ -350,8 +379,7 @@ class _Lowering:
         kept = set()
         for dims_before, dims_after in _reshape_groups(before, after):
             major = dims_before[0] if dims_before else None
-            if major is not None and dims_after and after[dims_after[0]] % layout.tile_counts[major] == 0 \
-                    and all(layout.tile_counts[d] == 1 for d in dims_before[1:]):
+            if major is not None and dims_after and after[dims_after[0]] % layout.tile_counts[major] == 0:
                 sources[dims_after[0]] = (layout, major)
                 kept.add(major)
         needed = gathered([(layout, d) if d in kept else (None, 0) for d in range(len(before))], self.devices)
@@ -437,14 +465,24 @@ class _Lowering:
         """dot_general on tiles: batch and contracting dimensions must be split alike on
         both sides, free dimensions keep their splits; split contracting dimensions
         leave partial sums an all_reduce adds. Where the sides' splits do not fit, the
-        right side is gathered, then the left."""
+        contracting dimensions are gathered, then the right side's free dimensions,
+        then the left's, then whole sides."""
         numbers = _dot_numbers(op)
         lhs, rhs = op.operands[0], op.operands[1]
         left_now, right_now = self.layouts.get(lhs) or self.whole(lhs), self.layouts.get(rhs) or self.whole(rhs)
-        candidates = [(left_now, right_now), self._aligned(numbers, left_now, right_now),
-                      (left_now, self.whole(rhs)), (self.whole(lhs), right_now), (self.whole(lhs), self.whole(rhs))]
-        for left, right in candidates:
-            plan = left is not None and self._dot_plan(numbers, left, right, len(shape_of(lhs)), len(shape_of(rhs)))
+        lhs_free = tuple(d for d in range(len(shape_of(lhs))) if d not in numbers[0] + numbers[2])
+        rhs_free = tuple(d for d in range(len(shape_of(rhs))) if d not in numbers[1] + numbers[3])
+        bases = [(left_now, right_now),
+                 (without_dims(left_now, tuple(numbers[2])), without_dims(right_now, tuple(numbers[3]))),
+                 (left_now, without_dims(right_now, rhs_free)),
+                 (without_dims(left_now, lhs_free), right_now), (left_now, self.whole(rhs)),
+                 (self.whole(lhs), right_now), (self.whole(lhs), self.whole(rhs))]
+        for base in bases:
+            for left, right in (base, self._aligned(numbers, *base)):
+                plan = left is not None and self._dot_plan(numbers, left, right, len(shape_of(lhs)),
+                                                           len(shape_of(rhs)))
+                if plan:
+                    break
             if plan:
                 break
         result_layout, groups = plan
@@ -502,7 +540,7 @@ class _Lowering:
 
     def lower_along(self, op) -> bool:
         """Ops that work along some dimensions and leave the others alone (slice,
-        pad, concatenate, dynamic_slice, dynamic_update_slice, sort): the
+        pad, reverse, concatenate, dynamic_slice, dynamic_update_slice, sort): the
         dimensions they touch are gathered, the others keep the first operand's
         splits, and the op runs on tiles (sizes in its attributes made local)."""
         data = [i for i, v in enumerate(op.operands)
@@ -517,17 +555,6 @@ class _Lowering:
         for result in op.results:
             self.set_result(result, layout)
         _make_sizes_local(op, layout)
-        return True
-
-    def lower_reverse(self, op) -> bool:
-        """reverse: each device reverses its own tile, which is the mirrored tile of
-        the result (tile t of a split dimension becomes tile count-1-t); no device talks."""
-        layout = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
-        dims = _ints(op.attributes["dimensions"])
-        mirrored = Layout(layout.tile_counts, {
-            device: tuple(layout.tile_counts[d] - 1 - t if d in dims else t for d, t in enumerate(tile))
-            for device, tile in layout.tile_of.items()})
-        self.set_result(op.results[0], mirrored)
         return True
 
     def lower_gather(self, op) -> bool:
@@ -747,10 +774,9 @@ _RULES = {
     "stablehlo.dot_general": _Lowering.lower_dot_general,
     "stablehlo.while": _Lowering.lower_while,
     "stablehlo.gather": _Lowering.lower_gather,
-    "stablehlo.reverse": _Lowering.lower_reverse,
     "stablehlo.scatter": _Lowering.lower_scatter,
     **{"stablehlo." + name: _Lowering.lower_along for name in (
-        "slice", "pad", "concatenate", "dynamic_slice", "dynamic_update_slice", "sort")},
+        "slice", "pad", "reverse", "concatenate", "dynamic_slice", "dynamic_update_slice", "sort")},
 }
 
 
@@ -878,6 +904,8 @@ def _touched_dims(op, shape: tuple[int, ...], data_shapes: list) -> tuple[int, .
     if name == "stablehlo.pad":
         low, high, inner = (_ints(attrs[k]) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
         return tuple(d for d in range(rank) if (low[d], high[d], inner[d]) != (0, 0, 0))
+    if name == "stablehlo.reverse":
+        return _ints(attrs["dimensions"])
     if name in ("stablehlo.concatenate", "stablehlo.sort"):
         return (int(convert_attribute(attrs["dimension"])) % rank,)
     if name == "stablehlo.dynamic_slice":
