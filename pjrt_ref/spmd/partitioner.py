@@ -26,12 +26,15 @@ What this module does with it, correct by construction rather than fast:
 
 1. At load time, read the sharding of every entry argument and result (a
    `Layout`: which tile of the global array each device holds).
-2. At execute time, put each global argument back together from the devices'
-   shards, run the global program ONCE on the full arrays with the
-   interpreter (sharding constraints are identities on global values), and
-   cut each result into each device's shard. Nothing is communicated
-   because everything is computed everywhere: every device "gathers what it
-   needs" trivially.
+2. Rewrite the program for one device (`per_device/`: tiles, collectives
+   where layouts change) and run that on every device, each on its own
+   thread. A program the rewrite leaves whole (`kept_whole_because`), or
+   any with `PJRT_REF_SPMD_PER_DEVICE=0`, runs the other way: at execute
+   time, put each global argument back together from the devices' shards,
+   run the global program ONCE on the full arrays with the interpreter
+   (sharding constraints are identities on global values), and cut each
+   result into each device's shard. Nothing is communicated there because
+   everything is computed everywhere.
 3. A manual region (`sdy.manual_computation`, what `shard_map` produces)
    is the one place where the program itself is written per device: its
    operands are cut into each device's local shard (by the manual axes of

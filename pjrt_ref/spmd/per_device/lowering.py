@@ -44,7 +44,7 @@ _KEPT_WHOLE = re.compile(
     r"sdy\.manual_computation|SPMDFullToShardShape|SPMDShardToFullShape|unreduced|"
     r"stablehlo\.(?:all_gather|all_reduce|all_to_all|reduce_scatter|collective_permute|collective_broadcast|"
     r"partition_id|replica_id|send|recv|infeed|outfeed|after_all|optimization_barrier)\b|"
-    r"has_side_effect\s*=\s*true|!stablehlo\.token|sdy\.named_computation|CustomSPMDPartitioning|"
+    r"!stablehlo\.token|sdy\.named_computation|CustomSPMDPartitioning|"
     r"called_computations|xla_python|xla_ffi_python|PyCapsule|pjrt_ref\.manual_call")
 
 ELEMENTWISE = frozenset("stablehlo." + name for name in (
@@ -60,6 +60,8 @@ _SAME_VALUE_CALLS = frozenset(("LayoutConstraint", "annotate_device_placement", 
 # counted once per device (idempotent ops: any init).
 _COMBINERS = {"stablehlo.add": 0, "stablehlo.xor": 0, "stablehlo.or": None, "stablehlo.and": None,
               "stablehlo.maximum": None, "stablehlo.minimum": None, "stablehlo.multiply": 1}
+# GSPMD's spelling of a sharding group: `@Sharding` with "{shard_as N}" or "{shard_like N}".
+_GSPMD_GROUP = re.compile(r"\bshard_(?:as|like) (\d+)")
 # Rewrites of a program with loops: a loop-carried value takes the layout its body
 # made in the pass before, until the layouts settle.
 _LOOP_PASSES = 4
@@ -178,6 +180,9 @@ class _Lowering:
     def _lower_op(self, op) -> None:
         name = op.name
         target = _custom_call_target(op)
+        if target is not None and target != "Sharding" and "has_side_effect" in op.attributes \
+                and str(op.attributes["has_side_effect"]) == "true":
+            raise NotLowered(f"the program has a custom call with side effects (@{target})")
         if name in ("sdy.sharding_constraint", "sdy.reshard") or (target == "Sharding"):
             return self.lower_constraint(op)
         if name in ("sdy.sharding_group", "sdy.propagation_barrier"):
@@ -233,9 +238,14 @@ class _Lowering:
         the layout the first of them has: an argument's, a constraint's, or a wanted one."""
         members: dict = {}
         for op in block.operations:
-            if op.operation.name == "sdy.sharding_group":
+            op = op.operation
+            if op.name == "sdy.sharding_group":
                 group = int(convert_attribute(op.attributes["group_id"]))
                 members.setdefault(group, []).append(op.operands[0])
+            elif _custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
+                match = _GSPMD_GROUP.search(str(op.attributes["mhlo.sharding"]))
+                if match:
+                    members.setdefault(("gspmd", int(match.group(1))), []).append(op.results[0])
         for values in members.values():
             known = (self._known_layout(v) for v in values)
             source = next((layout for layout in known if layout is not None), None)
