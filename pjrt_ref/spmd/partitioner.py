@@ -256,7 +256,9 @@ class PartitionedRunner:
         self.lowered = None             # the per-device program (per_device/), or None: the program runs whole
         self.kept_whole_because = None
         self.gathered_for: tuple[str, ...] = ()
-        if self.per_device_program is None and num_replicas == 1 and settings.get("PJRT_REF_SPMD_PER_DEVICE"):
+        unreduced_only = "unreduced" in program.text and "SPMDFullToShardShape" not in program.text
+        if (self.per_device_program is None or unreduced_only) and num_replicas == 1 \
+                and settings.get("PJRT_REF_SPMD_PER_DEVICE"):
             self._lower_per_device([not _annotated(attrs) for attrs in res_attrs])
         if inspect_sharding.TARGET in program.text:     # jax.debug.inspect_array_sharding's callbacks
             inspect_sharding.report(module, self._sharding_proto_of,

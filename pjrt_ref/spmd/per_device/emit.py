@@ -78,6 +78,20 @@ class Emitter:
             ir.Operation.create("stablehlo.return", operands=[combined.result])
         return op.result
 
+    def all_reduce_many(self, operands: list, like):
+        """One `all_reduce` of several operands, with the groups and computation of `like`."""
+        op = ir.Operation.create(
+            "stablehlo.all_reduce", results=[v.type for v in operands], operands=operands, regions=1,
+            attributes={"replica_groups": like.attributes["replica_groups"], "channel_handle": self._channel(),
+                        "use_global_device_ids": ir.UnitAttr.get()})
+        combiner = like.regions[0].blocks[0].operations[0].operation.name
+        scalar = tensor_type((), element_type(operands[0]))
+        block = op.regions[0].blocks.append(scalar, scalar)
+        with ir.InsertionPoint(block):
+            combined = ir.Operation.create(combiner, results=[scalar], operands=list(block.arguments))
+            ir.Operation.create("stablehlo.return", operands=[combined.result])
+        return op
+
     def constant(self, text: str):
         """A `stablehlo.constant` of the attribute `text` (e.g. `dense<0> : tensor<i32>`)."""
         attribute = ir.Attribute.parse(text)
@@ -129,6 +143,16 @@ class Emitter:
             attributes={"slice_sizes": ir.Attribute.parse(
                 "array<i64" + ("" if not sizes else ": " + ", ".join(map(str, sizes))) + ">")}).result
 
+    def kept_where(self, value, kept: list[bool]):
+        """`value` on the partitions `kept` says (in partition order), zeros on the
+        others (a whole value made unreduced: the partial sums still add up to it)."""
+        table = ", ".join("true" if k else "false" for k in kept)
+        column = self.constant(f"dense<[{table}]> : tensor<{len(kept)}xi1>")
+        keep = self._scalar_at(column, self._partition_index())
+        zero = ir.Operation.create("stablehlo.constant", results=[value.type], attributes={
+            "value": ir.DenseElementsAttr.get_splat(value.type, _zero_of(element_type(value)))}).result
+        return ir.Operation.create("stablehlo.select", results=[value.type], operands=[keep, value, zero]).result
+
     def add_offset(self, value, offset):
         """`value + offset` with the scalar i32 `offset` converted and broadcast to `value`'s type."""
         scalar = tensor_type((), element_type(value))
@@ -136,3 +160,12 @@ class Emitter:
         spread = ir.Operation.create("stablehlo.broadcast_in_dim", results=[value.type], operands=[converted],
                                      attributes={"broadcast_dimensions": ir.Attribute.parse("array<i64>")}).result
         return ir.Operation.create("stablehlo.add", results=[value.type], operands=[value, spread]).result
+
+
+def _zero_of(element) -> ir.Attribute:
+    text = str(element)
+    if text.startswith("complex"):
+        raise NotLowered("an unreduced complex value")
+    if text.startswith(("i", "ui")):
+        return ir.IntegerAttr.get(element, 0)
+    return ir.FloatAttr.get(element, 0.0)

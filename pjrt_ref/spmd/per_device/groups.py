@@ -49,6 +49,18 @@ def groups_over(layout: Layout, dims: tuple[int, ...], devices: list[int]) -> li
     return sorted(groups)
 
 
+def partial_groups(layout: Layout, devices: list[int]) -> list[list[int]]:
+    """Groups of devices holding the same tile and together every partial sum of
+    an unreduced value once: the replica groups of the all_reduce that adds them."""
+    partial = layout.partial_of
+    axes = len(next(iter(partial.values())))
+    counts = tuple(1 + max(partial[d][k] for d in devices) for k in range(axes))
+    extended = Layout(layout.tile_counts + counts,
+                      {d: layout.tile_of[d] + tuple(partial[d]) for d in devices})
+    rank = len(layout.tile_counts)
+    return groups_over(extended, tuple(range(rank, rank + axes)), devices)
+
+
 def without_dims(layout: Layout, dims: tuple[int, ...]) -> Layout:
     """`layout` after its `dims` are gathered: whole along them."""
     counts = tuple(1 if d in dims else c for d, c in enumerate(layout.tile_counts))

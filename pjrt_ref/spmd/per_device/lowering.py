@@ -37,11 +37,11 @@ from jaxlib.mlir import ir
 from ...interpreter.attributes import convert_attribute
 from ..layout import Layout, gathered, replicated
 from .emit import Emitter, NotLowered, element_type, local_type, shape_of, shard_shape
-from .groups import NoGroups, groups_over, is_split, kept_dims, same_split, without_dims
+from .groups import NoGroups, groups_over, is_split, kept_dims, partial_groups, same_split, without_dims
 
 # What a program carries that keeps it whole (see the module docstring).
 _KEPT_WHOLE = re.compile(
-    r"sdy\.manual_computation|SPMDFullToShardShape|SPMDShardToFullShape|unreduced|"
+    r"sdy\.manual_computation|SPMDFullToShardShape|SPMDShardToFullShape|"
     r"stablehlo\.(?:all_gather|all_reduce|all_to_all|reduce_scatter|collective_permute|collective_broadcast|"
     r"partition_id|replica_id|send|recv|infeed|outfeed|after_all|optimization_barrier)\b|"
     r"!stablehlo\.token|sdy\.named_computation|CustomSPMDPartitioning|"
@@ -146,8 +146,6 @@ class _Lowering:
         returned = list(_terminator(block).operands)
         open_results = open_results + [False] * (len(returned) - len(open_results))
         for argument, layout in zip(block.arguments, argument_layouts):
-            if layout.partial_of is not None:
-                raise NotLowered("an unreduced argument")
             self.layouts[argument] = layout
         for value, layout, is_open in zip(returned, result_layouts, open_results):
             if not is_open or is_split(layout):       # for an open result, a hint of a split
@@ -167,6 +165,8 @@ class _Lowering:
             terminator.operands[i] = self.reshard(terminator, value, result_layouts[i])
         self.entry.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
             [a.type for a in block.arguments], [v.type for v in terminator.operands]))
+        for inner in [block] + [b for op in _nested_ops_of_block(block) for r in op.regions for b in r.blocks]:
+            _combine_all_reduces(inner, self.channels)
         self._strip_annotations()
         return result_layouts
 
@@ -278,10 +278,10 @@ class _Lowering:
             self.layouts[value] = current
         if not _is_tensor(value) or current == layout:
             return value
-        wrong = tuple(d for d in range(len(layout.tile_counts)) if not same_split(current, d, layout, d))
-        if not wrong:
-            return value
         emit = Emitter(self.channels)
+        if current.partial_of is not None and current.partial_of != layout.partial_of:
+            value, current = self._summed(before, value, current, emit)
+        wrong = tuple(d for d in range(len(layout.tile_counts)) if not same_split(current, d, layout, d))
         with ir.InsertionPoint(before):
             for d in wrong:
                 if current.tile_counts[d] > 1:
@@ -299,8 +299,19 @@ class _Lowering:
                                {device: tuple(t if d in cut else 0 for d, t in enumerate(tile))
                                 for device, tile in layout.tile_of.items()})
                 value = emit.local_tile(value, tiles)
+            if layout.partial_of is not None and current.partial_of is None:
+                value = emit.kept_where(value, [not any(layout.partial_of[d]) for d in self.devices])
         self.layouts[value] = layout
         return value
+
+    def _summed(self, before, value, current: Layout, emit: Emitter) -> tuple:
+        """An unreduced value's partial sums added up (`all_reduce` over the devices
+        that hold the same tile and different partial sums): (value, its layout)."""
+        with ir.InsertionPoint(before):
+            value = emit.all_reduce(value, partial_groups(current, self.devices), "stablehlo.add")
+        whole_sum = Layout(current.tile_counts, current.tile_of)
+        self.layouts[value] = whole_sum
+        return value, whole_sum
 
     def reshard_operand(self, op, index: int, layout: Layout) -> None:
         op.operands[index] = self.reshard(op, op.operands[index], layout)
@@ -319,9 +330,13 @@ class _Lowering:
         result.set_type(local_type(result.type, layout))
         self.layouts[result] = layout
 
-    def target(self, result, natural: Layout) -> Layout:
-        """The layout an op that can make any layout gives `result`: wanted, else `natural`."""
+    def target(self, result, natural: Layout, partial: bool = False) -> Layout:
+        """The layout an op that can make any layout gives `result`: wanted, else
+        `natural`; a wanted unreduced layout only where the op can make partial sums
+        (`partial`), its tiles otherwise."""
         wish = self.wanted.get(result)
+        if wish is not None and wish.partial_of is not None and not partial:
+            wish = Layout(wish.tile_counts, wish.tile_of)
         if wish is not None:
             try:
                 shard_shape(shape_of(result), wish)
@@ -347,13 +362,38 @@ class _Lowering:
         result = op.results[0]
         shape = shape_of(result)
         same = [i for i, v in enumerate(op.operands) if _is_tensor(v) and self.global_shape(v) == shape]
-        natural = max((self.layouts.get(op.operands[i], self.whole(result)) for i in same),
+        layouts = {i: self.layouts.get(op.operands[i], self.whole(result)) for i in same}
+        partial = [i for i in same if layouts[i].partial_of is not None]
+        if partial and self._keeps_partial_sums(op, same, partial, layouts):
+            layout = layouts[partial[0]]
+            tiles = Layout(layout.tile_counts, layout.tile_of)
+            for i, operand in enumerate(op.operands):     # a scaling factor is whole: its tiles
+                wanted = layout if op.name != "stablehlo.multiply" or i in partial else tiles
+                self.reshard_operand(op, i, wanted if i in same else self.whole(operand))
+            for r in op.results:
+                self.set_result(r, layout)
+            return
+        natural = max((Layout(l.tile_counts, l.tile_of) for l in layouts.values()),
                       key=_tile_count, default=self.whole(result))
         layout = self.target(result, natural)
         for i, operand in enumerate(op.operands):
             self.reshard_operand(op, i, layout if i in same else self.whole(operand))
         for r in op.results:
             self.set_result(r, layout)
+
+    @staticmethod
+    def _keeps_partial_sums(op, same: list[int], partial: list[int], layouts: dict) -> bool:
+        """Whether an element-wise op of unreduced operands is itself a sum of the devices'
+        partial results: a sum or difference (the others' whole values counted on one
+        device only), a negation or conversion, a product with one unreduced factor."""
+        if op.name in ("stablehlo.add", "stablehlo.subtract"):
+            return len({(tuple(sorted(layouts[i].partial_of.items()))) for i in partial}) == 1 \
+                and all(layouts[i] == layouts[partial[0]] for i in partial)
+        if op.name in ("stablehlo.negate", "stablehlo.convert") or _custom_call_target(op) in _SAME_VALUE_CALLS:
+            return len(op.operands) == 1 and _is_float(element_type(op.results[0]))
+        if op.name == "stablehlo.multiply":
+            return len(partial) == 1 and len(same) == 2
+        return False
 
     def lower_broadcast(self, op) -> None:
         """broadcast_in_dim: the operand's splits go to the dimensions they map to;
@@ -373,7 +413,7 @@ class _Lowering:
         permutation = _ints(op.attributes["permutation"])
         result = op.results[0]
         natural = (self.layouts.get(op.operands[0]) or self.whole(op.operands[0])).transposed(permutation)
-        layout = self.target(result, natural)
+        layout = self.target(result, natural, partial=natural.partial_of is not None)
         inverse = tuple(permutation.index(d) for d in range(len(permutation)))
         self.reshard_operand(op, 0, layout.transposed(inverse))
         self.set_result(result, layout)
@@ -461,6 +501,9 @@ class _Lowering:
             groups = groups_over(layout, split_reduced, self.devices)
         except NoGroups as error:
             raise NotLowered(str(error)) from None
+        if combiner == "stablehlo.add" and self._left_unreduced(op.results[0], result_layout, groups):
+            self.set_result(op.results[0], self.wanted[op.results[0]])
+            return True
         emit = Emitter(self.channels)
         with ir.InsertionPoint(op):
             local = op.clone()
@@ -470,6 +513,18 @@ class _Lowering:
         op.results[0].replace_all_uses_with(summed)
         op.erase()
         return True
+
+    def _left_unreduced(self, result, tiles: Layout, groups: list[list[int]]) -> bool:
+        """Whether `result`, whose devices hold partial sums over `groups`, is wanted
+        unreduced over just those devices (JAX's `out_sharding=P(unreduced=...)`): then
+        no all_reduce is made, as XLA makes none."""
+        wish = self.wanted.get(result)
+        if wish is None or wish.partial_of is None or Layout(wish.tile_counts, wish.tile_of) != tiles:
+            return False
+        try:
+            return sorted(partial_groups(wish, self.devices)) == sorted(groups)
+        except NoGroups:
+            return False
 
     def lower_dot_general(self, op) -> bool:
         """dot_general on tiles: batch and contracting dimensions must be split alike on
@@ -500,6 +555,9 @@ class _Lowering:
         self.reshard_operand(op, 1, right)
         if groups is None:
             self.set_result(op.results[0], result_layout)
+            return True
+        if self._left_unreduced(op.results[0], result_layout, groups):
+            self.set_result(op.results[0], self.wanted[op.results[0]])
             return True
         emit = Emitter(self.channels)
         with ir.InsertionPoint(op):
@@ -826,6 +884,41 @@ def _inline_one(call, functions: dict) -> None:
     call.erase()
 
 
+def _combine_all_reduces(block, channels: list[int]) -> None:
+    """Adjacent all_reduces over the same groups with the same computation and element
+    type become one all_reduce of several operands, as XLA's all-reduce combiner makes
+    them (a gradient tree's partial sums are added in one exchange)."""
+    run: list = []
+    for op in list(block.operations) + [None]:
+        op = getattr(op, "operation", op)
+        if op is not None and op.name == "stablehlo.all_reduce" and run and _combinable(run[-1], op):
+            run.append(op)
+            continue
+        if len(run) > 1:
+            _merge(run, channels)
+        run = [op] if op is not None and op.name == "stablehlo.all_reduce" else []
+
+
+def _combinable(first, second) -> bool:
+    def computation(op):
+        return [o.operation.name for o in op.regions[0].blocks[0].operations]
+    return (str(first.attributes["replica_groups"]) == str(second.attributes["replica_groups"])
+            and computation(first) == computation(second)
+            and element_type(first.operands[0]) == element_type(second.operands[0])
+            and all(operand.owner != first for operand in second.operands))
+
+
+def _merge(run: list, channels: list[int]) -> None:
+    first = run[0]
+    operands = [v for op in run for v in op.operands]
+    with ir.InsertionPoint(first), first.location:
+        merged = Emitter(channels).all_reduce_many(operands, first)
+    for result, new in zip([r for op in run for r in op.results], merged.results):
+        result.replace_all_uses_with(new)
+    for op in run:
+        op.erase()
+
+
 def _nested_ops(op) -> list:
     found = []
     for region in op.regions:
@@ -941,6 +1034,12 @@ def _make_sizes_local(op, layout: Layout) -> None:
 
 def _i64_array(values) -> ir.Attribute:
     return ir.Attribute.parse("array<i64" + ("" if not values else ": " + ", ".join(map(str, values))) + ">")
+
+
+def _is_float(element) -> bool:
+    """Floating-point or complex (types print as f32, bf16, f8E4M3FN, complex<f32>, ...)."""
+    text = str(element)
+    return text.startswith(("f", "bf", "complex"))
 
 
 def _evenly(shape: tuple[int, ...], layout: Layout) -> bool:
