@@ -153,6 +153,15 @@ class Emitter:
             "value": ir.DenseElementsAttr.get_splat(value.type, _zero_of(element_type(value)))}).result
         return ir.Operation.create("stablehlo.select", results=[value.type], operands=[keep, value, zero]).result
 
+    def placed_in_zeros(self, value, tiles: Layout, shape: tuple[int, ...]):
+        """An array of `shape`, zeros but for `value` at this device's tile (by `tiles`)."""
+        zeros_type = tensor_type(shape, element_type(value))
+        zeros = ir.Operation.create("stablehlo.constant", results=[zeros_type], attributes={
+            "value": ir.DenseElementsAttr.get_splat(zeros_type, _zero_of(element_type(value)))}).result
+        offsets = self.tile_offsets(tiles, shape)
+        return ir.Operation.create("stablehlo.dynamic_update_slice", results=[zeros_type],
+                                   operands=[zeros, value, *offsets]).result
+
     def add_offset(self, value, offset):
         """`value + offset` with the scalar i32 `offset` converted and broadcast to `value`'s type."""
         scalar = tensor_type((), element_type(value))

@@ -282,6 +282,10 @@ class _Lowering:
         if current.partial_of is not None and current.partial_of != layout.partial_of:
             value, current = self._summed(before, value, current, emit)
         wrong = tuple(d for d in range(len(layout.tile_counts)) if not same_split(current, d, layout, d))
+        if layout.partial_of is not None and current.partial_of is None and wrong:
+            spread = self._spread(before, value, current, layout, wrong, emit)
+            if spread is not None:
+                return spread
         with ir.InsertionPoint(before):
             for d in wrong:
                 if current.tile_counts[d] > 1:
@@ -301,6 +305,27 @@ class _Lowering:
                 value = emit.local_tile(value, tiles)
             if layout.partial_of is not None and current.partial_of is None:
                 value = emit.kept_where(value, [not any(layout.partial_of[d]) for d in self.devices])
+        self.layouts[value] = layout
+        return value
+
+    def _spread(self, before, value, current: Layout, layout: Layout, wrong: tuple, emit: Emitter):
+        """A split value made unreduced over the devices it is split over, without
+        talking: each device puts its tile in zeros (its partial sum), as XLA does;
+        None where the devices that split it are not those that hold the partial sums."""
+        if any(layout.tile_counts[d] != 1 or current.tile_counts[d] == 1 for d in wrong):
+            return None
+        try:
+            if sorted(groups_over(current, wrong, self.devices)) != sorted(partial_groups(layout, self.devices)):
+                return None
+        except NoGroups:
+            return None
+        tiles = Layout(tuple(current.tile_counts[d] if d in wrong else 1 for d in range(len(layout.tile_counts))),
+                       {device: tuple(t if d in wrong else 0 for d, t in enumerate(tile))
+                        for device, tile in current.tile_of.items()})
+        whole = tuple(size * (current.tile_counts[d] if d in wrong else 1)
+                      for d, size in enumerate(shape_of(value)))
+        with ir.InsertionPoint(before):
+            value = emit.placed_in_zeros(value, tiles, whole)
         self.layouts[value] = layout
         return value
 
@@ -692,8 +717,52 @@ class _Lowering:
         for d, u in zip(window_sources, numbers.update_window_dims):
             if update_shape[u] == input_shape[d]:          # taken whole: the window passes the split on
                 mapping.append((d, None, u))
-        return self._lower_scatter_batched(op, list(range(count)), count, list(range(count + 1, 2 * count + 1)),
-                                           mapping)
+        if self._lower_scatter_batched(op, list(range(count)), count, list(range(count + 1, 2 * count + 1)),
+                                       mapping):
+            return True
+        return count == 1 and self._lower_scatter_add(op, batch_dims, update_scatter)
+
+    def _lower_scatter_add(self, op, batch_dims: list[int], update_scatter: list[int]) -> bool:
+        """A scatter-add whose updates (and indices) are split along their scatter
+        dimensions: each device adds its own updates into the input, which is counted
+        on one device only, so the result is unreduced over those devices (a
+        segment_sum or bincount of a split array); a later layout that is not adds
+        the partial sums."""
+        if _single_combiner(op) != "stablehlo.add":
+            return False
+        indices, updates = op.operands[1], op.operands[2]
+        index_layout = self.layouts.get(indices) or self.whole(indices)
+        update_layout = self.layouts.get(updates) or self.whole(updates)
+        if any(update_layout.tile_counts[d] > 1 for d in range(len(update_layout.tile_counts))
+               if d not in update_scatter):
+            return False
+        # Each scatter dimension's split: the updates', else the indices' (updates cut to match).
+        split = [(i, u, (update_layout, u) if update_layout.tile_counts[u] > 1 else (index_layout, i))
+                 for i, u in zip(batch_dims, update_scatter)
+                 if update_layout.tile_counts[u] > 1 or index_layout.tile_counts[i] > 1]
+        if not split:
+            return False
+        index_wanted = gathered([next((source for i, _, source in split if i == d), (None, 0))
+                                 for d in range(len(index_layout.tile_counts))], self.devices)
+        update_wanted = gathered([next((source for _, u, source in split if u == d), (None, 0))
+                                  for d in range(len(update_layout.tile_counts))], self.devices)
+        if index_wanted is None or update_wanted is None:
+            return False
+        rank = len(shape_of(op.results[0]))
+        partial = Layout((1,) * rank, {d: (0,) * rank for d in self.devices},
+                         {d: tuple(layout.tile_of[d][k] for _, _, (layout, k) in split) for d in self.devices})
+        wish = self.wanted.get(op.results[0])
+        if wish is not None and wish.partial_of is not None and not is_split(wish):
+            try:
+                if sorted(partial_groups(wish, self.devices)) == sorted(partial_groups(partial, self.devices)):
+                    partial = wish
+            except NoGroups:
+                pass
+        self.reshard_operand(op, 0, partial)
+        self.reshard_operand(op, 1, index_wanted)
+        self.reshard_operand(op, 2, update_wanted)
+        self.set_result(op.results[0], partial)
+        return True
 
     def _lower_scatter_batched(self, op, inputs: list[int], indices: int, updates: list[int],
                                mapping: list) -> bool:
