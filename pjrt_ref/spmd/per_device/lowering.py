@@ -430,8 +430,9 @@ class _Lowering:
         natural = gathered([(operand_layout, dims.index(j)) if j in dims and
                             operand_shape[dims.index(j)] == shape_of(result)[j] else (None, 0)
                             for j in range(len(shape_of(result)))], self.devices) or self.whole(result)
-        layout = self.target(result, natural)
-        self.reshard_operand(op, 0, _projected(layout, op, operand_shape))
+        partial = operand_layout.partial_of           # partial sums stay partial sums, repeated
+        layout = _carrying(self.target(result, natural), partial)
+        self.reshard_operand(op, 0, _carrying(_projected(layout, op, operand_shape), partial))
         self.set_result(result, layout)
 
     def lower_transpose(self, op) -> None:
@@ -461,8 +462,8 @@ class _Lowering:
         result_layout = gathered(sources, self.devices)
         if needed is None or result_layout is None:
             needed, result_layout = self.whole(operand), self.whole(result)
-        self.reshard_operand(op, 0, needed)
-        self.set_result(result, result_layout)
+        self.reshard_operand(op, 0, _carrying(needed, layout.partial_of))
+        self.set_result(result, _carrying(result_layout, layout.partial_of))
 
     def lower_iota(self, op) -> None:
         """iota: each device counts from where its tile starts along the iota dimension."""
@@ -642,9 +643,12 @@ class _Lowering:
             return False
         touched = _touched_dims(op, self.global_shape(op.operands[0]),
                                 [self.global_shape(op.operands[i]) for i in data])
-        layout = without_dims(self.layouts.get(op.operands[0]) or self.whole(op.operands[0]), touched)
-        for i, operand in enumerate(op.operands):
-            self.reshard_operand(op, i, layout if i in data else self.whole(operand))
+        first = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
+        partial = first.partial_of if op.name != "stablehlo.sort" else None    # all but sort are linear
+        layout = _carrying(without_dims(first, touched), partial)
+        for i, operand in enumerate(op.operands):      # a pad value is added in: a partial sum too
+            scalar = _carrying(self.whole(operand), partial if op.name == "stablehlo.pad" else None)
+            self.reshard_operand(op, i, layout if i in data else scalar)
         for result in op.results:
             self.set_result(result, layout)
         _make_sizes_local(op, layout)
@@ -1029,6 +1033,11 @@ def _custom_call_target(op) -> str | None:
     if op.name != "stablehlo.custom_call":
         return None
     return str(ir.StringAttr(op.attributes["call_target_name"]).value)
+
+
+def _carrying(layout: Layout, partial_of: dict | None) -> Layout:
+    """`layout`'s tiles holding partial sums over `partial_of` (None: whole values)."""
+    return Layout(layout.tile_counts, layout.tile_of, partial_of)
 
 
 def _projected(layout: Layout, broadcast, operand_shape: tuple[int, ...]) -> Layout:
