@@ -220,3 +220,41 @@ def run(devices):
     ours, cpu = results["pjrt_ref"], results["cpu"]
     assert [ours[k] for k in ("sum", "product", "drawn")] == [cpu[k] for k in ("sum", "product", "drawn")]
     assert ours["sum_all_reduce"] and ours["product_all_gather"] and not ours["draw_global_shape"], ours
+
+
+@pytest.mark.slow
+def test_unreduced_gradients_accumulate_in_a_loop_and_are_added_once():
+    """JAX's minibatch pattern (pjit_test's test_minibatch_scan_unreduced): the weight
+    gradients stay partial sums across the scan, one all-reduce adds them after it;
+    the values are the cpu backend's."""
+    results = run_on_cpu_and_pjrt_ref("""
+from jax.sharding import AxisType, reshard
+
+def run(devices):
+    def model(ws, xs):
+        for w in ws:
+            xs = jnp.dot(xs, w)
+        return jnp.sum(xs)
+
+    @jax.jit
+    def step(ws, xs):
+        def body(acc, x):
+            grad = jax.grad(model)(ws, x)
+            return jax.tree.map(jnp.add, acc, grad), None
+        acc = reshard(jax.tree.map(jnp.zeros_like, ws), P(unreduced={"x"}))
+        acc, _ = jax.lax.scan(body, acc, xs)
+        acc = reshard(acc, P())
+        return jax.tree.map(lambda w, g: w - g * 0.01, reshard(ws, P()), acc)
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Explicit,), devices=devices[:2])
+    rng = np.random.RandomState(0)
+    with jax.set_mesh(mesh):
+        ws = tuple(jax.device_put(rng.rand(4, 4).astype(np.float32), P(reduced={"x"})) for _ in range(3))
+        xs = jax.device_put(rng.rand(2, 2, 4).astype(np.float32), P(None, "x", None))
+        out = step(ws, xs)
+        text = step.lower(ws, xs).compile().as_text()
+    return {"values": [np.asarray(o).round(5).tolist() for o in out], "all_reduces": text.count("all-reduce(")}
+""", prelude=PRELUDE, timeout=300)
+    ours, cpu = results["pjrt_ref"], results["cpu"]
+    np.testing.assert_allclose(np.array(ours["values"]), np.array(cpu["values"]), rtol=1e-5, atol=1e-5)
+    assert ours["all_reduces"] == 1
