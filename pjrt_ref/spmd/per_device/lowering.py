@@ -196,6 +196,8 @@ class _Lowering:
             return None
         if target is not None and "sdy.sharding_rule" in op.attributes and self.lower_custom_call(op):
             return None
+        if target is not None and self.lower_batch_partitionable(op):
+            return None
         return self.lower_whole(op)
 
     # -- wanted layouts ------------------------------------------------------
@@ -859,6 +861,32 @@ class _Lowering:
             self.reshard_operand(op, i, wanted)
         for result, factors in zip(op.results, result_factors):
             self.set_result(result, gathered([split_of.get(f, (None, 0)) for f in factors], self.devices))
+        return True
+
+    def lower_batch_partitionable(self, op) -> bool:
+        """A custom call JAX marks batch-partitionable (`num_batch_dims` in its frontend
+        attributes, `jax.ffi.register_ffi_target_as_batch_partitionable`): its leading
+        batch dimensions keep the first operand's split on every operand and result."""
+        if "mhlo.frontend_attributes" not in op.attributes:
+            return False
+        match = re.search(r'num_batch_dims\s*=\s*"(\d+)"', str(op.attributes["mhlo.frontend_attributes"]))
+        values = list(op.operands) + list(op.results)
+        if match is None or not op.operands or not all(_is_tensor(v) for v in values):
+            return False
+        batch = int(match.group(1))
+        if batch == 0 or any(len(shape_of(v)) < batch for v in values):
+            return False
+        first = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
+
+        def layout_of(value) -> Layout | None:
+            return gathered([(first, d) if d < batch else (None, 0) for d in range(len(shape_of(value)))],
+                            self.devices)
+        if any(layout_of(v) is None for v in values) or not is_split(layout_of(op.operands[0])):
+            return False
+        for i, operand in enumerate(op.operands):
+            self.reshard_operand(op, i, layout_of(operand))
+        for result in op.results:
+            self.set_result(result, layout_of(result))
         return True
 
     def lower_whole(self, op) -> None:
