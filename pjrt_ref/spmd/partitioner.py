@@ -455,14 +455,15 @@ class PartitionedRunner:
             raise InvalidArgument(f"the partitioned program runs on {len(devices)} devices here, "
                                   f"got arguments for {len(per_device_arguments)}")
         shards = dict(zip(devices, per_device_arguments))
+        if self.lowered is not None:
+            results = self.run_lowered(shards, placement)
+            return [results[d] for d in devices]
         if placement is not None:
             shards = self.shards_of_every_device(shards, placement)
         if sorted(shards) != self.devices:
             raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
                                   f"got arguments for {len(shards)}")
         per_device_arguments = [shards[d] for d in self.devices]
-        if self.lowered is not None and placement is None:
-            return self.run_lowered(per_device_arguments)
         if self.per_device_program is None:
             global_arguments = self.assemble_arguments(per_device_arguments)
             run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions,
@@ -475,23 +476,31 @@ class PartitionedRunner:
                  for i, (layout, result) in enumerate(zip(self.result_layouts, per_device_results[device]))]
                 for device in devices]
 
-    def run_lowered(self, per_device_arguments: list) -> list[list[np.ndarray]]:
-        """The per-device program on every device, one thread each, on its own shards."""
+    def run_lowered(self, shards: dict, placement=None) -> dict:
+        """The per-device program on each device given ({device: its argument shards}),
+        one thread each; with a `placement` these are this process's devices, and the
+        program's collectives meet the other processes' devices through its transport."""
         program = self.lowered
-        self.check_shards(per_device_arguments)
+        if placement is None and sorted(shards) != self.devices:
+            raise InvalidArgument(f"the partitioned program runs on {len(self.devices)} devices, "
+                                  f"got arguments for {len(shards)}")
+        self.check_shards(shards)
         run = PartitionedRun(self.meshes, self.num_replicas, self.num_partitions, per_device=True)
         function = observer.current.function(program)
 
         def job(device: int):
-            arguments = program.check_arguments(per_device_arguments[device])
+            if device not in shards:            # another process's device
+                return None
+            arguments = program.check_arguments(shards[device])
             return lambda: run_with(run, lambda: function.run(list(arguments)))
-        results = run_on_grid(None, self.num_replicas, self.num_partitions, [job(d) for d in self.devices])
-        return [[np.asarray(r) for r in results[d]] for d in self.devices]
+        results = run_on_grid(None, self.num_replicas, self.num_partitions, [job(d) for d in self.devices],
+                              None if placement is None else placement.child("per-device program"))
+        return {d: [np.asarray(r) for r in results[d]] for d in shards}
 
-    def check_shards(self, per_device_arguments: list) -> None:
+    def check_shards(self, per_device_arguments: dict) -> None:
         """Each device's argument shards must have the shard shapes and element types
         the program takes; the error names the device."""
-        for device, shards in zip(self.devices, per_device_arguments):
+        for device, shards in sorted(per_device_arguments.items()):
             if len(shards) != len(self.program.input_types):
                 raise InvalidArgument(f"@{self.program.entry} takes {len(self.program.input_types)} "
                                       f"argument(s); device {device} passed {len(shards)}")
