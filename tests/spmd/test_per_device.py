@@ -58,32 +58,23 @@ def test_element_wise_ops_and_iota_run_on_tiles_without_collectives():
     np.testing.assert_array_equal(np.concatenate(run_rows(runner, X)), expected)
 
 
-def test_a_reduce_over_a_split_dimension_ends_in_an_all_reduce():
-    text = module("""
-    %z = stablehlo.constant dense<0.0> : tensor<f32>
-    %s = stablehlo.reduce(%arg0 init: %z) applies stablehlo.add across dimensions = [0]
-        : (tensor<8x4xf32>, tensor<f32>) -> tensor<4xf32>
-    return %s : tensor<4xf32>""", f"%arg0: tensor<8x4xf32> {{sdy.sharding = {ROWS}}}",
-                  'tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}')
-    runner = partitioned(text)
-    assert "all_reduce" in runner.lowered.text and "all_gather" not in runner.lowered.text
-    for result in run_rows(runner, X):
-        np.testing.assert_allclose(result, X.sum(axis=0), rtol=1e-6)
-
-
-def test_an_init_value_that_is_not_the_identity_is_counted_once():
-    """sum with init 5: partial sums would count it once per device, so the
+@pytest.mark.parametrize("init, collective", [(0.0, "all_reduce"), (5.0, "all_gather")],
+                         ids=["identity_init", "other_init"])
+def test_a_reduce_over_a_split_dimension(init, collective):
+    """Each device sums its rows and an all_reduce adds the partial sums; an init
+    value other than the identity would be counted once per device, so then the
     split dimension is gathered and reduced whole."""
-    text = module("""
-    %z = stablehlo.constant dense<5.0> : tensor<f32>
+    text = module(f"""
+    %z = stablehlo.constant dense<{init}> : tensor<f32>
     %s = stablehlo.reduce(%arg0 init: %z) applies stablehlo.add across dimensions = [0]
         : (tensor<8x4xf32>, tensor<f32>) -> tensor<4xf32>
     return %s : tensor<4xf32>""", f"%arg0: tensor<8x4xf32> {{sdy.sharding = {ROWS}}}",
                   'tensor<4xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}')
     runner = partitioned(text)
-    assert "all_gather" in runner.lowered.text and "all_reduce" not in runner.lowered.text
+    other = {"all_reduce": "all_gather", "all_gather": "all_reduce"}[collective]
+    assert collective in runner.lowered.text and other not in runner.lowered.text
     for result in run_rows(runner, X):
-        np.testing.assert_allclose(result, X.sum(axis=0) + 5, rtol=1e-6)
+        np.testing.assert_allclose(result, X.sum(axis=0) + init, rtol=1e-6)
 
 
 def test_a_product_over_split_contracting_dimensions_adds_partial_sums():
