@@ -257,8 +257,13 @@ class PartitionedRunner:
         self.kept_whole_because = None
         self.gathered_for: tuple[str, ...] = ()
         unreduced_only = "unreduced" in program.text and "SPMDFullToShardShape" not in program.text
-        if (self.per_device_program is None or unreduced_only) and num_replicas == 1 \
-                and settings.get("PJRT_REF_SPMD_PER_DEVICE"):
+        if not settings.get("PJRT_REF_SPMD_PER_DEVICE"):
+            self.kept_whole_because = "PJRT_REF_SPMD_PER_DEVICE=0"
+        elif num_replicas != 1:
+            self.kept_whole_because = f"{num_replicas} replicas"
+        elif self.per_device_program is not None and not unreduced_only:
+            self.kept_whole_because = "the program has manual regions or results kept per device"
+        else:
             self._lower_per_device([not _annotated(attrs) for attrs in res_attrs])
         if inspect_sharding.TARGET in program.text:     # jax.debug.inspect_array_sharding's callbacks
             inspect_sharding.report(module, self._sharding_proto_of,
