@@ -91,6 +91,7 @@ from .layout import (Layout, Mesh, gathered, hlo_sharding_text, parse_hlo_shardi
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated,
                           sharding_texts_per_value)
 from . import custom_partitioning, inspect_sharding
+from .op_kinds import ELEMENTWISE, GROUP_SHARDING, SAME_VALUE_CALLS, reshape_groups
 from .gspmd import (MANUAL_CALL, OUT_SHARDINGS_ATTR, annotate_full_to_shard, attribute_text,
                     custom_call_target, make_manual_calls)
 from ..interpreter import observer
@@ -349,7 +350,7 @@ class PartitionedRunner:
                 constrained = self._constraint_layout(op, value)
                 if constrained is not None:
                     return constrained
-                if op.name in _ELEMENTWISE or _passes_value_on(op):
+                if op.name in ELEMENTWISE or _passes_value_on(op):
                     for result in op.results:
                         result = result.maybe_downcast()
                         if _shape_of(result) == _shape_of(value) and result not in seen:
@@ -365,7 +366,7 @@ class PartitionedRunner:
         if custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
             attrs = _attribute_texts(op)
             text = attrs["mhlo.sharding"]
-            if _GSPMD_GROUP.search(text) or _gspmd_open_dims(op, attrs, len(_shape_of(value))) is not None:
+            if GROUP_SHARDING.search(text) or _gspmd_open_dims(op, attrs, len(_shape_of(value))) is not None:
                 return None
             return parse_hlo_sharding(text, len(_shape_of(value)), self.devices)
         return None
@@ -732,7 +733,7 @@ class PartitionedRunner:
             return None, [(calls[-1].operands[value.arg_number].maybe_downcast(), calls[:-1])]
         op = value.owner
         op = getattr(op, "operation", op)
-        if op.name in _ELEMENTWISE:
+        if op.name in ELEMENTWISE:
             shape = _shape_of(value)
             return None, [(operand.maybe_downcast(), calls) for operand in op.operands
                           if _shape_of(operand) == shape]
@@ -742,7 +743,7 @@ class PartitionedRunner:
                         for region in op.regions[_REGION_RESULTS[op.name]:]]
             operands = [op.operands[index]] if op.name == "stablehlo.while" else []
             return None, [(v.maybe_downcast(), calls) for v in returned + operands]
-        if custom_call_target(op) in _SAME_VALUE_CALLS or op.name in _SPLITS_KEPT:
+        if custom_call_target(op) in SAME_VALUE_CALLS or op.name in _SPLITS_KEPT:
             return None, [(op.operands[0].maybe_downcast(), calls)]
         if op.name == "stablehlo.transpose":
             found = self._inherited_from((op.operands[0].maybe_downcast(), calls))
@@ -786,7 +787,7 @@ class PartitionedRunner:
                 return (None if attrs["mhlo.sharding"] == "{replicated}" else pinned), []
             return gathered([(found if is_open and pinned.tile_counts[d] == 1 else pinned, d)
                              for d, is_open in enumerate(open_dims)], self.devices) or pinned, []
-        if custom_call_target(op) == "Sharding" and _GSPMD_GROUP.search(attrs.get("mhlo.sharding", "")):
+        if custom_call_target(op) == "Sharding" and GROUP_SHARDING.search(attrs.get("mhlo.sharding", "")):
             return None, [(op.operands[0].maybe_downcast(), calls)]      # a group's member only
         if custom_call_target(op) in ("Sharding", "SPMDShardToFullShape") \
                 and "mhlo.sharding" in attrs:
@@ -864,7 +865,7 @@ class PartitionedRunner:
 
     def _reshape_layout(self, op, value, calls: tuple) -> Layout | None:
         """A reshape's result split as XLA's propagation splits it: in each
-        group of dimensions the reshape merges or splits (`_reshape_groups`),
+        group of dimensions the reshape merges or splits (`reshape_groups`),
         the major operand dimension's split goes to the major result
         dimension, where its tiles divide it; the group's other splits are
         dropped, and size-1 dimensions are never split."""
@@ -873,7 +874,7 @@ class PartitionedRunner:
             return None
         operand_shape, shape = _shape_of(op.operands[0]), _shape_of(value)
         sources: list = [(None, 0)] * len(shape)
-        for operand_dims, result_dims in _reshape_groups(operand_shape, shape):
+        for operand_dims, result_dims in reshape_groups(operand_shape, shape):
             major, target = operand_dims[0], result_dims[0]
             if shape[target] % found.tile_counts[major] == 0:
                 sources[target] = (found, major)
@@ -996,7 +997,6 @@ def _run_program(program, arguments: list) -> list:
 
 # --------------------------------------------------------------- reading the module
 # GSPMD's form of a sharding group: `@Sharding` with mhlo.sharding "{shard_as N}".
-_GSPMD_GROUP = re.compile(r"\bshard_(?:as|like) (\d+)")
 
 
 def _sharding_groups(module) -> dict:
@@ -1011,7 +1011,7 @@ def _sharding_groups(module) -> dict:
                 group = int(convert_attribute(op.attributes["group_id"]))
                 members.setdefault(group, []).append(op.operands[0].maybe_downcast())
             elif custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
-                match = _GSPMD_GROUP.search(attribute_text(op.attributes["mhlo.sharding"]))
+                match = GROUP_SHARDING.search(attribute_text(op.attributes["mhlo.sharding"]))
                 if match:
                     members.setdefault(("gspmd", int(match.group(1))), []).append(op.results[0])
         for values in members.values():
@@ -1069,7 +1069,7 @@ def _gspmd_open_dims(op, attrs: dict, rank: int) -> list[bool] | None:
     (for propagation to fill where its sharding splits them over no device)
     and pins the others as its `mhlo.sharding` says; None for any other op."""
     text = attrs.get("mhlo.sharding")
-    if custom_call_target(op) != "Sharding" or text is None or _GSPMD_GROUP.search(text):
+    if custom_call_target(op) != "Sharding" or text is None or GROUP_SHARDING.search(text):
         return None     # (a sharding group's member is not a constraint)
     match = re.search(r"unspecified_dims=\[([\d,\s]*)\]", attrs.get("backend_config", ""))
     if match is None:
@@ -1108,9 +1108,9 @@ def _passes_value_on(op) -> bool:
     """A custom call that only places, lays out or groups its operand (GSPMD's
     `shard_as` @Sharding marks a sharding group's member)."""
     target = custom_call_target(op)
-    return target in _SAME_VALUE_CALLS or (
+    return target in SAME_VALUE_CALLS or (
         target == "Sharding" and "mhlo.sharding" in op.attributes
-        and _GSPMD_GROUP.search(attribute_text(op.attributes["mhlo.sharding"])) is not None)
+        and GROUP_SHARDING.search(attribute_text(op.attributes["mhlo.sharding"])) is not None)
 
 
 def _annotated(attrs: dict) -> bool:
@@ -1128,36 +1128,6 @@ def _returned_values(func) -> list:
 _SPLITS_KEPT = frozenset({"stablehlo.slice", "stablehlo.reverse"})
 
 
-def _reshape_groups(before: tuple, after: tuple) -> list[tuple[list[int], list[int]]]:
-    """The smallest runs of dimensions (of `before`, of `after`) with equal
-    element counts, in order, size-1 dimensions left out: a reshape of
-    (4, 4, 2) to (4, 8) has groups ([0], [0]) and ([1, 2], [1])."""
-    groups: list = []
-    if any(size <= 0 for size in (*before, *after)):    # empty or dynamic: nothing to split
-        return groups
-    i = j = 0
-    while True:
-        while i < len(before) and before[i] == 1:
-            i += 1
-        while j < len(after) and after[j] == 1:
-            j += 1
-        if i == len(before) or j == len(after):
-            return groups
-        dims_before, dims_after = [i], [j]
-        count_before, count_after = before[i], after[j]
-        i, j = i + 1, j + 1
-        while count_before != count_after:
-            if count_before < count_after:
-                count_before *= before[i]
-                dims_before.append(i)
-                i += 1
-            else:
-                count_after *= after[j]
-                dims_after.append(j)
-                j += 1
-        groups.append((dims_before, dims_after))
-
-
 def _shape_of(value) -> tuple:
     from jaxlib.mlir import ir
     vtype = value.type.maybe_downcast() if hasattr(value.type, "maybe_downcast") else value.type
@@ -1165,18 +1135,9 @@ def _shape_of(value) -> tuple:
 
 
 # Ops whose result element i depends only on the operands' element i.
-# Custom calls whose result is their operand, placed or laid out elsewhere
-# (interpreter/ops/placement.py): the operand's sharding carries over.
 # Ops whose results are what their regions return: the index of the first such
 # region (a while's body follows its condition; each branch of a case or an if).
 _REGION_RESULTS = {"stablehlo.while": 1, "stablehlo.case": 0, "stablehlo.if": 0}
-_SAME_VALUE_CALLS = frozenset(("LayoutConstraint", "annotate_device_placement", "MoveToHost", "MoveToDevice"))
-_ELEMENTWISE = frozenset("stablehlo." + name for name in (
-    "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "
-    "divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic "
-    "maximum minimum multiply negate not or popcnt power real reduce_precision remainder "
-    "round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic "
-    "shift_right_logical sign sine sqrt subtract tan tanh xor").split())
 
 
 # ------------------------------------------------------------- optimized program

@@ -185,14 +185,14 @@ def test_reshape_groups_pair_merged_and_split_dimensions():
     """The dimension groups a reshape's sharding follows (`_reshape_layout`):
     size-1 dimensions belong to none, and an empty or dynamic shape (MLIR's
     negative size) has none, so nothing is split."""
-    from pjrt_ref.spmd.partitioner import _reshape_groups
+    from pjrt_ref.spmd.op_kinds import reshape_groups
 
-    assert _reshape_groups((4, 4, 2), (4, 8)) == [([0], [0]), ([1, 2], [1])]
-    assert _reshape_groups((8, 4), (2, 4, 4)) == [([0], [0, 1]), ([1], [2])]
-    assert _reshape_groups((4, 1, 2), (4, 2)) == [([0], [0]), ([2], [1])]
-    assert _reshape_groups((2, 3), (3, 2)) == [([0, 1], [0, 1])]
-    assert _reshape_groups((0, 4), (4, 0)) == []
-    assert _reshape_groups((-9223372036854775808, 4), (4, -9223372036854775808)) == []
+    assert reshape_groups((4, 4, 2), (4, 8)) == [([0], [0]), ([1, 2], [1])]
+    assert reshape_groups((8, 4), (2, 4, 4)) == [([0], [0, 1]), ([1], [2])]
+    assert reshape_groups((4, 1, 2), (4, 2)) == [([0], [0]), ([2], [1])]
+    assert reshape_groups((2, 3), (3, 2)) == [([0, 1], [0, 1])]
+    assert reshape_groups((0, 4), (4, 0)) == []
+    assert reshape_groups((-9223372036854775808, 4), (4, -9223372036854775808)) == []
 
 
 def test_uneven_sharding_is_unimplemented():

@@ -10,22 +10,19 @@ from __future__ import annotations
 from jaxlib.mlir import ir
 
 from ...interpreter.attributes import convert_attribute
+from .. import op_kinds
+from ..gspmd import custom_call_target
+from ..inspect_sharding import TARGET as INSPECT_SHARDING
 from ..layout import Layout, gathered
+from ..op_kinds import reshape_groups
 from .emit import Emitter, element_type, local_type, shape_of, shard_shape
-from .groups import is_split, without_dims
-from .ir_helpers import custom_call_target, i64_array, ints, is_float, is_tensor
+from .groups import is_split, tiles_only, with_partial, without_dims
+from .ir_helpers import i64_array, ints, is_float, is_tensor
 
-ELEMENTWISE = frozenset("stablehlo." + name for name in (
-    "abs add and atan2 cbrt ceil clamp compare complex convert cosine count_leading_zeros "
-    "divide exponential exponential_minus_one floor imag is_finite log log_plus_one logistic "
-    "maximum minimum multiply negate not or popcnt power real reduce_precision remainder "
-    "round_nearest_afz round_nearest_even rsqrt select shift_left shift_right_arithmetic "
-    "shift_right_logical sign sine sqrt subtract tan tanh xor bitcast_convert").split())
-
-# Custom calls that hand their operand on unchanged (placement and layout hints).
-SAME_VALUE_CALLS = frozenset(("LayoutConstraint", "annotate_device_placement", "MoveToHost",
-                               "MoveToDevice", "InspectSharding"))
-
+# Element-wise here too: a bitcast between types of one width keeps every element in place.
+ELEMENTWISE = op_kinds.ELEMENTWISE | {"stablehlo.bitcast_convert"}
+# Custom calls that hand their operand on: placement hints, and jax.debug.inspect_array_sharding's.
+SAME_VALUE_CALLS = op_kinds.SAME_VALUE_CALLS | {INSPECT_SHARDING}
 
 
 class DataMovementRules:
@@ -37,18 +34,18 @@ class DataMovementRules:
         result = op.results[0]
         shape = shape_of(result)
         same = [i for i, v in enumerate(op.operands) if is_tensor(v) and self.global_shape(v) == shape]
-        layouts = {i: self.layouts.get(op.operands[i], self.whole(result)) for i in same}
+        layouts = {i: self.layout_of(op.operands[i]) for i in same}
         partial = [i for i in same if layouts[i].partial_of is not None]
         if partial and self._keeps_partial_sums(op, same, partial, layouts):
             layout = layouts[partial[0]]
-            tiles = Layout(layout.tile_counts, layout.tile_of)
+            tiles = tiles_only(layout)
             for i, operand in enumerate(op.operands):     # a scaling factor is whole: its tiles
                 wanted = layout if op.name != "stablehlo.multiply" or i in partial else tiles
                 self.reshard_operand(op, i, wanted if i in same else self.whole(operand))
             for r in op.results:
                 self.set_result(r, layout)
             return
-        natural = max((Layout(l.tile_counts, l.tile_of) for l in layouts.values()),
+        natural = max((tiles_only(l) for l in layouts.values()),
                       key=_tile_count, default=self.whole(result))
         layout = self.target(result, natural)
         for i, operand in enumerate(op.operands):
@@ -74,21 +71,21 @@ class DataMovementRules:
         """broadcast_in_dim: the operand's splits go to the dimensions they map to;
         a wanted split of a broadcast dimension is made locally (the values repeat)."""
         result = op.results[0]
-        operand_layout = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
+        operand_layout = self.layout_of(op.operands[0])
         dims = ints(op.attributes["broadcast_dimensions"])
         operand_shape = self.global_shape(op.operands[0])
         natural = gathered([(operand_layout, dims.index(j)) if j in dims and
                             operand_shape[dims.index(j)] == shape_of(result)[j] else (None, 0)
                             for j in range(len(shape_of(result)))], self.devices) or self.whole(result)
         partial = operand_layout.partial_of           # partial sums stay partial sums, repeated
-        layout = _carrying(self.target(result, natural), partial)
-        self.reshard_operand(op, 0, _carrying(projected(layout, op, operand_shape), partial))
+        layout = with_partial(self.target(result, natural), partial)
+        self.reshard_operand(op, 0, with_partial(projected(layout, op, operand_shape), partial))
         self.set_result(result, layout)
 
     def lower_transpose(self, op) -> None:
         permutation = ints(op.attributes["permutation"])
         result = op.results[0]
-        natural = (self.layouts.get(op.operands[0]) or self.whole(op.operands[0])).transposed(permutation)
+        natural = (self.layout_of(op.operands[0])).transposed(permutation)
         layout = self.target(result, natural, partial=natural.partial_of is not None)
         inverse = tuple(permutation.index(d) for d in range(len(permutation)))
         self.reshard_operand(op, 0, layout.transposed(inverse))
@@ -99,11 +96,11 @@ class DataMovementRules:
         it merges or splits, where the tile count divides the new major dimension
         (the group's other dimensions are gathered: a tile is then a contiguous block)."""
         operand, result = op.operands[0], op.results[0]
-        layout = self.layouts.get(operand) or self.whole(operand)
+        layout = self.layout_of(operand)
         before, after = self.global_shape(operand), shape_of(result)
         sources = [(None, 0)] * len(after)
         kept = set()
-        for dims_before, dims_after in _reshape_groups(before, after):
+        for dims_before, dims_after in reshape_groups(before, after):
             major = dims_before[0] if dims_before else None
             if major is not None and dims_after and after[dims_after[0]] % layout.tile_counts[major] == 0:
                 sources[dims_after[0]] = (layout, major)
@@ -112,8 +109,8 @@ class DataMovementRules:
         result_layout = gathered(sources, self.devices)
         if needed is None or result_layout is None:
             needed, result_layout = self.whole(operand), self.whole(result)
-        self.reshard_operand(op, 0, _carrying(needed, layout.partial_of))
-        self.set_result(result, _carrying(result_layout, layout.partial_of))
+        self.reshard_operand(op, 0, with_partial(needed, layout.partial_of))
+        self.set_result(result, with_partial(result_layout, layout.partial_of))
 
     def lower_iota(self, op) -> None:
         """iota: each device counts from where its tile starts along the iota dimension."""
@@ -160,11 +157,11 @@ class DataMovementRules:
             return False
         touched = _touched_dims(op, self.global_shape(op.operands[0]),
                                 [self.global_shape(op.operands[i]) for i in data])
-        first = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
+        first = self.layout_of(op.operands[0])
         partial = first.partial_of if op.name != "stablehlo.sort" else None    # all but sort are linear
-        layout = _carrying(without_dims(first, touched), partial)
+        layout = with_partial(without_dims(first, touched), partial)
         for i, operand in enumerate(op.operands):      # a pad value is added in: a partial sum too
-            scalar = _carrying(self.whole(operand), partial if op.name == "stablehlo.pad" else None)
+            scalar = with_partial(self.whole(operand), partial if op.name == "stablehlo.pad" else None)
             self.reshard_operand(op, i, layout if i in data else scalar)
         for result in op.results:
             self.set_result(result, layout)
@@ -181,14 +178,14 @@ class DataMovementRules:
 
         numbers = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
         operand, indices, result = op.operands[0], op.operands[1], op.results[0]
-        layout = self.layouts.get(operand) or self.whole(operand)
+        layout = self.layout_of(operand)
         shape, sizes = self.global_shape(operand), ints(op.attributes["slice_sizes"])
         collapsed, operand_batch = list(numbers.collapsed_slice_dims), list(numbers.operand_batching_dims)
         offset_sources = [d for d in range(len(shape)) if d not in collapsed and d not in operand_batch]
         result_batch = [d for d in range(len(shape_of(result))) if d not in list(numbers.offset_dims)]
         indices_batch = [d for d in range(len(shape_of(indices))) if d != numbers.index_vector_dim]
         kept_operand = {d for d in offset_sources if sizes[d] == shape[d] and layout.tile_counts[d] > 1}
-        index_layout_now = self.layouts.get(indices) or self.whole(indices)
+        index_layout_now = self.layout_of(indices)
         for o, i in zip(operand_batch, numbers.start_indices_batching_dims):
             if layout.tile_counts[o] == 1 and index_layout_now.tile_counts[i] > 1:
                 layout = gathered([(index_layout_now, i) if d == o else (layout, d) for d in range(len(shape))],
@@ -251,7 +248,7 @@ class DataMovementRules:
         sources = []
         for dims in mapping:
             for k, position in sides:
-                layout = self.layouts.get(op.operands[k]) or self.whole(op.operands[k])
+                layout = self.layout_of(op.operands[k])
                 if dims[position] is not None and layout.tile_counts[dims[position]] > 1:
                     sources.append((dims, layout, dims[position]))
                     break
@@ -282,11 +279,6 @@ def _tile_count(layout: Layout) -> int:
     return count
 
 
-def _carrying(layout: Layout, partial_of: dict | None) -> Layout:
-    """`layout`'s tiles holding partial sums over `partial_of` (None: whole values)."""
-    return Layout(layout.tile_counts, layout.tile_of, partial_of)
-
-
 def projected(layout: Layout, broadcast, operand_shape: tuple[int, ...]) -> Layout:
     """The layout a broadcast_in_dim's operand needs for its result to come out in
     `layout`: the splits of the dimensions it maps to (a size-1 operand dimension is whole)."""
@@ -296,30 +288,6 @@ def projected(layout: Layout, broadcast, operand_shape: tuple[int, ...]) -> Layo
     return Layout(tuple(layout.tile_counts[j] if keep[i] else 1 for i, j in enumerate(dims)),
                   {device: tuple(tile[j] if keep[i] else 0 for i, j in enumerate(dims))
                    for device, tile in layout.tile_of.items()})
-
-
-def _reshape_groups(before: tuple, after: tuple) -> list[tuple[list[int], list[int]]]:
-    """Consecutive groups of dimensions of equal products (a reshape's blocks)."""
-    groups, i, j = [], 0, 0
-    while i < len(before) or j < len(after):
-        dims_before, dims_after = [], []
-        size_before = size_after = 1
-        while True:
-            if size_before == size_after and (dims_before or dims_after) and \
-                    (i == len(before) or before[i] != 1) and (j == len(after) or after[j] != 1):
-                break
-            if size_before <= size_after and i < len(before):
-                size_before *= before[i]
-                dims_before.append(i)
-                i += 1
-            elif j < len(after):
-                size_after *= after[j]
-                dims_after.append(j)
-                j += 1
-            else:
-                break
-        groups.append((dims_before, dims_after))
-    return groups
 
 
 def _touched_dims(op, shape: tuple[int, ...], data_shapes: list) -> tuple[int, ...]:

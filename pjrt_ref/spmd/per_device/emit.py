@@ -17,9 +17,15 @@ class NotLowered(Exception):
 
 def shard_shape(shape: tuple[int, ...], layout: Layout) -> tuple[int, ...]:
     """One device's tile of an array of `shape`; an uneven split is not lowered."""
-    if any(size % count for size, count in zip(shape, layout.tile_counts)):
+    if not evenly_split(shape, layout):
         raise NotLowered(f"a split of {list(shape)} into {list(layout.tile_counts)} tiles is uneven")
     return tuple(size // count for size, count in zip(shape, layout.tile_counts))
+
+
+def evenly_split(shape: tuple[int, ...], layout: Layout) -> bool:
+    """Whether `layout` cuts an array of `shape` into equal tiles."""
+    return len(shape) == len(layout.tile_counts) and not any(
+        size % count for size, count in zip(shape, layout.tile_counts))
 
 
 def tensor_type(shape, element_type) -> ir.Type:

@@ -49,6 +49,16 @@ def groups_over(layout: Layout, dims: tuple[int, ...], devices: list[int]) -> li
     return sorted(groups)
 
 
+def with_partial(layout: Layout, partial_of: dict | None) -> Layout:
+    """`layout`'s tiles holding partial sums over `partial_of` (None: whole values)."""
+    return Layout(layout.tile_counts, layout.tile_of, partial_of)
+
+
+def tiles_only(layout: Layout) -> Layout:
+    """`layout`'s tiles with whole values: what adding up its partial sums leaves."""
+    return with_partial(layout, None)
+
+
 def partial_groups(layout: Layout, devices: list[int]) -> list[list[int]]:
     """Groups of devices holding the same tile and together every partial sum of
     an unreduced value once: the replica groups of the all_reduce that adds them."""

@@ -36,12 +36,6 @@ def ints(attribute) -> tuple[int, ...]:
     return tuple(int(v) for v in convert_attribute(attribute))
 
 
-def custom_call_target(op) -> str | None:
-    if op.name != "stablehlo.custom_call":
-        return None
-    return str(ir.StringAttr(op.attributes["call_target_name"]).value)
-
-
 def i64_array(values) -> ir.Attribute:
     return ir.Attribute.parse("array<i64" + ("" if not values else ": " + ", ".join(map(str, values))) + ">")
 

@@ -37,11 +37,13 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from ...interpreter.attributes import convert_attribute
+from ..gspmd import custom_call_target
 from ..layout import Layout, replicated
+from ..op_kinds import GROUP_SHARDING
 from .data_rules import ELEMENTWISE, SAME_VALUE_CALLS, DataMovementRules, projected
-from .emit import Emitter, NotLowered, local_type, shape_of, shard_shape
-from .groups import NoGroups, groups_over, is_split, partial_groups, same_split, without_dims
-from .ir_helpers import block_ops, custom_call_target, is_tensor, ints, nested_ops, terminator
+from .emit import Emitter, NotLowered, evenly_split, local_type, shape_of
+from .groups import NoGroups, groups_over, is_split, partial_groups, same_split, tiles_only, without_dims
+from .ir_helpers import block_ops, is_tensor, ints, nested_ops, terminator
 from .module_passes import combine_all_reduces, inline_calls
 from .reduction_rules import ReductionRules
 
@@ -54,16 +56,14 @@ _KEPT_WHOLE = re.compile(
     r"!stablehlo\.token|sdy\.named_computation|CustomSPMDPartitioning|"
     r"called_computations|xla_python|xla_ffi_python|PyCapsule|pjrt_ref\.manual_call")
 
-# GSPMD's spelling of a sharding group: `@Sharding` with "{shard_as N}" or "{shard_like N}".
-_GSPMD_GROUP = re.compile(r"\bshard_(?:as|like) (\d+)")
-
 # Rewrites of a program with loops: a loop-carried value takes the layout its body
 # made in the pass before, until the layouts settle.
 _LOOP_PASSES = 4
 
-_STRIPPED_ATTRIBUTES = ("sdy.sharding", "mhlo.sharding", "sdy.sharding_rule", "sdy.sharding_origins",
-                        "mhlo.frontend_attributes")
-
+# The global program's sharding annotations, gone from the per-device program;
+# arguments and results also lose their frontend attributes (Shardy's own notes).
+_SHARDING_ATTRIBUTES = ("sdy.sharding", "mhlo.sharding", "sdy.sharding_rule", "sdy.sharding_origins")
+_SIGNATURE_ATTRIBUTES = _SHARDING_ATTRIBUTES + ("mhlo.frontend_attributes",)
 
 
 def lower_per_device(text: str, context, *, entry: str, devices: list[int],
@@ -81,8 +81,9 @@ def lower_per_device(text: str, context, *, entry: str, devices: list[int],
     gives its results (None without one); `constraint_layout(op, value)`:
     the layout a sharding constraint pins (None where it leaves some open).
     """
-    if _KEPT_WHOLE.search(text):
-        raise NotLowered(f"the program has {_KEPT_WHOLE.search(text).group(0)}")
+    kept_whole = _KEPT_WHOLE.search(text)
+    if kept_whole:
+        raise NotLowered(f"the program has {kept_whole.group(0)}")
     from ...interpreter.loader import parse_module
 
     loops: dict = {}
@@ -100,7 +101,6 @@ def lower_per_device(text: str, context, *, entry: str, devices: list[int],
                                 tuple(lowering.gathered_for))
 
 
-
 @dataclass(frozen=True)
 class PerDeviceProgram:
     """What `lower_per_device` makes: the module's text, the layouts of its
@@ -109,7 +109,6 @@ class PerDeviceProgram:
     text: str
     result_layouts: list
     gathered_for: tuple[str, ...]
-
 
 
 class _Lowering(DataMovementRules, ReductionRules):
@@ -184,12 +183,11 @@ class _Lowering(DataMovementRules, ReductionRules):
         if target is not None and target != "Sharding" and "has_side_effect" in op.attributes \
                 and str(op.attributes["has_side_effect"]) == "true":
             raise NotLowered(f"the program has a custom call with side effects (@{target})")
-        if name in ("sdy.sharding_constraint", "sdy.reshard") or (target == "Sharding"):
+        if _is_constraint(op):
             return self.lower_constraint(op)
-        if name in ("sdy.sharding_group", "sdy.propagation_barrier"):
-            if name == "sdy.sharding_group":
-                op.erase()
-                return None
+        if name == "sdy.sharding_group":
+            op.erase()
+            return None
         if name in ELEMENTWISE or target in SAME_VALUE_CALLS:
             return self.lower_elementwise(op)
         rule = _RULES.get(name)
@@ -215,7 +213,7 @@ class _Lowering(DataMovementRules, ReductionRules):
             annotated = self._annotation(op)
             for result, layout in zip(op.results, annotated or ()):
                 self._want(result, layout)
-            if op.name in ("sdy.sharding_constraint", "sdy.reshard") or custom_call_target(op) == "Sharding":
+            if _is_constraint(op):
                 self._want(op.operands[0], self._constraint(op))
                 self._want(op.operands[0], self.wanted.get(op.results[0]))
             elif op.name in ELEMENTWISE or custom_call_target(op) in SAME_VALUE_CALLS:
@@ -246,7 +244,7 @@ class _Lowering(DataMovementRules, ReductionRules):
                 group = int(convert_attribute(op.attributes["group_id"]))
                 members.setdefault(group, []).append(op.operands[0])
             elif custom_call_target(op) == "Sharding" and "mhlo.sharding" in op.attributes:
-                match = _GSPMD_GROUP.search(str(op.attributes["mhlo.sharding"]))
+                match = GROUP_SHARDING.search(str(op.attributes["mhlo.sharding"]))
                 if match:
                     members.setdefault(("gspmd", int(match.group(1))), []).append(op.results[0])
         for values in members.values():
@@ -259,8 +257,7 @@ class _Lowering(DataMovementRules, ReductionRules):
         if value in self.wanted or value in self.layouts:
             return self.wanted.get(value) or self.layouts[value]
         owner = getattr(value.owner, "operation", None)
-        if owner is not None and (owner.name in ("sdy.sharding_constraint", "sdy.reshard")
-                                  or custom_call_target(owner) == "Sharding"):
+        if owner is not None and _is_constraint(owner):
             return self._constraint(owner)
         return None
 
@@ -275,11 +272,10 @@ class _Lowering(DataMovementRules, ReductionRules):
     # -- moving values between layouts ---------------------------------------
     def reshard(self, before, value, layout: Layout):
         """`value` in `layout`, with the ops that move it inserted before `before`."""
-        current = self.layouts.get(value)
-        if current is None or not is_tensor(value):
-            current = replicated(len(shape_of(value)) if is_tensor(value) else 0, self.devices)
-            self.layouts[value] = current
-        if not is_tensor(value) or current == layout:
+        if not is_tensor(value):
+            return value
+        current = self.layout_of(value)
+        if current == layout:
             return value
         emit = Emitter(self.channels)
         if current.partial_of is not None and current.partial_of != layout.partial_of:
@@ -300,12 +296,8 @@ class _Lowering(DataMovementRules, ReductionRules):
                     current = without_dims(current, (d,))
                     self.layouts[value] = current
             cut = tuple(d for d in wrong if layout.tile_counts[d] > 1)
-            if cut:
-                tiles = Layout(tuple(layout.tile_counts[d] if d in cut else 1
-                                     for d in range(len(layout.tile_counts))),
-                               {device: tuple(t if d in cut else 0 for d, t in enumerate(tile))
-                                for device, tile in layout.tile_of.items()})
-                value = emit.local_tile(value, tiles)
+            if cut:        # the tiles of `layout` along the dimensions cut here
+                value = emit.local_tile(value, without_dims(layout, _other_dims(layout, cut)))
             if layout.partial_of is not None and current.partial_of is None:
                 value = emit.kept_where(value, [not any(layout.partial_of[d]) for d in self.devices])
         self.layouts[value] = layout
@@ -322,9 +314,7 @@ class _Lowering(DataMovementRules, ReductionRules):
                 return None
         except NoGroups:
             return None
-        tiles = Layout(tuple(current.tile_counts[d] if d in wrong else 1 for d in range(len(layout.tile_counts))),
-                       {device: tuple(t if d in wrong else 0 for d, t in enumerate(tile))
-                        for device, tile in current.tile_of.items()})
+        tiles = without_dims(current, _other_dims(current, wrong))
         whole = tuple(size * (current.tile_counts[d] if d in wrong else 1)
                       for d, size in enumerate(shape_of(value)))
         with ir.InsertionPoint(before):
@@ -337,7 +327,7 @@ class _Lowering(DataMovementRules, ReductionRules):
         that hold the same tile and different partial sums): (value, its layout)."""
         with ir.InsertionPoint(before):
             value = emit.all_reduce(value, partial_groups(current, self.devices), "stablehlo.add")
-        whole_sum = Layout(current.tile_counts, current.tile_of)
+        whole_sum = tiles_only(current)
         self.layouts[value] = whole_sum
         return value, whole_sum
 
@@ -349,6 +339,10 @@ class _Lowering(DataMovementRules, ReductionRules):
         layout = self.layouts.get(value)
         local = shape_of(value)
         return local if layout is None else tuple(s * c for s, c in zip(local, layout.tile_counts))
+
+    def layout_of(self, value) -> Layout:
+        """`value`'s layout so far (a value no rule has placed is whole)."""
+        return self.layouts.get(value) or self.whole(value)
 
     def whole(self, value) -> Layout:
         return replicated(len(shape_of(value)), self.devices)
@@ -363,15 +357,9 @@ class _Lowering(DataMovementRules, ReductionRules):
         `natural`; a wanted unreduced layout only where the op can make partial sums
         (`partial`), its tiles otherwise."""
         wish = self.wanted.get(result)
-        if wish is not None and wish.partial_of is not None and not partial:
-            wish = Layout(wish.tile_counts, wish.tile_of)
-        if wish is not None:
-            try:
-                shard_shape(shape_of(result), wish)
-                return wish
-            except NotLowered:
-                pass
-        return natural
+        if wish is not None and not partial:
+            wish = tiles_only(wish)
+        return wish if wish is not None and evenly_split(shape_of(result), wish) else natural
 
     # -- rules -----------------------------------------------------------------
     def lower_constraint(self, op) -> None:
@@ -393,9 +381,9 @@ class _Lowering(DataMovementRules, ReductionRules):
         made = self.loops.get(loop)
         carried = []
         for i, operand in enumerate(op.operands):
-            layout = self.target(op.results[i], self.layouts.get(operand) or self.whole(operand)) \
+            layout = self.target(op.results[i], self.layout_of(operand)) \
                 if is_tensor(operand) else None
-            if made is not None and made[i] is not None and _evenly(self.global_shape(operand), made[i]):
+            if made is not None and made[i] is not None and evenly_split(self.global_shape(operand), made[i]):
                 layout = made[i]
             if layout is not None:
                 self.reshard_operand(op, i, layout)
@@ -424,7 +412,7 @@ class _Lowering(DataMovementRules, ReductionRules):
     def lower_whole(self, op) -> None:
         """Any other op: it runs on whole values (its operands and the values its
         regions use from outside are gathered), and its results are whole."""
-        if any(is_tensor(v) and is_split(self.layouts.get(v) or self.whole(v)) for v in op.operands):
+        if any(is_tensor(v) and is_split(self.layout_of(v)) for v in op.operands):
             self.gathered_for.append(op.name)
         for i, operand in enumerate(op.operands):
             if is_tensor(operand):
@@ -433,7 +421,7 @@ class _Lowering(DataMovementRules, ReductionRules):
             for i, operand in enumerate(inner.operands):
                 if operand in self.layouts and is_split(self.layouts[operand]):
                     inner.operands[i] = self.reshard(op, operand, self.whole(operand))
-            if inner.name in ("sdy.sharding_constraint", "sdy.reshard"):
+            if inner.name in _SHARDY_CONSTRAINTS:
                 inner.results[0].replace_all_uses_with(inner.operands[0])
                 inner.erase()
         for result in op.results:
@@ -448,10 +436,10 @@ class _Lowering(DataMovementRules, ReductionRules):
             if name in self.entry.attributes:
                 self.entry.attributes[name] = ir.ArrayAttr.get([
                     ir.DictAttr.get({a.name: a.attr for a in ir.DictAttr(d)
-                                           if a.name not in _STRIPPED_ATTRIBUTES})
+                                    if a.name not in _SIGNATURE_ATTRIBUTES})
                     for d in ir.ArrayAttr(self.entry.attributes[name])])
         for op in nested_ops(self.entry):
-            for name in _STRIPPED_ATTRIBUTES[:4]:
+            for name in _SHARDING_ATTRIBUTES:
                 if name in op.attributes:
                     del op.attributes[name]
         entry_text = str(self.entry)
@@ -481,7 +469,13 @@ _RULES = {
 }
 
 
+_SHARDY_CONSTRAINTS = ("sdy.sharding_constraint", "sdy.reshard")
 
-def _evenly(shape: tuple[int, ...], layout: Layout) -> bool:
-    return len(shape) == len(layout.tile_counts) and not any(s % c for s, c in zip(shape, layout.tile_counts))
 
+def _is_constraint(op) -> bool:
+    """A sharding constraint: Shardy's, or GSPMD's `@Sharding` custom call."""
+    return op.name in _SHARDY_CONSTRAINTS or custom_call_target(op) == "Sharding"
+
+
+def _other_dims(layout: Layout, dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in range(len(layout.tile_counts)) if d not in dims)

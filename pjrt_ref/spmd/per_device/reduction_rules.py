@@ -13,7 +13,7 @@ from jaxlib.mlir import ir
 from ...interpreter.attributes import convert_attribute
 from ..layout import Layout, gathered
 from .emit import Emitter, NotLowered, shape_of
-from .groups import NoGroups, groups_over, is_split, kept_dims, partial_groups, same_split, without_dims
+from .groups import NoGroups, groups_over, is_split, kept_dims, partial_groups, same_split, tiles_only, without_dims
 from .ir_helpers import is_tensor, ints
 
 # The reductions an all_reduce can finish, and the init values that may be
@@ -34,7 +34,7 @@ class ReductionRules:
         count = len(op.operands) // 2
         inputs = list(range(count))
         dims = ints(op.attributes["dimensions"])
-        layout = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
+        layout = self.layout_of(op.operands[0])
         combiner = _single_combiner(op)
         split_reduced = tuple(d for d in dims if layout.tile_counts[d] > 1)
         if split_reduced and (count != 1 or combiner is None or not _init_fits(op.operands[1], combiner)):
@@ -78,7 +78,7 @@ class ReductionRules:
         unreduced over just those devices (JAX's `out_sharding=P(unreduced=...)`): then
         no all_reduce is made, as XLA makes none."""
         wish = self.wanted.get(result)
-        if wish is None or wish.partial_of is None or Layout(wish.tile_counts, wish.tile_of) != tiles:
+        if wish is None or wish.partial_of is None or tiles_only(wish) != tiles:
             return False
         try:
             return sorted(partial_groups(wish, self.devices)) == sorted(groups)
@@ -93,7 +93,7 @@ class ReductionRules:
         then the left's, then whole sides."""
         numbers = _dot_numbers(op)
         lhs, rhs = op.operands[0], op.operands[1]
-        left_now, right_now = self.layouts.get(lhs) or self.whole(lhs), self.layouts.get(rhs) or self.whole(rhs)
+        left_now, right_now = self.layout_of(lhs), self.layout_of(rhs)
         lhs_free = tuple(d for d in range(len(shape_of(lhs))) if d not in numbers[0] + numbers[2])
         rhs_free = tuple(d for d in range(len(shape_of(rhs))) if d not in numbers[1] + numbers[3])
         bases = [(left_now, right_now),
@@ -164,8 +164,8 @@ class ReductionRules:
         if _single_combiner(op) != "stablehlo.add":
             return False
         indices, updates = op.operands[1], op.operands[2]
-        index_layout = self.layouts.get(indices) or self.whole(indices)
-        update_layout = self.layouts.get(updates) or self.whole(updates)
+        index_layout = self.layout_of(indices)
+        update_layout = self.layout_of(updates)
         if any(update_layout.tile_counts[d] > 1 for d in range(len(update_layout.tile_counts))
                if d not in update_scatter):
             return False
@@ -209,7 +209,7 @@ class ReductionRules:
         shared = set.intersection(*(set(dims) for dims in operand_factors + result_factors)) - special
         split_of: dict = {}
         for value, factors in zip(op.operands, operand_factors):
-            layout = self.layouts.get(value) or self.whole(value)
+            layout = self.layout_of(value)
             for d, factor in enumerate(factors):
                 if factor in shared and factor not in split_of and layout.tile_counts[d] > 1:
                     split_of[factor] = (layout, d)
@@ -235,7 +235,7 @@ class ReductionRules:
         batch = int(match.group(1))
         if batch == 0 or any(len(shape_of(v)) < batch for v in values):
             return False
-        first = self.layouts.get(op.operands[0]) or self.whole(op.operands[0])
+        first = self.layout_of(op.operands[0])
 
         def layout_of(value) -> Layout | None:
             return gathered([(first, d) if d < batch else (None, 0) for d in range(len(shape_of(value)))],
