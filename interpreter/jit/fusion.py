@@ -24,12 +24,14 @@ Large numba loops and numpy runs are split over threads, in contiguous
 pieces of the index range (native/threads.py): each element is computed exactly as
 before.
 
-What fuses: the ops `scalar_expression` translates (native/scalar_expressions.py
-says why each gives the unfused kernels' bits), and broadcast_in_dim of a
-0-d value (a splat), which joins as a scalar operand; constants are left in
-place before the fused step. Integers never fuse: numba widens integer
-arithmetic to 64 bits, and the spec's wrap-around would need a cast after
-every operation.
+What fuses: the ops `element_expression` translates, integer and float
+(native/loop_expressions.py and scalar_expressions.py say why each gives
+the unfused kernels' bits; every value is cast back to its own type, which
+is the spec's wrap-around for integers), and broadcast_in_dim of a 0-d
+value (a splat), which joins as a scalar operand. Constants, and small
+steps that read nothing the run makes (the index arithmetic between a PRNG
+round's elementwise ops: a slice of the rotation table, `32 - r`), move
+before the fused step instead of cutting the run in two.
 
 When numba pays. Starting numba costs every process a fixed time and
 memory once the first kernel is needed, even when kernels load from the
@@ -64,7 +66,8 @@ import numpy as np
 from ... import settings
 from ..steps import Step
 from ..native import codegen, threads
-from ..native.scalar_expressions import BOOL, FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
+from ..native.loop_expressions import TYPE_NAMES, element_expression
+from ..native.scalar_expressions import FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
 from ..native.scope import CONTROL_FLOW_OPS
 from ..types import TensorType
 from . import background, numpy_runs
@@ -104,7 +107,7 @@ def _is_splat(op, shape) -> bool:
             and isinstance(op.operand_types[0], TensorType)
             and op.operand_types[0].shape == () and op.operand_types[0].quant is None
             and op.result_type.shape == shape and op.result_type.dtype == op.operand_types[0].dtype
-            and op.result_type.dtype in FLOATS + (BOOL,))
+            and op.result_type.dtype in TYPE_NAMES)
 
 
 def _fusable_shape(op):
@@ -116,7 +119,7 @@ def _fusable_shape(op):
         return None
     if _is_splat(op, shape):
         return shape
-    if scalar_expression(op) is None and not _needs_chunks(op):
+    if element_expression(op) is None and not _needs_chunks(op):
         return None
     if any(t.shape not in (shape, ()) for t in op.operand_types):
         return None
@@ -163,19 +166,21 @@ def fuse_region(region) -> None:
     region.unfused_steps = list(region.steps)
     new_steps: list = []
     run: list = []        # the fusable steps of the current run
-    constants: list = []  # constants met inside the run: they stay, before it
+    before: list = []     # steps met inside the run that move before it
+    made_by_run: set = set()
     shape = None
 
     def close_run():
         fused = _fuse(run, uses, shape) if run else None
         if fused is None:
             # Unfused: the run's steps in their original order.
-            new_steps.extend(sorted(run + constants, key=order.__getitem__))
+            new_steps.extend(sorted(run + before, key=order.__getitem__))
         else:
-            new_steps.extend(constants)
+            new_steps.extend(before)
             new_steps.append(fused)
         run.clear()
-        constants.clear()
+        before.clear()
+        made_by_run.clear()
 
     order = {id(step): index for index, step in enumerate(region.steps)}
     order = _IdOrder(order)
@@ -186,22 +191,48 @@ def fuse_region(region) -> None:
             for nested in step.regions:
                 fuse_region(nested)
         step_shape = _fusable_shape(step.op) if not step.regions else None
-        if step.op.name == "stablehlo.constant" and run:
-            constants.append(step)
-            continue
         if step_shape is not None and (not run or step_shape == shape):
             run.append(step)
+            made_by_run.update(step.results)
             shape = step_shape
+            continue
+        if run and _can_move_before_run(step, made_by_run):
+            before.append(step)
             continue
         close_run()
         if step_shape is not None:
             run.append(step)
+            made_by_run.update(step.results)
             shape = step_shape
         else:
             new_steps.append(step)
     close_run()
     region.steps = new_steps
     region.runners = None
+
+
+# Steps that may move before a run they meet: pure data movement and
+# elementwise ops of at most this many elements (index arithmetic), besides
+# constants. Bigger ones stay where they are: they may start a run of their own.
+MOVABLE_ELEMENTS = 64
+MOVABLE_OPS = frozenset(f"stablehlo.{name}" for name in (
+    "slice", "reshape", "broadcast_in_dim", "convert", "concatenate", "iota", "transpose",
+    "dynamic_slice", "get_tuple_element", "tuple"))
+
+
+def _can_move_before_run(step, made_by_run: set) -> bool:
+    """Whether `step`, met inside a run, can run before it instead of cutting
+    it: a constant, or a small pure step that reads nothing the run makes.
+    The run's steps are pure, so nothing observes the new order."""
+    if step.op.name == "stablehlo.constant":
+        return True
+    if step.regions or any(slot in made_by_run for slot in step.operands):
+        return False
+    if step.op.name not in MOVABLE_OPS and (
+            len(step.op.result_types) != 1 or element_expression(step.op) is None):
+        return False
+    return all(isinstance(t, TensorType) and None not in t.shape
+               and math.prod(t.shape) <= MOVABLE_ELEMENTS for t in step.op.result_types)
 
 
 class _IdOrder:
@@ -257,7 +288,7 @@ def _fuse(run: list, uses: dict, shape: tuple):
         if _is_splat(op, shape):
             names[step.results[0]] = names[step.operands[0]]
             continue
-        expression = scalar_expression(op).format(*(names[s] for s in step.operands))
+        expression = element_expression(op).format(*(names[s] for s in step.operands))
         variable = f"v{index}"
         lines.append((variable, expression, op.result_type.dtype))
         names[step.results[0]] = variable

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import TensorType
-from .scalar_expressions import BOOL, COMPARE, FLOATS
+from .scalar_expressions import BOOL, COMPARE, FLOATS, scalar_expression
 
 SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
@@ -100,6 +100,14 @@ def loop_expression(op) -> str | None:
     if result in FLOATS:
         return _float(op.name)
     return None
+
+
+def element_expression(op) -> str | None:
+    """The numba scalar expression of elementwise `op` over its operands for
+    every element type compiled code carries: this module's templates, else
+    the float ones of scalar_expressions.py. Fused runs (jit/fusion.py) and
+    compiled loops and regions (translator.py) both build from it."""
+    return loop_expression(op) or scalar_expression(op)
 
 
 def _integer(name: str, dtype: np.dtype) -> str | None:

@@ -42,8 +42,8 @@ import numpy as np
 
 from ..types import TensorType
 from . import float64_math, half_precision, hand_back, numpy_loops
-from .loop_expressions import TYPE_NAMES, loop_expression
-from .scalar_expressions import F32, F64, scalar_expression
+from .loop_expressions import TYPE_NAMES, element_expression
+from .scalar_expressions import F32, F64
 
 SCALAR_DTYPES = tuple(TYPE_NAMES)
 MAX_INLINE_DEPTH = 4
@@ -376,9 +376,6 @@ class Translator:
 
     def template(self, op) -> str:
         """The expression template of `op` over its operands {0}, {1}, ..."""
-        def widened(op):
-            return loop_expression(op) or scalar_expression(op)
-
         dtypes = [t.dtype for t in op.operand_types + op.result_types]
         if (op.name, op.result_types[0].dtype) in self.handed_back:
             raise NotCompilable(f"{op.name} differs from numpy's here")
@@ -386,9 +383,9 @@ class Translator:
             self.math_checks.add((op.name, F64))
             template = float64_math.MATH_F64[op.name]
         elif not any(half_precision.is_half(d) for d in dtypes):
-            template = widened(op)
+            template = element_expression(op)
         else:
-            found = half_precision.half_expression(op, widened)
+            found = half_precision.half_expression(op, element_expression)
             template = None if found is None else found[0]
             if found is not None and found[1]:
                 self.math_checks.add((op.name, op.result_types[0].dtype))

@@ -12,6 +12,8 @@ shift_right_logical, the sign fill -1 or 0 for shift_right_arithmetic).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..registry import register
@@ -75,7 +77,54 @@ def _shift_operands(lhs, rhs):
     return value, width, safe_amount, in_range
 
 
-@register("stablehlo.shift_left", validate=accepts("integer"))
+# The 8- to 64-bit integers, whose numpy dtype is the element type itself.
+PLAIN_INTEGERS = frozenset(np.dtype(f"{kind}{size}") for kind in "iu" for size in (1, 2, 4, 8))
+
+
+@functools.cache
+def numpy_shifts_saturate() -> bool:
+    """Whether numpy's left_shift and right_shift on unsigned integers give 0
+    for every amount >= the bit width, as the spec's shift_left and
+    shift_right_logical do (numpy's own `npy_lshift`/`npy_rshift` guard; C's
+    `<<` leaves such amounts undefined). Probed once on this numpy."""
+    for size in (1, 2, 4, 8):
+        unsigned = np.dtype(f"u{size}")
+        width = size * 8
+        value = np.array([1, 3, 1 << (width - 1), (1 << width) - 1], unsigned)
+        amounts = np.array([width, width + 1, (1 << width) - 1, width], unsigned)
+        if np.left_shift(value, amounts).any() or np.right_shift(value, amounts).any():
+            return False
+    return True
+
+
+def specialize_shift(op):
+    """A direct kernel for a shift on one plain integer type, or None.
+
+    shift_left and shift_right_logical: numpy's shift of the unsigned
+    patterns, where `numpy_shifts_saturate` holds. shift_right_arithmetic:
+    the signed pattern shifted by min(amount, width - 1), which for an
+    amount >= width is the sign fill, as the generic kernel gives."""
+    dtype = op.result_type.dtype
+    if dtype not in PLAIN_INTEGERS or any(t.dtype != dtype for t in op.operand_types):
+        return None
+    unsigned, signed = np.dtype(f"u{dtype.itemsize}"), np.dtype(f"i{dtype.itemsize}")
+    if op.name == "stablehlo.shift_right_arithmetic":
+        largest = unsigned.type(dtype.itemsize * 8 - 1)
+
+        def shift_right_arithmetic_direct(op, lhs, rhs):
+            amount = np.minimum(rhs.view(unsigned), largest).view(signed)
+            return np.asarray(np.right_shift(lhs.view(signed), amount)).view(dtype)
+        return shift_right_arithmetic_direct
+    if not numpy_shifts_saturate():
+        return None
+    function = np.left_shift if op.name == "stablehlo.shift_left" else np.right_shift
+
+    def shift_direct(op, lhs, rhs):
+        return np.asarray(function(lhs.view(unsigned), rhs.view(unsigned))).view(dtype)
+    return shift_direct
+
+
+@register("stablehlo.shift_left", validate=accepts("integer"), specialize=specialize_shift)
 @elementwise
 def shift_left(op, lhs, rhs):
     """Spec "shift_left" (docs/spec.md#shift_left): lhs << rhs, wrapping; an
@@ -85,7 +134,7 @@ def shift_left(op, lhs, rhs):
     return from_bits(shifted, op.result_type.dtype)
 
 
-@register("stablehlo.shift_right_logical", validate=accepts("integer"))
+@register("stablehlo.shift_right_logical", validate=accepts("integer"), specialize=specialize_shift)
 @elementwise
 def shift_right_logical(op, lhs, rhs):
     """Spec "shift_right_logical" (docs/spec.md#shift_right_logical): shifts
@@ -95,7 +144,7 @@ def shift_right_logical(op, lhs, rhs):
     return from_bits(shifted, op.result_type.dtype)
 
 
-@register("stablehlo.shift_right_arithmetic", validate=accepts("integer"))
+@register("stablehlo.shift_right_arithmetic", validate=accepts("integer"), specialize=specialize_shift)
 @elementwise
 def shift_right_arithmetic(op, lhs, rhs):
     """Spec "shift_right_arithmetic" (docs/spec.md#shift_right_arithmetic):

@@ -103,6 +103,19 @@ def test_a_new_kernel_runs_on_numpy_then_switches_to_its_compiled_loop(empty_cac
     assert step.kernel.current is not numpy_form           # the compiled loop
 
 
+def _integer_round(x):   # shifts, wrap-around, division: the integer ops' chunked form
+    rotated = (x << jnp.uint32(13)) | (x >> jnp.uint32(19))
+    return (rotated ^ (x * jnp.uint32(0x9E3779B9))) + x // jnp.uint32(7)
+
+
+def test_an_integer_run_runs_on_numpy_then_switches_to_its_compiled_loop(empty_cache, monkeypatch):
+    x = np.random.default_rng(3).integers(0, 2 ** 32, N, dtype=np.uint32)
+    x[:4] = [0, 1, 2 ** 31, 2 ** 32 - 1]
+    step, numpy_form = _switch_after_a_first_run(lower_to_text(_integer_round, x), x, monkeypatch,
+                                                 "pjrt_ref.fused")
+    assert step.kernel.current is not numpy_form
+
+
 def _small_loop(x):   # W6's shape: a compiled `while` (jit/loops.py), with a capture
     scale = jnp.float32(0.97) + x[0] * 0
     return jax.lax.fori_loop(0, 300, lambda i, c: c * scale + 0.01 * jnp.sin(c) + i * 1e-4, x)
