@@ -55,15 +55,31 @@ Kernel = Callable[..., object]
 
 class Switchable:
     """A step kernel that calls `current`, which the background thread
-    replaces by the compiled loop once it is built."""
+    replaces by the compiled loop once it is built.
 
-    __slots__ = ("current",)
+    A first form that runs long in one call (a fused run's numpy form on
+    10^8 elements) need not finish on numpy: it reports its time as it goes
+    (`spend`), which queues the build once the run is hot, and hands what is
+    left of the call to the compiled kernel as soon as `built()` has one."""
+
+    __slots__ = ("current", "first", "_spend")
 
     def __init__(self, first: Kernel) -> None:
-        self.current = first
+        self.current = self.first = first
+        self._spend = None
 
     def __call__(self, op, *values, **regions):   # regions: a loop's (jit/loops.py)
         return self.current(op, *values, **regions)
+
+    def spend(self, seconds: float) -> None:
+        """Count `seconds` of running the first form towards building the kernel."""
+        if self._spend is not None:
+            self._spend(seconds)
+
+    def built(self) -> Kernel | None:
+        """The compiled kernel, once the background thread has switched to it."""
+        current = self.current
+        return None if current is self.first or getattr(current, "warming", False) else current
 
 
 def enabled() -> bool:
@@ -99,19 +115,27 @@ def build_when_hot(build: Callable[[], Kernel | None], switch: Switchable, secon
     if seconds <= 0:
         build_later(build, switch)
         return
-    first, spent = switch.current, [0.0]
+    first, spent, queued = switch.first, [0.0], [False]
+
+    def spend(elapsed: float) -> None:
+        spent[0] += elapsed
+        if spent[0] >= seconds and not queued[0]:
+            queued[0] = True
+            if switch.current is warming:
+                switch.current = first
+            build_later(build, switch)
 
     def warming(op, *values, **regions):
         start = time.perf_counter()
         try:
             return first(op, *values, **regions)
         finally:
-            spent[0] += time.perf_counter() - start
-            if spent[0] >= seconds and switch.current is warming:
-                switch.current = first
-                build_later(build, switch)
+            spend(time.perf_counter() - start)
 
-    switch.current = warming
+    warming.warming = True
+    switch._spend = spend
+    # A first form that reports its own time (fusion.py's chunked runs) runs unwrapped.
+    switch.current = first if getattr(first, "reports_time", False) else warming
 
 
 @contextlib.contextmanager

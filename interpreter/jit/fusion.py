@@ -60,6 +60,7 @@ any size, which the tests use to check compiled loops on small inputs).
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -102,10 +103,12 @@ def _worth_fusing_alone(op, shape: tuple) -> bool:
 
 
 def _is_splat(op, shape) -> bool:
-    """broadcast_in_dim of a 0-d tensor to `shape`."""
+    """broadcast_in_dim of a one-element tensor (0-d, or JAX's `(1,)` of a
+    `maxval - minval`) to `shape`."""
     return (op.name == "stablehlo.broadcast_in_dim" and len(op.operand_types) == 1
             and isinstance(op.operand_types[0], TensorType)
-            and op.operand_types[0].shape == () and op.operand_types[0].quant is None
+            and None not in op.operand_types[0].shape and math.prod(op.operand_types[0].shape) == 1
+            and op.operand_types[0].quant is None
             and op.result_type.shape == shape and op.result_type.dtype == op.operand_types[0].dtype
             and op.result_type.dtype in TYPE_NAMES)
 
@@ -248,6 +251,29 @@ class _IdOrder:
 # --- building the fused step ----------------------------------------------------
 
 def _fuse(run: list, uses: dict, shape: tuple):
+    """The run as one step, or None where fusing it does not pay."""
+    fused = _fuse_run(run, uses, shape)
+    if fused is not None:
+        fused.kernel = _with_scalar_operands(fused.kernel, fused.op.operand_types, shape)
+    return fused
+
+
+def _with_scalar_operands(kernel, operand_types: tuple, shape: tuple):
+    """`kernel` given its splats' one-element operands as 0-d arrays, the
+    form every fused kernel takes its scalars in."""
+    one_element = [index for index, t in enumerate(operand_types) if t.shape not in (shape, ())]
+    if not one_element:
+        return kernel
+
+    def with_scalar_operands(op, *values):
+        values = list(values)
+        for index in one_element:
+            values[index] = values[index].reshape(())
+        return kernel(op, *values)
+    return with_scalar_operands
+
+
+def _fuse_run(run: list, uses: dict, shape: tuple):
     computing = [s for s in run if not _is_splat(s.op, shape)]
     on_numpy = numpy_runs.runs_on_numpy([s.op for s in computing])
     # One step with a splat is worth a numpy run: the splat is never
@@ -312,7 +338,8 @@ def _fuse(run: list, uses: dict, shape: tuple):
         # outlasts a first result): numpy now, the compiled loop once the run is hot and
         # the kernel built (background.py). Not at once: numba's import holds the GIL in
         # long stretches, and the numpy form's first runs waited for it at every call.
-        switch = background.Switchable(_chunked_step(run, inputs, input_types, outputs, shape).kernel)
+        chunked = _chunked_step(run, inputs, input_types, outputs, shape).kernel
+        switch = chunked.switch = background.Switchable(chunked)
         background.build_when_hot(build, switch, settings.get("PJRT_REF_JIT_HOT_SECONDS"))
         return fused_step(run, switch, inputs, input_types, outputs, source=source, background=True)
     kernel = build()
@@ -339,22 +366,32 @@ def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
     size = math.prod(shape)
     empty = np.empty
 
+    def run(count: int, args: list, flat_outs: list) -> None:
+        if count < 2 * min_piece:
+            function(count, *args, *flat_outs)
+            return
+
+        def run_piece(start: int, stop: int) -> None:
+            function(stop - start,
+                     *[a[start:stop] if is_array else a for a, is_array in zip(args, array_inputs)],
+                     *[out[start:stop] for out in flat_outs])
+
+        threads.run_split(run_piece, count, min_piece)
+
     def fused(op, *values):
         args = [v.ravel() if is_array else v[()] for v, is_array in zip(values, array_inputs)]
         outs = [empty(shape, dtype) for dtype in out_dtypes]
-        flat_outs = [out.reshape(-1) for out in outs]
-        if size < 2 * min_piece:
-            function(size, *args, *flat_outs)
-        else:
-            def run_piece(start: int, stop: int) -> None:
-                function(stop - start,
-                         *[a[start:stop] if is_array else a for a, is_array in zip(args, array_inputs)],
-                         *[out[start:stop] for out in flat_outs])
-
-            threads.run_split(run_piece, size, min_piece)
+        run(size, args, [out.reshape(-1) for out in outs])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def finish(values: tuple, flat_outs: list, start: int) -> None:
+        """Elements [start, size) of `fused(op, *values)`, into the flat outputs:
+        the rest of a call its chunked numpy form began (`_chunked_kernel`)."""
+        args = [v.reshape(-1)[start:] if is_array else v[()] for v, is_array in zip(values, array_inputs)]
+        run(size - start, args, [out[start:] for out in flat_outs])
+
     fused.__doc__ = "A fused elementwise loop (interpreter/jit/fusion.py)."
+    fused.finish = finish
     return fused
 
 
@@ -380,29 +417,61 @@ def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, sha
     return fused_step(run, kernel, inputs, input_types, outputs, chunked=True)
 
 
+# Every this many chunks, a chunked run that is a background kernel's first
+# form projects the time its call still needs. From LONG_CALL_SECONDS on
+# (numba's start and a compile, whose GIL the numpy form then shares, cost
+# about that much: benchmarks/README.md) it reports its time to its
+# Switchable (background.py) at once, which queues the build when the run
+# is hot, and finishes the call on the compiled loop once it is built.
+# Shorter calls report at their end, as every other first form does.
+CHUNKS_PER_CHECK = 16
+LONG_CALL_SECONDS = 2.0
+
+
 def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape):
     size = math.prod(shape)
 
     def fused_chunks(op, *values):
+        switch = fused_chunks.switch   # set when this is a background kernel's first form
         flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
         outs = [np.empty(size, dtype) for dtype in out_dtypes]
         splats = {}  # a splat: its 0-d value across a whole chunk, made once
-        for start in range(0, size, CHUNK):
-            stop = min(start + CHUNK, size)
-            env = {slot: v[start:stop] if is_array else v
-                   for v, (slot, is_array) in zip(flat, inputs)}
-            for kernel, member_op, operands, result in members:
-                if kernel is None:
-                    splat = splats.get(result)
-                    if splat is None:
-                        splat = splats[result] = np.broadcast_to(env[operands[0]], (CHUNK,))
-                    env[result] = splat[:stop - start]
-                else:
-                    env[result] = kernel(member_op, *[env[s] for s in operands])
-            for out, slot in zip(outs, out_slots):
-                out[start:stop] = env[slot]
+        began = last = time.perf_counter()
+        try:
+            for index, start in enumerate(range(0, size, CHUNK)):
+                if switch is not None and index % CHUNKS_PER_CHECK == CHUNKS_PER_CHECK - 1:
+                    now = time.perf_counter()
+                    if (now - began) * (size - start) / start >= LONG_CALL_SECONDS:
+                        switch.spend(now - last)
+                        last = now
+                    compiled = switch.built()
+                    if compiled is not None:
+                        compiled.finish(values, outs, start)
+                        break
+                _run_chunk(members, inputs, flat, outs, out_slots, splats, start, min(start + CHUNK, size))
+        finally:
+            if switch is not None:
+                switch.spend(time.perf_counter() - last)
         results = [out.reshape(shape) for out in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
     fused_chunks.__doc__ = "A fused elementwise run, chunk by chunk (interpreter/jit/fusion.py)."
+    fused_chunks.switch = None
+    fused_chunks.reports_time = True
     return fused_chunks
+
+
+def _run_chunk(members: list, inputs: list, flat: list, outs: list, out_slots: list,
+               splats: dict, start: int, stop: int) -> None:
+    """Elements [start, stop) of a chunked run: each member's kernel in turn."""
+    env = {slot: v[start:stop] if is_array else v for v, (slot, is_array) in zip(flat, inputs)}
+    for kernel, member_op, operands, result in members:
+        if kernel is None:
+            splat = splats.get(result)
+            if splat is None:
+                splat = splats[result] = np.broadcast_to(env[operands[0]], (CHUNK,))
+            env[result] = splat[:stop - start]
+        else:
+            env[result] = kernel(member_op, *[env[s] for s in operands])
+    for out, slot in zip(outs, out_slots):
+        out[start:stop] = env[slot]

@@ -175,11 +175,25 @@ def iota_array(shape, dimension: int, dtype: np.dtype) -> np.ndarray:
     shape = tuple(int(d) for d in shape)
     if not 0 <= dimension < len(shape):
         raise ValueError(f"iota_dimension {dimension} is out of range for rank {len(shape)}")
-    line = np.arange(shape[dimension], dtype=np.float64 if _needs_float_count(dtype) else np.int64)
-    line = line.astype(dtype)
+    line = _index_line(shape[dimension], dtype)
+    if len(shape) == 1:
+        return line
     view_shape = [1] * len(shape)
     view_shape[dimension] = shape[dimension]
     return np.array(np.broadcast_to(line.reshape(view_shape), shape))
+
+
+def _index_line(count: int, dtype: np.dtype) -> np.ndarray:
+    """0, 1, ..., count - 1 as `dtype`: counted in the type itself where every
+    index fits a plain integer type (one pass; JAX's PRNG counts 10^8 uint64
+    indices), else counted in int64 or float64 and converted."""
+    if dtype.kind in "iu" and dtype.name in _PLAIN_INTEGERS and count - 1 <= np.iinfo(dtype).max:
+        return np.arange(count, dtype=dtype)
+    line = np.arange(count, dtype=np.float64 if _needs_float_count(dtype) else np.int64)
+    return line.astype(dtype)
+
+
+_PLAIN_INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def _needs_float_count(dtype: np.dtype) -> bool:

@@ -116,6 +116,42 @@ def test_an_integer_run_runs_on_numpy_then_switches_to_its_compiled_loop(empty_c
     assert step.kernel.current is not numpy_form
 
 
+def _another_integer_round(x):   # a kernel no other test builds
+    rotated = (x << jnp.uint32(7)) | (x >> jnp.uint32(25))
+    return (rotated + (x ^ jnp.uint32(0x85EBCA6B))) * x % jnp.uint32(1000003)
+
+
+def test_a_long_call_on_numpy_finishes_on_the_compiled_loop(empty_cache, monkeypatch):
+    """A call of a fused run's numpy form that would still run long once the
+    kernel is queued (10^8 elements) hands the rest of its elements to the
+    compiled loop as soon as it is built: the same bits, all of them written."""
+    from pjrt_ref.interpreter.jit import fusion
+
+    monkeypatch.setattr(fusion, "LONG_CALL_SECONDS", 0.0)   # any call counts as long
+    x = np.random.default_rng(4).integers(0, 2 ** 32, N + 2 ** 17, dtype=np.uint32)
+    text = lower_to_text(_another_integer_round, x)
+    reference = _plain(text, x, monkeypatch)
+    program = load(text)
+    (step,) = _fused_steps(program)
+    switch = step.kernel
+    assert isinstance(switch, background.Switchable)
+    for a, b in zip(program(x), reference):     # queued in this call, maybe finished by it
+        assert_same_values(a, b)
+    assert background.wait(timeout=120) and switch.built() is not None
+    finished = []
+    compiled = switch.built()
+    original_finish = compiled.finish
+    compiled.finish = lambda values, outs, start: (finished.append(start),
+                                                   original_finish(values, outs, start))
+    # A call that began on numpy before the build ended: it finds the loop at its first check.
+    switch.current = switch.first
+    monkeypatch.setattr(background.Switchable, "built",
+                        lambda self: compiled if self is switch else None)
+    for a, b in zip(program(x), reference):
+        assert_same_values(a, b)
+    assert finished == [(fusion.CHUNKS_PER_CHECK - 1) * fusion.CHUNK]
+
+
 def _small_loop(x):   # W6's shape: a compiled `while` (jit/loops.py), with a capture
     scale = jnp.float32(0.97) + x[0] * 0
     return jax.lax.fori_loop(0, 300, lambda i, c: c * scale + 0.01 * jnp.sin(c) + i * 1e-4, x)
@@ -163,7 +199,7 @@ def test_what_runs_briefly_is_never_compiled(kind, empty_cache, monkeypatch):
     for _ in range(3):
         for a, b in zip(program(x), reference):
             assert_same_values(a, b)
-    assert background.pending() == 0 and step.kernel.current.__name__ == "warming"
+    assert background.pending() == 0 and step.kernel.built() is None
 
     monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", "1e-9")
     program = load(text)

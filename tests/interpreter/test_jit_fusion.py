@@ -2,6 +2,8 @@
 the unfused kernels, and agree with XLA CPU."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -115,9 +117,11 @@ def test_intermediate_used_later_and_in_loop(monkeypatch):
     assert "pjrt_ref.fused" in step_names(fused)
 
 
-def test_integers_do_not_fuse(monkeypatch):
+def test_integer_arithmetic_fuses_and_wraps(monkeypatch):
+    """Every value is cast back to its type in the fused loop: the spec's
+    wrap-around (test_jit_fusion_integers.py checks every integer op)."""
     x = np.array([2**31 - 1, -2**31, 5, -7], np.int32)
-    check(lambda x: x * 3 + x - 7, (x,), monkeypatch, expect_fused=False)
+    check(lambda x: x * 3 + x - 7, (x,), monkeypatch)
 
 
 def test_jit_switch_off(monkeypatch):
@@ -154,3 +158,28 @@ def test_numba_is_imported_only_when_something_compiles():
         "print('numba' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("element, operand_shape, shape", [
+    ("f32", (1,), (4096,)), ("f32", (1, 1), (64, 64)), ("ui32", (1,), (4096,))])
+def test_a_broadcast_of_a_one_element_tensor_joins_the_run(element, operand_shape, shape, monkeypatch):
+    """JAX's uniform broadcasts `maxval - minval` of shape (1,): a splat like
+    a 0-d one, which joins the run (numpy's for floats, numba's for integers)
+    instead of cutting it."""
+    dtype = {"f32": np.float32, "ui32": np.uint32}[element]
+    t = f"tensor<{'x'.join(map(str, shape))}x{element}>"
+    v = f"tensor<{'x'.join(map(str, operand_shape))}x{element}>"
+    dims = ", ".join(str(d) for d in range(len(shape)))
+    text = (f"func.func @main(%x: {t}, %v: {v}) -> {t} {{\n"
+            f"  %b = stablehlo.broadcast_in_dim %v, dims = [{dims}] : ({v}) -> {t}\n"
+            f"  %0 = stablehlo.multiply %x, %b : {t}\n"
+            f"  %1 = stablehlo.add %0, %x : {t}\n"
+            f"  return %1 : {t}\n}}")
+    x = (values(np.float32, math.prod(shape)) if dtype == np.float32
+         else np.arange(math.prod(shape), dtype=dtype) * np.uint32(2654435761)).reshape(shape)
+    scale = np.full(operand_shape, 3, dtype)
+    plain = load_with(text, monkeypatch, optimize=False)
+    fused = load_with(text, monkeypatch, optimize=True)
+    assert step_names(fused) == ["pjrt_ref.fused"], step_names(fused)
+    assert_same_values(fused(x, scale)[0], plain(x, scale)[0])
+    np.testing.assert_array_equal(fused(x, scale)[0], x * dtype(3) + x)

@@ -92,10 +92,18 @@ def test_pad_of_empty_operand():
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float32, ml_dtypes.bfloat16,
-                                   np.complex64])
+                                   np.complex64, np.uint64, np.int8])
 def test_iota(dtype):
     assert_same_as_jax(lambda: (lax.broadcasted_iota(dtype, (3, 5), 1),
                                 lax.broadcasted_iota(dtype, (4,), 0)))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint32, np.uint64, np.float32])
+def test_iota_past_a_narrow_types_range(dtype):
+    """300 indices: counted in the type where they fit, else counted wide and
+    converted (int8 wraps, as XLA's conversion does)."""
+    assert_same_as_jax(lambda: (lax.broadcasted_iota(dtype, (300,), 0),
+                                lax.broadcasted_iota(dtype, (2, 300), 1)))
 
 
 def test_dynamic_slice_clamps_start_indices():
