@@ -67,7 +67,7 @@ import numpy as np
 from ... import settings
 from ..steps import Step
 from ..native import codegen, threads
-from ..native.loop_expressions import TYPE_NAMES, element_expression
+from ..native.loop_expressions import TYPE_NAMES, element_expression, loop_expression
 from ..native.scalar_expressions import FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
 from ..native.scope import CONTROL_FLOW_OPS
 from ..types import TensorType
@@ -122,13 +122,30 @@ def _fusable_shape(op):
         return None
     if _is_splat(op, shape):
         return shape
-    if element_expression(op) is None and not _needs_chunks(op):
-        return None
+    if scalar_expression(op) is None and not _needs_chunks(op):
+        # Integer, bit, rounding and conversion ops and iota have a compiled
+        # form only: they join runs big enough to compile, and leave smaller
+        # runs whole to numpy.
+        if not _compiled_only(op) or math.prod(shape) < compile_min_elements():
+            return None
+        if op.name == "stablehlo.iota":
+            return shape
     if any(t.shape not in (shape, ()) for t in op.operand_types):
         return None
     if any(t.shape == () for t in op.operand_types) and shape != ():
         return None  # elementwise ops take equal shapes; 0-d only via a splat
     return shape
+
+
+def _compiled_only(op) -> bool:
+    """An op fused loops compile but numpy runs do not take: the integer,
+    bit, rounding and conversion ops of loop_expressions.py, and iota (the
+    element's index; of a plain integer type, whose cast from the index
+    keeps its low bits as the interpreter's does)."""
+    if op.name == "stablehlo.iota":
+        dtype = op.result_type.dtype
+        return dtype in TYPE_NAMES and dtype.kind in "iu" and op.result_type.quant is None
+    return loop_expression(op) is not None
 
 
 def _needs_chunks(op) -> bool:
@@ -305,33 +322,17 @@ def _fuse_run(run: list, uses: dict, shape: tuple):
     if math.prod(shape) < compile_min_elements():
         return None  # too small for a compiled loop to pay for starting numba
 
-    names = {}
-    for index, ((slot, is_array), ttype) in enumerate(zip(inputs, input_types)):
-        names[slot] = f"a{index}" if is_array else f"s{index}"
-    lines = []
-    for index, step in enumerate(run):
-        op = step.op
-        if _is_splat(op, shape):
-            names[step.results[0]] = names[step.operands[0]]
-            continue
-        expression = element_expression(op).format(*(names[s] for s in step.operands))
-        variable = f"v{index}"
-        lines.append((variable, expression, op.result_type.dtype))
-        names[step.results[0]] = variable
-    source = codegen.fused_loop_source(
-        inputs=[(names[slot], is_array, t.dtype) for (slot, is_array), t in zip(inputs, input_types)],
-        body=lines,
-        outputs=[(names[s.results[0]], s.op.result_type.dtype) for s in outputs],
-    )
+    source, indexed = _loop_source(run, inputs, input_types, outputs, shape)
     def build():
         function = codegen.compile_safely(
             codegen.compile_fused, source,
             input_types=[(t.dtype, is_array) for (_, is_array), t in zip(inputs, input_types)],
-            output_dtypes=[s.op.result_type.dtype for s in outputs])
+            output_dtypes=[s.op.result_type.dtype for s in outputs], indexed=indexed)
         if function is None:
             return None
         return _fused_kernel(function, [is_array for _, is_array in inputs],
-                             [s.op.result_type.dtype for s in outputs], shape, _min_piece(run))
+                             [s.op.result_type.dtype for s in outputs], shape, _min_piece(run),
+                             indexed)
 
     if background.enabled() and not (codegen.is_built(source) and codegen.numba_started()):
         # Never compiled here, or numba not started in this process (its import alone
@@ -348,6 +349,53 @@ def _fuse_run(run: list, uses: dict, shape: tuple):
     return fused_step(run, kernel, inputs, input_types, outputs, source=source)
 
 
+def _loop_source(run: list, inputs: list, input_types: list, outputs: list, shape: tuple):
+    """(the numba source of the run's loop, whether it reads element indices):
+    each step one line (`element_expression`, or an iota's index), splats
+    read as their scalar operand."""
+    names = {}
+    for index, ((slot, is_array), ttype) in enumerate(zip(inputs, input_types)):
+        names[slot] = f"a{index}" if is_array else f"s{index}"
+    lines = []
+    for index, step in enumerate(run):
+        op = step.op
+        if _is_splat(op, shape):
+            names[step.results[0]] = names[step.operands[0]]
+            continue
+        if op.name == "stablehlo.iota":
+            expression = _iota_expression(op.attrs["iota_dimension"], shape)
+        else:
+            expression = element_expression(op).format(*(names[s] for s in step.operands))
+        variable = f"v{index}"
+        lines.append((variable, expression, op.result_type.dtype))
+        names[step.results[0]] = variable
+    indexed = any(s.op.name == "stablehlo.iota" for s in run)
+    source = codegen.fused_loop_source(
+        inputs=[(names[slot], is_array, t.dtype) for (slot, is_array), t in zip(inputs, input_types)],
+        body=lines,
+        outputs=[(names[s.results[0]], s.op.result_type.dtype) for s in outputs],
+        indexed=indexed,
+    )
+    return source, indexed
+
+
+def _iota_expression(dimension: int, shape: tuple) -> str:
+    """Spec "iota": the element's index along `dimension`, from its row-major
+    index in the run, `base + i` (codegen.fused_loop_source)."""
+    stride = math.prod(shape[dimension + 1:])
+    index = "(base + i)" if stride == 1 else f"((base + i) // {stride})"
+    return index if dimension == 0 else f"{index} % {shape[dimension]}"
+
+
+def _iota_chunk(dimension: int, shape: tuple, dtype: np.dtype):
+    """The chunked form of a fused iota: its elements [start, stop)."""
+    stride, extent = math.prod(shape[dimension + 1:]), shape[dimension]
+
+    def iota_chunk(start: int, stop: int) -> np.ndarray:
+        return ((np.arange(start, stop, dtype=np.int64) // stride) % extent).astype(dtype)
+    return iota_chunk
+
+
 # Elements per thread below which a fused loop is not split (native/threads.py):
 # a thread hand-off costs as much as many elements of arithmetic (which
 # runs at memory speed), fewer of a transcendental.
@@ -362,19 +410,25 @@ def _min_piece(run: list) -> int:
 
 
 def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
-                  min_piece: int):
+                  min_piece: int, indexed: bool = False):
     size = math.prod(shape)
     empty = np.empty
 
-    def run(count: int, args: list, flat_outs: list) -> None:
-        if count < 2 * min_piece:
+    def call(count: int, base: int, args: list, flat_outs: list) -> None:
+        if indexed:
+            function(count, base, *args, *flat_outs)
+        else:
             function(count, *args, *flat_outs)
+
+    def run(count: int, args: list, flat_outs: list, base: int = 0) -> None:
+        if count < 2 * min_piece:
+            call(count, base, args, flat_outs)
             return
 
         def run_piece(start: int, stop: int) -> None:
-            function(stop - start,
-                     *[a[start:stop] if is_array else a for a, is_array in zip(args, array_inputs)],
-                     *[out[start:stop] for out in flat_outs])
+            call(stop - start, base + start,
+                 [a[start:stop] if is_array else a for a, is_array in zip(args, array_inputs)],
+                 [out[start:stop] for out in flat_outs])
 
         threads.run_split(run_piece, count, min_piece)
 
@@ -388,7 +442,7 @@ def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
         """Elements [start, size) of `fused(op, *values)`, into the flat outputs:
         the rest of a call its chunked numpy form began (`_chunked_kernel`)."""
         args = [v.reshape(-1)[start:] if is_array else v[()] for v, is_array in zip(values, array_inputs)]
-        run(size - start, args, [out[start:] for out in flat_outs])
+        run(size - start, args, [out[start:] for out in flat_outs], base=start)
 
     fused.__doc__ = "A fused elementwise loop (interpreter/jit/fusion.py)."
     fused.finish = finish
@@ -401,15 +455,21 @@ def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
 CHUNK = 1 << 14
 
 
+INDICES = "indices"   # a chunked member computed from its element indices (a fused iota)
+
+
 def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple) -> Step:
     """A run containing exp/log/tanh/...: its steps' own kernels applied
     chunk by chunk, so numpy's vectorised math still does the work but no
     intermediate exists at full size. Each element meets exactly the
     kernels it met unfused: the same bits."""
-    members = []
-    for step in run:
+    members = []   # (kernel, op, operands, result); a splat's kernel is None, an iota's op is
+    for step in run:   # INDICES and its kernel gives its elements [start, stop)
         if _is_splat(step.op, shape):
             members.append((None, None, step.operands, step.results[0]))
+        elif step.op.name == "stablehlo.iota":
+            chunk = _iota_chunk(step.op.attrs["iota_dimension"], shape, step.op.result_type.dtype)
+            members.append((chunk, INDICES, (), step.results[0]))
         else:
             members.append((step.kernel, step.op, step.operands, step.results[0]))
     kernel = _chunked_kernel(members, inputs, [s.results[0] for s in outputs],
@@ -471,6 +531,8 @@ def _run_chunk(members: list, inputs: list, flat: list, outs: list, out_slots: l
             if splat is None:
                 splat = splats[result] = np.broadcast_to(env[operands[0]], (CHUNK,))
             env[result] = splat[:stop - start]
+        elif member_op is INDICES:
+            env[result] = kernel(start, stop)
         else:
             env[result] = kernel(member_op, *[env[s] for s in operands])
     for out, slot in zip(outs, out_slots):

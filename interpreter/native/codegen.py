@@ -114,8 +114,11 @@ def cache_dir() -> str:
                                                                "pjrt_ref", "numba")
 
 
-def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
-    """A function `kernel(n, inputs..., outputs...)` looping over n elements.
+def fused_loop_source(inputs: list, body: list, outputs: list, indexed: bool = False) -> str:
+    """A function `kernel(n, inputs..., outputs...)` looping over n elements;
+    `indexed`: `kernel(n, base, ...)`, whose body may read the element's
+    index in the whole run as `base + i` (a fused iota; a piece on a thread
+    starts at `base`).
 
     `inputs`: (name, is_array, dtype): arrays are read at [i], scalars as is.
     `body`: (variable, expression, dtype) in order; each value is cast to
@@ -124,7 +127,8 @@ def fused_loop_source(inputs: list, body: list, outputs: list) -> str:
     The kernel releases the GIL (`nogil`): pieces of one loop run on
     several threads at once (threads.py).
     """
-    parameters = ["n"] + [name for name, _, _ in inputs] + [f"out{k}" for k in range(len(outputs))]
+    parameters = (["n"] + (["base"] if indexed else []) + [name for name, _, _ in inputs]
+                  + [f"out{k}" for k in range(len(outputs))])
     loop_body = [f"{name}_i = {name}[i]" for name, is_array, _ in inputs if is_array]
     renamed = {name: f"{name}_i" for name, is_array, _ in inputs if is_array}
 
@@ -238,17 +242,18 @@ def load_generated(source: str):
         return module
 
 
-def compile_fused(source: str, input_types: list, output_dtypes: list):
+def compile_fused(source: str, input_types: list, output_dtypes: list, indexed: bool = False):
     """The compiled `kernel` of `source` for the given argument types.
 
     `input_types`: (dtype, is_array); arrays are 1-d and C-contiguous.
+    `indexed`: the kernel takes a base index after n (`fused_loop_source`).
     Compiling now (not on the first call) keeps compile time in compile.
     """
     from numba import types
     from numba.np.numpy_support import from_dtype
 
     kernel = load_generated(source).kernel
-    signature = [types.intp]
+    signature = [types.intp, types.intp] if indexed else [types.intp]
     for dtype, is_array in input_types:
         scalar = from_dtype(dtype)
         signature.append(types.Array(scalar, 1, "C") if is_array else scalar)

@@ -180,7 +180,9 @@ def iota_array(shape, dimension: int, dtype: np.dtype) -> np.ndarray:
         return line
     view_shape = [1] * len(shape)
     view_shape[dimension] = shape[dimension]
-    return np.array(np.broadcast_to(line.reshape(view_shape), shape))
+    result = np.empty(shape, dtype)   # row-major: np.array of the broadcast view kept its
+    result[...] = line.reshape(view_shape)   # strides, column-major for the last dimension
+    return result
 
 
 def _index_line(count: int, dtype: np.dtype) -> np.ndarray:

@@ -5,6 +5,8 @@ the run instead of cutting it. Before, integers never fused, and JAX's
 threefry on 10^7 elements ran its loop op by op (issue 32)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,53 @@ def test_direct_shift_kernels_give_the_generic_kernels_bits(element, op, saturat
 def test_numpys_shifts_are_probed_on_this_numpy():
     """The probe answers for the numpy installed; both answers are handled above."""
     assert bitwise.numpy_shifts_saturate() in (True, False)
+
+
+def _iota_program(shape: tuple, element: str) -> str:
+    """x + iota along each dimension of `shape`, one output per dimension."""
+    t = f"tensor<{'x'.join(map(str, shape))}x{element}>"
+    lines, results = [], []
+    for dimension in range(len(shape)):
+        lines.append(f"%i{dimension} = stablehlo.iota dim = {dimension} : {t}")
+        lines.append(f"%r{dimension} = stablehlo.add %x, %i{dimension} : {t}")
+        results.append((f"%r{dimension}", t))
+    return _program(lines, [("x", t)], results)
+
+
+def _iota_oracle(x: np.ndarray) -> list:
+    """numpy's indices, converted as numpy converts (uint8 keeps the low bits)."""
+    return [x + index.astype(np.uint64).astype(x.dtype) for index in np.indices(x.shape)]
+
+
+@pytest.mark.parametrize("shape, element", [((3, 5, 7), "ui32"), ((2, 300), "ui8"),
+                                            ((3, 100_003), "i64"), ((300_007,), "ui64")])
+def test_iota_fuses_along_each_dimension(shape, element, monkeypatch):
+    """A fused iota is the element's index along its dimension, computed from
+    its index in the run (pieces on threads start where they start)."""
+    dtype = np.dtype(NUMPY[element])
+    x = (np.arange(math.prod(shape)) * 7919 % 1000).astype(dtype).reshape(shape)
+    text = _iota_program(shape, element)
+    fused = load_with(text, monkeypatch, optimize=True)
+    assert [s.op.name for s in fused.function.body.steps] == ["pjrt_ref.fused"]
+    plain = load_with(text, monkeypatch, optimize=False)
+    for ours, theirs, expected in zip(fused(x), plain(x), _iota_oracle(x)):
+        assert_same_values(ours, theirs)
+        np.testing.assert_array_equal(ours, expected)
+
+
+def test_a_fused_iotas_numpy_form_gives_the_same_elements(tmp_path, monkeypatch):
+    """Before its kernel is built (background.py) the run goes chunk by chunk
+    on numpy, an iota's chunk from the chunk's element indices."""
+    from pjrt_ref.interpreter.jit import background
+
+    monkeypatch.setenv("PJRT_REF_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PJRT_REF_JIT_BACKGROUND", "1")
+    monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", "3600")
+    shape = (5, 40_009)
+    x = (np.arange(math.prod(shape)) % 251).astype(np.uint32).reshape(shape)
+    text = _iota_program(shape, "ui32")
+    program = load_with(text, monkeypatch, optimize=True)
+    (step,) = program.function.body.steps
+    assert isinstance(step.kernel, background.Switchable) and step.kernel.built() is None
+    for ours, expected in zip(program(x), _iota_oracle(x)):
+        np.testing.assert_array_equal(ours, expected)
