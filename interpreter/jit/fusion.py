@@ -137,6 +137,25 @@ def _fusable_shape(op):
     return shape
 
 
+COMPILED, CHUNKED, EITHER = "compiled", "chunked", "either"
+
+
+def _run_kind(op) -> str:
+    """How a run with `op` must run: COMPILED (an op with a compiled form
+    only), CHUNKED (a transcendental with numpy's form only) or EITHER."""
+    if op.name == "stablehlo.iota" or (scalar_expression(op) is None and _compiled_only(op)):
+        return COMPILED
+    return CHUNKED if _needs_chunks(op) else EITHER
+
+
+def _kinds_mix(kinds: set, kind: str) -> bool:
+    """Whether a step of `kind` may join a run of `kinds`: never a compiled-only
+    op with a chunked-only one. A run of both went chunk by chunk through
+    the unfused kernels: a PRNG's hash with the log of its uniform (JAX's
+    binomial and multinomial samplers) ran at twice its unfused time."""
+    return not {COMPILED, CHUNKED} <= kinds | {kind}
+
+
 def _compiled_only(op) -> bool:
     """An op fused loops compile but numpy runs do not take: the integer,
     bit, rounding and conversion ops of loop_expressions.py, and iota (the
@@ -188,6 +207,7 @@ def fuse_region(region) -> None:
     run: list = []        # the fusable steps of the current run
     before: list = []     # steps met inside the run that move before it
     made_by_run: set = set()
+    kinds: set = set()    # the run's _run_kind()s
     shape = None
 
     def close_run():
@@ -201,6 +221,14 @@ def fuse_region(region) -> None:
         run.clear()
         before.clear()
         made_by_run.clear()
+        kinds.clear()
+
+    def join_run(step, step_shape):
+        nonlocal shape
+        run.append(step)
+        made_by_run.update(step.results)
+        kinds.add(_run_kind(step.op))
+        shape = step_shape
 
     order = {id(step): index for index, step in enumerate(region.steps)}
     order = _IdOrder(order)
@@ -211,19 +239,16 @@ def fuse_region(region) -> None:
             for nested in step.regions:
                 fuse_region(nested)
         step_shape = _fusable_shape(step.op) if not step.regions else None
-        if step_shape is not None and (not run or step_shape == shape):
-            run.append(step)
-            made_by_run.update(step.results)
-            shape = step_shape
+        if step_shape is not None and (not run or (
+                step_shape == shape and _kinds_mix(kinds, _run_kind(step.op)))):
+            join_run(step, step_shape)
             continue
         if run and _can_move_before_run(step, made_by_run):
             before.append(step)
             continue
         close_run()
         if step_shape is not None:
-            run.append(step)
-            made_by_run.update(step.results)
-            shape = step_shape
+            join_run(step, step_shape)
         else:
             new_steps.append(step)
     close_run()
@@ -339,7 +364,7 @@ def _fuse_run(run: list, uses: dict, shape: tuple):
         # outlasts a first result): numpy now, the compiled loop once the run is hot and
         # the kernel built (background.py). Not at once: numba's import holds the GIL in
         # long stretches, and the numpy form's first runs waited for it at every call.
-        chunked = _chunked_step(run, inputs, input_types, outputs, shape).kernel
+        chunked = _chunked_step(run, inputs, input_types, outputs, shape, FIRST_FORM_CHUNK).kernel
         switch = chunked.switch = background.Switchable(chunked)
         background.build_when_hot(build, switch, settings.get("PJRT_REF_JIT_HOT_SECONDS"))
         return fused_step(run, switch, inputs, input_types, outputs, source=source, background=True)
@@ -458,7 +483,8 @@ CHUNK = 1 << 14
 INDICES = "indices"   # a chunked member computed from its element indices (a fused iota)
 
 
-def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple) -> Step:
+def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple,
+                  chunk: int = CHUNK) -> Step:
     """A run containing exp/log/tanh/...: its steps' own kernels applied
     chunk by chunk, so numpy's vectorised math still does the work but no
     intermediate exists at full size. Each element meets exactly the
@@ -468,28 +494,50 @@ def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, sha
         if _is_splat(step.op, shape):
             members.append((None, None, step.operands, step.results[0]))
         elif step.op.name == "stablehlo.iota":
-            chunk = _iota_chunk(step.op.attrs["iota_dimension"], shape, step.op.result_type.dtype)
-            members.append((chunk, INDICES, (), step.results[0]))
+            indices = _iota_chunk(step.op.attrs["iota_dimension"], shape, step.op.result_type.dtype)
+            members.append((indices, INDICES, (), step.results[0]))
         else:
             members.append((step.kernel, step.op, step.operands, step.results[0]))
-    kernel = _chunked_kernel(members, inputs, [s.results[0] for s in outputs],
-                             [s.op.result_type.dtype for s in outputs], shape)
+    kernel = _chunked_kernel(_with_last_reads(members, [slot for slot, _ in inputs]),
+                             inputs, [s.results[0] for s in outputs],
+                             [s.op.result_type.dtype for s in outputs], shape, chunk)
     return fused_step(run, kernel, inputs, input_types, outputs, chunked=True)
 
 
-# Every this many chunks, a chunked run that is a background kernel's first
-# form projects the time its call still needs. From LONG_CALL_SECONDS on
-# (numba's start and a compile, whose GIL the numpy form then shares, cost
-# about that much: benchmarks/README.md) it reports its time to its
-# Switchable (background.py) at once, which queues the build when the run
+def _with_last_reads(members: list, input_slots: list) -> list:
+    """Each member with the slots it reads for the last time (inputs and
+    results of members): a chunk drops them there, and its memory holds
+    only the values still to be read."""
+    last_reader: dict = {}
+    for index, (_, _, operands, _) in enumerate(members):
+        for slot in operands:
+            last_reader[slot] = index
+    dead = [[] for _ in members]
+    for slot, index in last_reader.items():
+        dead[index].append(slot)
+    return [(*member, tuple(slots)) for member, slots in zip(members, dead)]
+
+
+# A background kernel's first form (background.py) runs in chunks this large:
+# the unfused kernels' per-call cost, which 2^14-element chunks multiply
+# (a PRNG run of 80 integer ops took twice its unfused time in them), is
+# small next to their work, and a long call still reaches a chunk boundary
+# often. Between chunks it projects the time its call still needs; from
+# LONG_CALL_SECONDS on (numba's start and a compile, whose GIL the numpy
+# form then shares, cost about that much: benchmarks/README.md) it reports
+# its time to its Switchable at once, which queues the build when the run
 # is hot, and finishes the call on the compiled loop once it is built.
 # Shorter calls report at their end, as every other first form does.
-CHUNKS_PER_CHECK = 16
+FIRST_FORM_CHUNK = 1 << 20
 LONG_CALL_SECONDS = 2.0
 
 
-def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape):
+def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape,
+                    chunk: int):
     size = math.prod(shape)
+    written = {}    # result slot -> the indices of the outputs it is
+    for index, slot in enumerate(out_slots):
+        written.setdefault(slot, []).append(index)
 
     def fused_chunks(op, *values):
         switch = fused_chunks.switch   # set when this is a background kernel's first form
@@ -498,8 +546,8 @@ def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: li
         splats = {}  # a splat: its 0-d value across a whole chunk, made once
         began = last = time.perf_counter()
         try:
-            for index, start in enumerate(range(0, size, CHUNK)):
-                if switch is not None and index % CHUNKS_PER_CHECK == CHUNKS_PER_CHECK - 1:
+            for start in range(0, size, chunk):
+                if switch is not None and start:
                     now = time.perf_counter()
                     if (now - began) * (size - start) / start >= LONG_CALL_SECONDS:
                         switch.spend(now - last)
@@ -508,7 +556,7 @@ def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: li
                     if compiled is not None:
                         compiled.finish(values, outs, start)
                         break
-                _run_chunk(members, inputs, flat, outs, out_slots, splats, start, min(start + CHUNK, size))
+                _run_chunk(members, inputs, flat, outs, written, splats, start, min(start + chunk, size))
         finally:
             if switch is not None:
                 switch.spend(time.perf_counter() - last)
@@ -521,19 +569,21 @@ def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: li
     return fused_chunks
 
 
-def _run_chunk(members: list, inputs: list, flat: list, outs: list, out_slots: list,
+def _run_chunk(members: list, inputs: list, flat: list, outs: list, written: dict,
                splats: dict, start: int, stop: int) -> None:
     """Elements [start, stop) of a chunked run: each member's kernel in turn."""
     env = {slot: v[start:stop] if is_array else v for v, (slot, is_array) in zip(flat, inputs)}
-    for kernel, member_op, operands, result in members:
+    for kernel, member_op, operands, result, dead in members:
         if kernel is None:
             splat = splats.get(result)
             if splat is None:
-                splat = splats[result] = np.broadcast_to(env[operands[0]], (CHUNK,))
+                splat = splats[result] = np.broadcast_to(env[operands[0]], (stop - start,))
             env[result] = splat[:stop - start]
         elif member_op is INDICES:
             env[result] = kernel(start, stop)
         else:
             env[result] = kernel(member_op, *[env[s] for s in operands])
-    for out, slot in zip(outs, out_slots):
-        out[start:stop] = env[slot]
+        for out_index in written.get(result, ()):
+            outs[out_index][start:stop] = env[result]
+        for slot in dead:      # read for the last time: its memory goes back at once
+            del env[slot]

@@ -229,3 +229,30 @@ def test_a_fused_iotas_numpy_form_gives_the_same_elements(tmp_path, monkeypatch)
     assert isinstance(step.kernel, background.Switchable) and step.kernel.built() is None
     for ours, expected in zip(program(x), _iota_oracle(x)):
         np.testing.assert_array_equal(ours, expected)
+
+
+def test_a_hash_and_the_log_of_its_uniform_are_two_runs(monkeypatch):
+    """A run goes either through one compiled loop or chunk by chunk through
+    numpy's kernels; integer ops (compiled only) and an f32 log (numpy's
+    float64 log only) split into one run of each kind, with the same bits."""
+    n = 5000
+    t, f = f"tensor<{n}xui32>", f"tensor<{n}xf32>"
+    text = _program([
+        f"%0 = stablehlo.xor %x, %y : {t}",
+        "%c9 = stablehlo.constant dense<9> : tensor<ui32>",
+        f"%nine = stablehlo.broadcast_in_dim %c9, dims = [] : (tensor<ui32>) -> {t}",
+        f"%1 = stablehlo.shift_right_logical %0, %nine : {t}",
+        "%cone = stablehlo.constant dense<1065353216> : tensor<ui32>",
+        f"%one = stablehlo.broadcast_in_dim %cone, dims = [] : (tensor<ui32>) -> {t}",
+        f"%2 = stablehlo.or %1, %one : {t}",
+        f"%3 = stablehlo.bitcast_convert %2 : ({t}) -> {f}",
+        f"%4 = stablehlo.log %3 : {f}",
+        f"%5 = stablehlo.negate %4 : {f}",
+    ], [("x", t), ("y", t)], [("%5", f)])
+    rng = np.random.default_rng(5)
+    x, y = (rng.integers(0, 2 ** 32, n, dtype=np.uint32) for _ in range(2))
+    fused = load_with(text, monkeypatch, optimize=True)
+    runs = _fused_steps(fused)
+    assert len(runs) == 2 and [bool(r.op.attrs.get("chunked")) for r in runs] == [False, True]
+    plain = load_with(text, monkeypatch, optimize=False)
+    assert_same_values(fused(x, y)[0], plain(x, y)[0])
