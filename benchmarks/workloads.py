@@ -1,4 +1,4 @@
-"""The workloads of issues 4 (W1 to W7), 15 (W8 to W12) and 32 (W0, W13, W14), as JAX
+"""The workloads of issues 4 (W1 to W7), 15 (W8 to W12) and 32 (W0, W13 to W15), as JAX
 functions with fixed inputs.
 
 Each workload is a `Workload(name, title, build, target_ratio, kind)`;
@@ -142,6 +142,22 @@ def build_sort_gather_segment():
     return fn, (x, indices, segments)
 
 
+def build_prng():
+    """JAX's PRNG on 10^7 elements: the threefry hash (integer adds, shifts
+    and xors in a five-round loop over the counters), a Bernoulli draw and
+    normals (issue 32: this ran op by op, 25x XLA's time)."""
+    import jax
+
+    n = 10_000_000
+    key_data = np.asarray([0, 20261129], dtype=np.uint32)
+
+    def fn(key_data):
+        coin, noise = jax.random.split(jax.random.wrap_key_data(key_data))
+        return jax.random.bernoulli(coin, 0.3, (n,)).sum(), jax.random.normal(noise, (n,)).mean()
+
+    return fn, (key_data,)
+
+
 def build_transformer_step():
     from . import models
 
@@ -206,6 +222,8 @@ WORKLOADS = {
         Workload("W14", "compile scaling: elementwise DAGs of 100, 1,000 and 10,000 ops with shared "
                  "operands, on 1 device and sharded over 8 (`.compile()`; the ratio is the worst "
                  "row's)", None, 1.0, "compile_scaling"),
+        Workload("W15", "PRNG at scale: bernoulli and normal draws of 1e7 (threefry), reduced",
+                 build_prng, 2),
     )
 }
 

@@ -18,7 +18,9 @@ others never exist as full arrays. Three kinds of fused step:
   implementation (f32 log and log1p; any f64 one) runs its
   steps' own kernels chunk by chunk (`_chunked_step`): numpy's vectorised
   float64 math beats the scalar libm calls a numba loop would make, and
-  cache-sized pieces need no full-size temporaries.
+  cache-sized pieces need no full-size temporaries. Such an op never
+  shares a run with an op that only compiles (integer and bit ops, iota:
+  `_kinds_mix`), which would drag those through numpy chunk by chunk.
 
 Large numba loops and numpy runs are split over threads, in contiguous
 pieces of the index range (native/threads.py): each element is computed exactly as
@@ -27,8 +29,11 @@ before.
 What fuses: the ops `element_expression` translates, integer and float
 (native/loop_expressions.py and scalar_expressions.py say why each gives
 the unfused kernels' bits; every value is cast back to its own type, which
-is the spec's wrap-around for integers), and broadcast_in_dim of a 0-d
-value (a splat), which joins as a scalar operand. Constants, and small
+is the spec's wrap-around for integers), iota (the element's index, from
+its place in the run: JAX's PRNG counters never exist as arrays), and
+broadcast_in_dim of a one-element value (a splat), which joins as a scalar
+operand. Ops with a compiled form only join runs of at least
+COMPILE_MIN_ELEMENTS; smaller runs stay whole on numpy. Constants, and small
 steps that read nothing the run makes (the index arithmetic between a PRNG
 round's elementwise ops: a slice of the rotation table, `32 - r`), move
 before the fused step instead of cutting the run in two.
@@ -50,6 +55,12 @@ plan time from op kinds and shapes:
   exp on 128x10 stays unfused);
 * compiled while loops (loops.py) and region bodies (native/regions.py) replace
   the interpreter's per-iteration / per-element Python work and always pay.
+
+A kernel numba has not built on the machine is built in the background
+(background.py) once its run has run PJRT_REF_JIT_HOT_SECONDS; meanwhile the
+run goes through its steps' own kernels in FIRST_FORM_CHUNK pieces, and a
+single long call (10^8 elements) hands its remaining elements to the
+compiled loop as soon as it is built.
 
 Measurements: benchmarks/README.md, "Design notes moved from the code".
 
