@@ -8,6 +8,7 @@ a `types.SimpleNamespace` with the spec's field names.
 from __future__ import annotations
 
 import re
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -128,6 +129,41 @@ def dense_elements_to_numpy(attr) -> np.ndarray:
     return parse_dense_text(str(attr), ttype)
 
 
+# The arrays splat_array made and that are still alive, by id: a checker
+# process (bytecode_checker.py) sends each as its one value and shape. JAX's
+# compile path folds broadcasts of constants into splats of the full shape,
+# and a PRNG program's twenty 10^7-element splats made a 900 MB answer.
+_SPLATS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+_SPLAT_FORM = {"full": True}
+
+
+def splat_array(value, shape: tuple) -> np.ndarray:
+    """A constant of `shape` whose elements all equal `value` (a numpy
+    scalar): a full, writable array, as every other constant is; in the
+    checker process, which only sends it on, a read-only broadcast view."""
+    value = np.asarray(value)
+    if _SPLAT_FORM["full"]:
+        array = np.full(tuple(shape), value, dtype=value.dtype)
+    else:
+        array = np.broadcast_to(value, tuple(shape))
+    _SPLATS[id(array)] = array
+    return array
+
+
+def send_splats_only() -> None:
+    """In the checker process: splats need not be filled in (splat_array)."""
+    _SPLAT_FORM["full"] = False
+
+
+def splat_parts(array) -> tuple | None:
+    """(value, shape) if `array` was made by splat_array, else None."""
+    if _SPLATS.get(id(array)) is not array or array.size == 0:
+        return None
+    return array.reshape(-1)[0], array.shape
+
+
 _DENSE_RE = re.compile(r"^dense<(.*)>\s*:\s*(.*)$", re.S)
 
 
@@ -155,7 +191,7 @@ def parse_dense_text(text: str, ttype: TensorType) -> np.ndarray:
     for i, v in enumerate(values):
         out[i] = v
     if len(literals) == 1:
-        return np.full(shape, out[0], dtype=dtype)
+        return splat_array(out[0], shape)
     return out.reshape(shape)
 
 
@@ -172,7 +208,7 @@ def _from_hex_blob(raw: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.nd
     else:
         flat = np.frombuffer(raw, dtype=dtype)
     if flat.size == 1 and count != 1:
-        return np.full(shape, flat[0], dtype=dtype)
+        return splat_array(flat[0], shape)
     return flat[:count].copy().reshape(shape)
 
 

@@ -22,11 +22,15 @@ READ_ANSWER and SURVIVED_ANSWER.
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import sys
 
+import numpy as np
+
 from ..errors import PjrtRefError
+from .attributes import send_splats_only, splat_array, splat_parts
 from .bytecode_guard import ANSWER_LENGTH, READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
 from .records import read_program
 
@@ -72,9 +76,24 @@ def answer(data) -> bytes:
     except Exception as error:      # a bug of the reader: the caller reports it, never a verdict
         reply = ("bug", f"{type(error).__name__}: {error}")
     try:
-        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        return _pickled(reply)
     except Exception as error:      # a value the reader should not have kept
         return pickle.dumps(("bug", f"cannot send what was read: {type(error).__name__}: {error}"))
+
+
+class _SplatPickler(pickle.Pickler):
+    """Sends a splat constant as its one value and shape (attributes.splat_array
+    builds it again on the other side)."""
+
+    def reducer_override(self, obj):
+        parts = splat_parts(obj) if isinstance(obj, np.ndarray) else None
+        return NotImplemented if parts is None else (splat_array, parts)
+
+
+def _pickled(reply) -> bytes:
+    buffer = io.BytesIO()
+    _SplatPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(reply)
+    return buffer.getvalue()
 
 
 def serve(requests, answers) -> None:
@@ -98,6 +117,7 @@ def serve(requests, answers) -> None:
 
 def main() -> None:
     """Answers go to the original stdout; anything else printed goes to stderr."""
+    send_splats_only()
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, answers)

@@ -322,7 +322,8 @@ class _RecordUnpickler(pickle.Unpickler):
     """Builds only what a checker's answer holds (module docstring): plain
     values, numpy arrays and dtypes (ml_dtypes' element types included),
     `types.SimpleNamespace`, the interpreter's dataclasses and named tuples
-    (built without calling them), and pjrt-ref's errors."""
+    (built without calling them), splat constants (`attributes.splat_array`)
+    and pjrt-ref's errors."""
 
     _NAMES = {("numpy", "dtype"), ("numpy", "ndarray"),
               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
@@ -330,7 +331,8 @@ class _RecordUnpickler(pickle.Unpickler):
               ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer"),
               ("builtins", "complex"), ("builtins", "set"), ("builtins", "frozenset"),
               ("builtins", "slice"), ("types", "SimpleNamespace"),
-              (FailedPrecondition.__module__, "rebuild_error")}
+              (FailedPrecondition.__module__, "rebuild_error"),
+              (__package__ + ".attributes", "splat_array")}   # np.full of one value
     _INTERPRETER = __package__ + "."
 
     def find_class(self, module: str, name: str):
