@@ -145,7 +145,7 @@ def build_sort_gather_segment():
 def build_prng():
     """JAX's PRNG on 10^7 elements: the threefry hash (integer adds, shifts
     and xors in a five-round loop over the counters), a Bernoulli draw and
-    normals (issue 32: this ran op by op, 25x XLA's time)."""
+    normals (issue 32: its hash ran op by op before integer runs fused)."""
     import jax
 
     n = 10_000_000
