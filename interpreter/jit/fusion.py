@@ -327,6 +327,8 @@ def _with_scalar_operands(kernel, operand_types: tuple, shape: tuple):
 
 
 def _fuse_run(run: list, uses: dict, shape: tuple):
+    """One step for the run (on numpy, chunked, or a compiled loop: the module
+    docstring), or None."""
     computing = [s for s in run if not _is_splat(s.op, shape)]
     on_numpy = numpy_runs.runs_on_numpy([s.op for s in computing])
     # One step with a splat is worth a numpy run: the splat is never
