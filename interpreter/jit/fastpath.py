@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.elementwise_compare import DIRECTIONS
+from ..ops.elementwise_support import PLAIN_INTEGERS
 from ..registry import lookup
 
 FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
-INTEGERS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
-                                           np.uint8, np.uint16, np.uint32, np.uint64))
+INTEGERS = PLAIN_INTEGERS
 SIGNED = frozenset(t for t in INTEGERS if t.kind == "i")
 BOOL = frozenset({np.dtype(np.bool_)})
 

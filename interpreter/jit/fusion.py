@@ -392,7 +392,7 @@ def _loop_source(run: list, inputs: list, input_types: list, outputs: list, shap
     each step one line (`element_expression`, or an iota's index), splats
     read as their scalar operand."""
     names = {}
-    for index, ((slot, is_array), ttype) in enumerate(zip(inputs, input_types)):
+    for index, (slot, is_array) in enumerate(inputs):
         names[slot] = f"a{index}" if is_array else f"s{index}"
     lines = []
     for index, step in enumerate(run):

@@ -17,8 +17,8 @@ import functools
 import numpy as np
 
 from ..registry import register
-from .elementwise_support import (accepts, as_result, bit_width, compute_dtype, elementwise,
-                                  widen)
+from .elementwise_support import (PLAIN_INTEGERS, accepts, as_result, bit_width, compute_dtype,
+                                  elementwise, widen)
 
 
 def bits_of(x: np.ndarray) -> np.ndarray:
@@ -75,10 +75,6 @@ def _shift_operands(lhs, rhs):
     in_range = amount < width
     safe_amount = np.where(in_range, amount, amount.dtype.type(0))
     return value, width, safe_amount, in_range
-
-
-# The 8- to 64-bit integers, whose numpy dtype is the element type itself.
-PLAIN_INTEGERS = frozenset(np.dtype(f"{kind}{size}") for kind in "iu" for size in (1, 2, 4, 8))
 
 
 @functools.cache

@@ -21,6 +21,8 @@ import numpy as np
 from ...errors import Unimplemented
 from ..types import is_bool, is_complex, is_float, is_integer, is_unsigned
 
+# The 8- to 64-bit integers, whose numpy dtype is the element type itself.
+PLAIN_INTEGERS = frozenset(np.dtype(f"{kind}{size}") for kind in "iu" for size in (1, 2, 4, 8))
 _NARROW_INTEGERS = {"int2": (np.int8, 2), "int4": (np.int8, 4),
                     "uint2": (np.uint8, 2), "uint4": (np.uint8, 4)}
 

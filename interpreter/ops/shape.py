@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import Unimplemented
 from ..registry import register
 from ..types import is_complex
+from .elementwise_support import PLAIN_INTEGERS
 
 
 def broadcast_layout(operand_shape, broadcast_dimensions, rank: int) -> tuple[tuple, tuple]:
@@ -189,13 +190,11 @@ def _index_line(count: int, dtype: np.dtype) -> np.ndarray:
     """0, 1, ..., count - 1 as `dtype`: counted in the type itself where every
     index fits a plain integer type (one pass; JAX's PRNG counts 10^8 uint64
     indices), else counted in int64 or float64 and converted."""
-    if dtype.kind in "iu" and dtype.name in _PLAIN_INTEGERS and count - 1 <= np.iinfo(dtype).max:
+    if dtype in PLAIN_INTEGERS and count - 1 <= np.iinfo(dtype).max:
         return np.arange(count, dtype=dtype)
     line = np.arange(count, dtype=np.float64 if _needs_float_count(dtype) else np.int64)
     return line.astype(dtype)
 
-
-_PLAIN_INTEGERS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def _needs_float_count(dtype: np.dtype) -> bool:
