@@ -136,25 +136,23 @@ def dense_elements_to_numpy(attr) -> np.ndarray:
 _SPLATS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-_SPLAT_FORM = {"full": True}
-
-
 def splat_array(value, shape: tuple) -> np.ndarray:
     """A constant of `shape` whose elements all equal `value` (a numpy
-    scalar): a full, writable array, as every other constant is; in the
-    checker process, which only sends it on, a read-only broadcast view."""
-    value = np.asarray(value)
-    if _SPLAT_FORM["full"]:
-        array = np.full(tuple(shape), value, dtype=value.dtype)
-    else:
-        array = np.broadcast_to(value, tuple(shape))
+    scalar), held as that one value broadcast: a read-only view that costs
+    no memory. Plans read it as a scalar where they can (the optimiser's
+    `splat_constants`); a kernel that needs the elements calls `filled`."""
+    array = np.broadcast_to(np.asarray(value), tuple(shape))
     _SPLATS[id(array)] = array
     return array
 
 
-def send_splats_only() -> None:
-    """In the checker process: splats need not be filled in (splat_array)."""
-    _SPLAT_FORM["full"] = False
+def filled(array: np.ndarray) -> np.ndarray:
+    """`array` as a plain row-major array with memory of its own: a splat
+    written out in full (what kernels and the host expect of a constant:
+    they may hand its memory to C), any other array as it is."""
+    if _SPLATS.get(id(array)) is not array:
+        return array
+    return np.array(array, order="C")
 
 
 def splat_parts(array) -> tuple | None:

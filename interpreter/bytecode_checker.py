@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from ..errors import PjrtRefError
-from .attributes import send_splats_only, splat_array, splat_parts
+from .attributes import splat_array, splat_parts
 from .bytecode_guard import ANSWER_LENGTH, READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
 from .records import read_program
 
@@ -117,7 +117,6 @@ def serve(requests, answers) -> None:
 
 def main() -> None:
     """Answers go to the original stdout; anything else printed goes to stderr."""
-    send_splats_only()
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, answers)

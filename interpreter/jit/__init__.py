@@ -28,7 +28,9 @@ runs, and rewrites its steps:
    numba loop over the elements for the rest, where numba pays (large
    tensors; see fusion.py, "When numba pays"). A loop numba never built on
    this machine is built by `background`'s thread while the run goes on
-   numpy (PJRT_REF_JIT_BACKGROUND).
+   numpy (PJRT_REF_JIT_BACKGROUND). A run reads a big splat constant
+   (JAX folds broadcasts of constants into them) as its one value
+   (`splat_constants`): one that only runs read is never written out.
 3. `loops` (numba): a `while` whose cond and body are small element-wise
    programs becomes one compiled function running every iteration.
 4. `invariant_layouts`: a matrix a `while` never changes, read by a
@@ -70,7 +72,7 @@ PJRT_REF_JIT=0).
 The README's "Performance" section gives users the same promise.
 
 * `inline`, `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
-  runs, on threads or not), `loops`, native `regions`, `reuse`, `in_place`,
+  runs, on threads or not, with `splat_constants`), `loops`, native `regions`, `reuse`, `in_place`,
   `invariant_layouts` and preset constants keep the bits (the last two where
   BLAS's kernels do: each checks that once per shape on random operands,
   native/blas.py `accumulate_is_exact` and `layouts_agree`, and keeps the
@@ -104,7 +106,7 @@ from __future__ import annotations
 from ..native.process_setup import set_up_process
 from ..native.scope import jit_enabled, optimize_enabled
 from ..steps import preset_constants
-from . import dots, fastpath, fusion, in_place, inline, invariant_layouts, reuse
+from . import dots, fastpath, fusion, in_place, inline, invariant_layouts, reuse, splat_constants
 
 
 def optimize_function(plan) -> None:
@@ -119,7 +121,9 @@ def optimize_function(plan) -> None:
     dots.fold_transposes(plan.body)
     fastpath.specialize_region(plan.body)
     if jit_enabled():
-        fusion.fuse_region(plan.body)
+        splats = splat_constants.add_scalars(plan)
+        fusion.fuse_region(plan.body, splats)
+        splat_constants.drop_unread(plan, splats)
     invariant_layouts.copy_transposed_invariants(plan)
     in_place.update_carries_in_place(plan.body)   # before reuse: it takes the adds it folds
     reuse.write_into_dead_products(plan.body)

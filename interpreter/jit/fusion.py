@@ -32,7 +32,7 @@ the unfused kernels' bits; every value is cast back to its own type, which
 is the spec's wrap-around for integers), iota (the element's index, from
 its place in the run: JAX's PRNG counters never exist as arrays), and
 broadcast_in_dim of a one-element value (a splat), which joins as a scalar
-operand. Ops with a compiled form only join runs of at least
+operand, as does a big splat constant (splat_constants.py). Ops with a compiled form only join runs of at least
 COMPILE_MIN_ELEMENTS; smaller runs stay whole on numpy. Constants, and small
 steps that read nothing the run makes (the index arithmetic between a PRNG
 round's elementwise ops: a slice of the rotation table, `32 - r`), move
@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -85,6 +86,9 @@ from ..types import TensorType
 from . import background, numpy_runs
 from .fused_step import fused_step
 from .loops import compile_while
+
+if TYPE_CHECKING:
+    from .splat_constants import SplatScalars
 
 # Fusing fewer computing steps than this does not pay for the loop's call,
 # except for ops whose unfused float kernels take several passes (maximum
@@ -203,14 +207,10 @@ def count_uses(region, counts: dict | None = None) -> dict:
     return counts
 
 
-def _fuse_nested(step) -> None:
-    for nested in step.regions:
-        fuse_region(nested)
-
-
-def fuse_region(region) -> None:
+def fuse_region(region, splats: SplatScalars | None = None) -> None:
     """Fuse runs of elementwise steps in `region` and in the bodies of the
-    control-flow ops inside it (see the module docstring)."""
+    control-flow ops inside it (see the module docstring). A run reads the
+    big splat constants of `splats` as their scalars (splat_constants.py)."""
     uses = count_uses(region)
     # Kept for inlining a function's body into a compiled loop (loops.py).
     region.unfused_steps = list(region.steps)
@@ -219,13 +219,19 @@ def fuse_region(region) -> None:
     before: list = []     # steps met inside the run that move before it
     made_by_run: set = set()
     kinds: set = set()    # the run's _run_kind()s
+    scalar_reads: dict = {}   # id -> step: the run's splats of a scalar constant
     shape = None
 
+    def fuse_nested(step) -> None:
+        for nested in step.regions:
+            fuse_region(nested, splats)
+
     def close_run():
-        fused = _fuse(run, uses, shape) if run else None
+        fused = _fuse(run, _with_scalar_reads_inside(uses, scalar_reads), shape) if run else None
         if fused is None:
             # Unfused: the run's steps in their original order.
-            new_steps.extend(sorted(run + before, key=order.__getitem__))
+            mine = [step for step in run if id(step) not in scalar_reads]
+            new_steps.extend(sorted(mine + before, key=order.__getitem__))
         else:
             new_steps.extend(before)
             new_steps.append(fused)
@@ -233,9 +239,13 @@ def fuse_region(region) -> None:
         before.clear()
         made_by_run.clear()
         kinds.clear()
+        scalar_reads.clear()
 
     def join_run(step, step_shape):
         nonlocal shape
+        for splat in _scalar_reads(step, step_shape, splats, made_by_run):
+            scalar_reads[id(splat)] = splat
+            join_run(splat, step_shape)
         run.append(step)
         made_by_run.update(step.results)
         kinds.add(_run_kind(step.op))
@@ -245,10 +255,10 @@ def fuse_region(region) -> None:
     order = _IdOrder(order)
     for step in region.steps:
         if step.op.name == "stablehlo.while":
-            step = compile_while(step, _fuse_nested) or step
+            step = compile_while(step, fuse_nested) or step
         if step.op.name in CONTROL_FLOW_OPS:
             for nested in step.regions:
-                fuse_region(nested)
+                fuse_region(nested, splats)
         step_shape = _fusable_shape(step.op) if not step.regions else None
         if step_shape is not None and (not run or (
                 step_shape == shape and _kinds_mix(kinds, _run_kind(step.op)))):
@@ -265,6 +275,29 @@ def fuse_region(region) -> None:
     close_run()
     region.steps = new_steps
     region.runners = None
+
+
+def _scalar_reads(step, shape: tuple, splats: SplatScalars | None, made_by_run: set) -> list:
+    """The splat members a run takes in for the big splat constants `step`
+    reads (one per constant and run): broadcasts of their scalars."""
+    if splats is None:
+        return []
+    members = []
+    for slot, ttype in zip(step.operands, step.op.operand_types):
+        if slot in splats and slot not in made_by_run and ttype.shape == shape:
+            splat = splats.splat_step(slot, ttype, step.op.location, step.op.module)
+            if _is_splat(splat.op, shape):
+                members.append(splat)
+                made_by_run.add(slot)
+    return members
+
+
+def _with_scalar_reads_inside(uses: dict, scalar_reads: dict) -> dict:
+    """`uses` as a run with `scalar_reads` sees them: its own splat of a
+    constant is read only inside it (other readers read the constant)."""
+    if not scalar_reads:
+        return uses
+    return {**uses, **{step.results[0]: 0 for step in scalar_reads.values()}}
 
 
 # Steps that may move before a run they meet: pure data movement and

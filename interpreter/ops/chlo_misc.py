@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import Unimplemented
 from ..registry import lookup, register
+from . import core
 from ..types import is_bool, is_complex, is_float, is_integer
 from .elementwise_compare import total_order_key
 from .elementwise_support import compute_dtype
@@ -23,7 +24,7 @@ from .elementwise_support import compute_dtype
 @register("chlo.constant")
 def constant(op):
     """ChloOps.td "constant": the `value` attribute, like stablehlo.constant."""
-    return op.attrs["value"]
+    return core.constant(op)
 
 
 _COMPLEX_NUMBER = re.compile(r"#complex\.number<:\w+\s+([^,]+),\s*([^>]+)>")

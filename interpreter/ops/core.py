@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from ...errors import Unimplemented
 from .. import ffi
+from ..attributes import filled
 from ..registry import Kernel, lookup_custom_call, register, register_custom_call
 
 
 @register("stablehlo.constant")
 def constant(op):
-    """Spec "constant": the `value` attribute, already a numpy array."""
-    return op.attrs["value"]
+    """Spec "constant": the `value` attribute, already a numpy array. A
+    splat is held as its one value (attributes.splat_array) and written out
+    here, once, the first time a plan needs its elements; the optimiser
+    plans most big ones as a scalar instead (jit/splat_constants.py)."""
+    value = op.cache.get("filled")
+    if value is None:
+        value = op.cache["filled"] = filled(op.attrs["value"])
+    return value
 
 
 @register("func.call")
