@@ -340,6 +340,17 @@ def save_run(run: Run, settings: dict, scratch: str) -> None:
                    "outcomes": {k: vars(v) for k, v in run.outcomes.items()}}, handle, indent=1)
 
 
+def kept_run_directory(backend: str, reference: str, options: argparse.Namespace) -> str | None:
+    """Where to read `backend`'s outcomes instead of running it: --reference-from
+    for the reference backend, --results-from for any backend kept there (a
+    whole-suite comparison made of runs from different sittings)."""
+    if options.reference_from and backend == reference:
+        return options.reference_from
+    if options.results_from and os.path.exists(os.path.join(options.results_from, f"{backend}.json")):
+        return options.results_from
+    return None
+
+
 def load_run(backend: str, settings: dict, directory: str, root: str) -> Run:
     """A backend's run kept by an earlier `--keep DIR`, if it ran these files (or more:
     a whole-suite run serves any files of it) with the same -k and environment."""
@@ -454,6 +465,10 @@ def markdown_report(files: list[str], reference: Run, candidate: Run, heading: s
                  f"{b['passed']}/{b['failed']}/{b['skipped']} | | |")
     lines += ["", f"Wall time: {r} {reference.seconds:.0f} s, {c} {candidate.seconds:.0f} s "
                   f"({candidate.seconds / max(reference.seconds, 1e-9):.2f}x)."]
+    if len(files) > 1:
+        lines += [""] + [f"Slowest files on {run.backend} (seconds of their tests, over the workers): "
+                         + ", ".join(f"`{file}` {seconds:.0f}" for file, seconds in slowest(run))
+                         for run in (reference, candidate)]
     not_run = [(run.backend, file, outcome) for run in (reference, candidate)
                for file, outcome in not_collected(run, files)]
     if not_run:
@@ -518,6 +533,9 @@ def parse_args(suite: Suite, argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep", metavar="DIR", help="keep the junit XML and logs in DIR")
     parser.add_argument("--reference-from", metavar="DIR",
                         help=f"read {suite.backends[0]}'s outcomes from an earlier run's --keep DIR")
+    parser.add_argument("--results-from", metavar="DIR",
+                        help="read each backend's outcomes an earlier run's --keep DIR holds (with "
+                             "these settings), and run only the others")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
     if suite.add_options:
         suite.add_options(parser)
@@ -585,8 +603,9 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
     for backend in chosen:
         env = suite.environment(backend, options)
         settings = run_settings(backend, env, options)
-        if options.reference_from and backend == backends[0]:
-            runs[backend] = load_run(backend, settings, options.reference_from, options.checkout)
+        kept = kept_run_directory(backend, backends[0], options)
+        if kept:
+            runs[backend] = load_run(backend, settings, kept, options.checkout)
             continue
         if candidate and backend == candidate.name and candidate.cannot_run:
             runs[backend] = Run(backend, {identifier: Outcome("failed", candidate.cannot_run)

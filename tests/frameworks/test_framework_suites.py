@@ -314,3 +314,20 @@ def test_a_file_in_which_no_test_ran_is_an_error_with_pytests_words_not_zero_tes
     printed = capsys.readouterr().out
     assert "test/test_nothing.py did not run on cpu: pytest ran no test of it" in printed
     assert "test/test_nothing.py did not run on pjrt_ref: pytest ran no test of it" in printed
+
+
+def test_a_comparison_is_made_from_runs_kept_in_different_sittings(tmp_path, capsys):
+    """--results-from reads every backend kept with the same settings and runs none of them:
+    a whole-suite comparison whose two sides ran on different days."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "a_test.py").write_text("def test_never_run():\n    assert False\n")
+    options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "tests/a_test.py"])
+    for backend, status in (("cpu", "passed"), ("pjrt_ref", "failed")):
+        run = test_suite.Run(backend, {"tests/a_test.py::test_x": test_suite.Outcome(status, "why", 1.0)}, 7.0)
+        settings = test_suite.run_settings(backend, jax_suite.environment(backend, options), options)
+        test_suite.save_run(run, settings, str(tmp_path))
+    markdown = tmp_path / "suite.md"
+    assert jax_suite.main([str(tmp_path), "tests/a_test.py", "--results-from", str(tmp_path),
+                           "--markdown", str(markdown)]) == 0
+    assert "1 test(s) pass on cpu and not on pjrt_ref:" in capsys.readouterr().out
+    assert "| `tests/a_test.py` | 1/0/0 | 0/1/0 | 1 | 1 |" in markdown.read_text()
