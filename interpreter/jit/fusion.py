@@ -360,8 +360,24 @@ def _with_scalar_operands(kernel, operand_types: tuple, shape: tuple):
 
 
 def _fuse_run(run: list, uses: dict, shape: tuple):
-    """One step for the run (on numpy, chunked, or a compiled loop: the module
-    docstring), or None."""
+    """One step for the run, or None: the kind of step that pays
+    (`_step_kind`), made by that kind's builder."""
+    kind = _step_kind(run, shape)
+    if kind is None:
+        return None
+    inputs, input_types = _run_inputs(run, shape)
+    outputs = _run_outputs(run, uses)
+    if not outputs:
+        return None
+    return _BUILDERS[kind](run, inputs, input_types, outputs, shape)
+
+
+NUMPY, LOOP = "numpy", "loop"    # the kinds of fused step besides CHUNKED
+
+
+def _step_kind(run: list, shape: tuple) -> str | None:
+    """CHUNKED, NUMPY or LOOP (the module docstring), or None where fusing
+    the run does not pay."""
     computing = [s for s in run if not _is_splat(s.op, shape)]
     on_numpy = numpy_runs.runs_on_numpy([s.op for s in computing])
     # One step with a splat is worth a numpy run: the splat is never
@@ -369,31 +385,50 @@ def _fuse_run(run: list, uses: dict, shape: tuple):
     if len(computing) < MIN_COMPUTING_STEPS and not (computing and (
             _worth_fusing_alone(computing[0].op, shape) or (on_numpy and len(computing) < len(run)))):
         return None
-    produced = {s.results[0]: s for s in run}
-    inner_uses: dict = {}
-    for step in run:
-        for slot in step.operands:
-            inner_uses[slot] = inner_uses.get(slot, 0) + 1
-    inputs: list = []        # (slot, is_array) for values made outside the run
+    if any(_needs_chunks(s.op) for s in run):
+        return CHUNKED
+    if on_numpy:
+        return NUMPY
+    if math.prod(shape) < compile_min_elements():
+        return None  # too small for a compiled loop to pay for starting numba
+    return LOOP
+
+
+def _run_inputs(run: list, shape: tuple) -> tuple[list, list]:
+    """([(slot, is_array)], [type]) of the values the run reads and does not
+    make, in the order it first reads them (is_array: of the run's shape,
+    else a one-element splat operand)."""
+    produced = {s.results[0] for s in run}
+    inputs: list = []
     input_types: list = []
     for step in run:
         for slot, ttype in zip(step.operands, step.op.operand_types):
             if slot not in produced and slot not in (s for s, _ in inputs):
                 inputs.append((slot, ttype.shape == shape))
                 input_types.append(ttype)
-    outputs = [s for s in run if uses.get(s.results[0], 0) > inner_uses.get(s.results[0], 0)]
-    if not outputs:
-        return None
-    if any(_needs_chunks(s.op) for s in run):
-        return _chunked_step(run, inputs, input_types, outputs, shape)
-    splats = {id(s) for s in run if _is_splat(s.op, shape)}
-    if on_numpy:
-        return numpy_runs.numpy_step(run, inputs, input_types, outputs, shape,
-                                     is_splat=lambda step: id(step) in splats)
-    if math.prod(shape) < compile_min_elements():
-        return None  # too small for a compiled loop to pay for starting numba
+    return inputs, input_types
 
+
+def _run_outputs(run: list, uses: dict) -> list:
+    """The run's steps whose values are read after it (or more often than inside it)."""
+    inner_uses: dict = {}
+    for step in run:
+        for slot in step.operands:
+            inner_uses[slot] = inner_uses.get(slot, 0) + 1
+    return [s for s in run if uses.get(s.results[0], 0) > inner_uses.get(s.results[0], 0)]
+
+
+def _numpy_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple):
+    splats = {id(s) for s in run if _is_splat(s.op, shape)}
+    return numpy_runs.numpy_step(run, inputs, input_types, outputs, shape,
+                                 is_splat=lambda step: id(step) in splats)
+
+
+def _loop_step(run: list, inputs: list, input_types: list, outputs: list, shape: tuple):
+    """A compiled loop over the elements; built in the background, the run
+    going through numpy meanwhile, where numba has not built it here before."""
     source, indexed = _loop_source(run, inputs, input_types, outputs, shape)
+
     def build():
         function = codegen.compile_safely(
             codegen.compile_fused, source,
@@ -633,3 +668,6 @@ def _run_chunk(members: list, inputs: list, flat: list, outs: list, written: dic
             outs[out_index][start:stop] = env[result]
         for slot in dead:      # read for the last time: its memory goes back at once
             del env[slot]
+
+
+_BUILDERS = {CHUNKED: _chunked_step, NUMPY: _numpy_step, LOOP: _loop_step}
