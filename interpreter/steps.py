@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InvalidArgument, PjrtRefError
+from .numpy_errors import ERROR_STATE, IGNORE_ALL_ERRORS
 from .types import TensorType
 
 
@@ -240,7 +241,7 @@ class FunctionPlan:
     input_types: tuple
     output_types: tuple
     # What every frame starts as (None: all empty): constants the optimiser
-    # took out of the steps (`preset_constants`) are there from the start.
+    # took out of the steps (jit/preset.py) are there from the start.
     initial_frame: tuple | None = None
 
     def run(self, args) -> list:
@@ -250,14 +251,14 @@ class FunctionPlan:
             frame = list(self.initial_frame)
         # Integer wrap-around and IEEE special values are the spec's
         # semantics, not accidents: numpy must not warn about them.
-        if _ERROR_STATE is None:
+        if ERROR_STATE is None:
             with np.errstate(all="ignore"):
                 return run_block(self.body, frame, args)
-        token = _ERROR_STATE.set(_IGNORE_ALL_ERRORS)
+        token = ERROR_STATE.set(IGNORE_ALL_ERRORS)
         try:
             return run_block(self.body, frame, args)
         finally:
-            _ERROR_STATE.reset(token)
+            ERROR_STATE.reset(token)
 
 
 def copy_function(plan: FunctionPlan, slot: Callable[[int], int]) -> FunctionPlan:
@@ -287,73 +288,3 @@ def copy_step(step: Step, slot: Callable[[int], int]) -> Step:
 
 # Ops whose regions run as steps in the function's own frame (ops/control.py).
 FRAME_REGION_OPS = frozenset(("stablehlo.while", "stablehlo.if", "stablehlo.case"))
-
-# A static broadcast_in_dim of a preset value up to this many bytes is
-# computed once, when planned (bigger ones would sit in every plan's frame).
-PRESET_BROADCAST_BYTES = 1 << 16
-
-
-def preset_constants(plan: FunctionPlan) -> None:
-    """Take `constant` steps out of the hot loop: their values (the same
-    array on every call) go into the frame every call starts from. A step
-    that only returns its attribute costs a call and a frame store per run
-    (a few microseconds each, cold, in W4's ~15); in a loop body (and the
-    branches of if/case, which run in the same frame) it costs that every
-    iteration. So does the broadcast of such a constant that JAX writes for
-    each `1 - x` (11 in a forward step of W9's LSTM): a small static one is
-    computed here once, by its own kernel (kernels never write into their
-    operands, so every iteration and call may share the array)."""
-    frame = list(plan.initial_frame or [None] * plan.num_slots)
-    if _preset_in(plan.body, frame, set()):
-        plan.initial_frame = tuple(frame)
-
-
-def _preset_in(region: RegionPlan, frame: list, preset: set) -> bool:
-    """Move `region`'s presettable steps (and those of the frame regions
-    inside it) into `frame`; whether any moved."""
-    kept, moved = [], False
-    for step in region.steps:
-        if _is_constant(step) or _is_small_broadcast_of(step, preset):
-            frame[step.results[0]] = step.kernel(step.op, *(frame[s] for s in step.operands))
-            preset.add(step.results[0])
-            moved = True
-            continue
-        if step.op.name in FRAME_REGION_OPS:
-            for nested in step.regions:
-                moved |= _preset_in(nested, frame, preset)
-        kept.append(step)
-    if moved:
-        region.steps = kept
-        region.runners = None
-    return moved
-
-
-def _is_constant(step: Step) -> bool:
-    return (step.op.name == "stablehlo.constant" and not step.operands and not step.regions
-            and len(step.results) == 1)
-
-
-def _is_small_broadcast_of(step: Step, preset: set) -> bool:
-    op = step.op
-    if op.name != "stablehlo.broadcast_in_dim" or step.operands[0] not in preset:
-        return False
-    if not op.has_static_types or any(getattr(t, "quant", None) is not None
-                                      for t in op.operand_types + op.result_types):
-        return False
-    result = op.result_type
-    return int(np.prod(result.shape, dtype=np.int64)) * np.dtype(result.dtype).itemsize \
-        <= PRESET_BROADCAST_BYTES
-
-
-# numpy (>= 2.0) keeps its floating-point error state in a context variable;
-# `np.errstate(all="ignore")` builds a new state object on every entry
-# (~1 us, as long as a one-op program's whole run). `FunctionPlan.run` sets
-# one state object built here instead: the same "ignore" for every error,
-# restored on the way out exactly as np.errstate restores it. Without that
-# variable (another numpy), np.errstate.
-try:
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERROR_STATE
-    from numpy._core._ufunc_config import _make_extobj
-    _IGNORE_ALL_ERRORS = _make_extobj(all="ignore")
-except (ImportError, AttributeError, TypeError):
-    _ERROR_STATE = None

@@ -47,7 +47,7 @@ runs, and rewrites its steps:
    new array (`out=`) instead of allocating another.
 6. constants move into the frame every call starts from, those of loop
    bodies and if/case branches too, with small broadcasts of them
-   (`steps.preset_constants`): no step runs for them.
+   (`preset_constants`): no step runs for them.
 
 Before the rewrites, in both modes, `optimize_function` has the native
 code set up the process (native/process_setup.py: OpenBLAS's threads, the
@@ -105,8 +105,8 @@ from __future__ import annotations
 
 from ..native.process_setup import set_up_process
 from ..native.scope import jit_enabled, optimize_enabled
-from ..steps import preset_constants
 from . import dots, fastpath, fusion, in_place, inline, invariant_layouts, reuse, splat_constants
+from .preset import preset_constants
 
 
 def optimize_function(plan) -> None:

@@ -16,7 +16,7 @@ element), the form JAX started from, which a run never writes out. After
 fusion, `drop_unread` removes the constants nothing reads any more: the
 big splats every reader of which was fused, and the scalars no run took.
 What is still read is preset in the frame as before
-(`steps.preset_constants`). The values are the same either way.
+(preset.py). The values are the same either way.
 
 Small splats are left alone: they cost little memory, and a constant preset
 in the frame costs no step at all.
@@ -28,9 +28,10 @@ import numpy as np
 from ..attributes import splat_parts
 from ..ops import core
 from ..registry import lookup
-from ..steps import FRAME_REGION_OPS, PRESET_BROADCAST_BYTES, FunctionPlan, OpInfo, RegionPlan, Step
+from ..steps import FRAME_REGION_OPS, FunctionPlan, OpInfo, RegionPlan, Step
 from ..types import TensorType
 from .fusion import count_uses
+from .preset import PRESET_BROADCAST_BYTES
 
 
 class SplatScalars:

@@ -1,4 +1,4 @@
-"""Constants preset into the frame (interpreter/steps.py, `preset_constants`):
+"""Constants preset into the frame (interpreter/jit/preset.py):
 the function body's and a loop body's, and small broadcasts of them; the
 same values as PJRT_REF_OPTIMIZE=0, computed once, never written into."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 
 from jit_support import assert_same_values, load_with  # noqa: E402
 
-from pjrt_ref.interpreter import steps  # noqa: E402
+from pjrt_ref.interpreter.jit import preset  # noqa: E402
 
 # x <- 1 - x * 0.5 (in a while, three times) and a 2x3 ones added after it;
 # `big` is a broadcast over the size limit when the test lowers it.
@@ -70,7 +70,7 @@ def test_loop_constants_and_their_broadcasts_are_preset(monkeypatch):
 
 
 def test_a_broadcast_over_the_limit_stays_a_step(monkeypatch):
-    monkeypatch.setattr(steps, "PRESET_BROADCAST_BYTES", 8)
+    monkeypatch.setattr(preset, "PRESET_BROADCAST_BYTES", 8)
     program = load_with(LOOP, monkeypatch, optimize=True, jit=False)
     assert ops_in(program.function.body).count("stablehlo.broadcast_in_dim") == 3
     assert "stablehlo.constant" not in ops_in(program.function.body)
