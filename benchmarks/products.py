@@ -33,19 +33,20 @@ SHAPES = [("W2", 256, 256, 256), ("W4 forward", 128, 784, 512),
 
 
 def candidates(a: np.ndarray, b: np.ndarray) -> dict:
-    from pjrt_ref.interpreter.native import blas, product_strategy
+    from pjrt_ref.interpreter.native import blas, openblas_threads, product_strategy
 
+    engine = blas.engine()
     blocks = blas.product_blocks(a.shape[0], a.shape[1], b.shape[1])
-    call = blas._gemm_call(a, b)
+    call = engine.gemm_call(a, b)
     cpus = product_strategy.usable_cpus()
     found = {"one call": lambda: np.matmul(a, b)}
     if blocks.count > 1:
-        found["blocks, one thread"] = lambda: blas.compute_blocks(a, b, blocks, call, 0)
+        found["blocks, one thread"] = lambda: engine.compute_blocks(a, b, blocks, call, 0)
         if cpus > 1:
             helpers = min(blocks.count, cpus) - 1
-            found["blocks, C pool"] = lambda: blas.compute_blocks(a, b, blocks, call, helpers)
-    if cpus > 1 and blas._thread_local_setter() is not None:
-        found[f"OpenBLAS, {cpus} threads"] = lambda: blas._on_openblas_threads(a, b, cpus)
+            found["blocks, C pool"] = lambda: engine.compute_blocks(a, b, blocks, call, helpers)
+    if cpus > 1 and openblas_threads.thread_local_setter() is not None:
+        found[f"OpenBLAS, {cpus} threads"] = lambda: engine.openblas.threaded_matmul(a, b, cpus)
     return found
 
 
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from pjrt_ref.interpreter.native import blas
 
     blas.limit_blas_threads()
+    engine = blas.engine()
     info = machine.describe()
     print(f"machine: {machine.summary(info)}\n")
     rng = np.random.default_rng(0)
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         b = rng.standard_normal((inner, columns), dtype=np.float32)
         blocks = blas.product_blocks(rows, inner, columns)
         times = time_in_turns(candidates(a, b), args.rounds)
-        strategy = blas.measure_strategy(a, b, blocks, blas._gemm_call(a, b) is not None)
+        strategy = engine.strategies.measure(a, b, blocks, engine.gemm_call(a, b) is not None)
         entry = {"name": name, "shape": [rows, inner, columns], "blocks": blocks._asdict(),
                  "exact": blas.blocks_are_exact(a, b), "times": times,
                  "probe": None if strategy is None else strategy.__dict__}

@@ -363,12 +363,14 @@ def run_dispatch(repeats: int) -> tuple[dict, list]:
 
 
 def product_strategies() -> dict:
-    """How this process ran each product shape it met (blas.py)."""
+    """How this process ran each product shape it met (its product engine's
+    strategies: interpreter/native/product_probes.py)."""
     import dataclasses
 
     from pjrt_ref.interpreter.native import blas
 
-    return {key: dataclasses.asdict(strategy) for key, strategy in blas._STRATEGIES.items()}
+    known = blas.engine().strategies.known
+    return {key: dataclasses.asdict(strategy) for key, strategy in known.items()}
 
 
 def main(argv: list[str]) -> None:

@@ -13,7 +13,7 @@ number of CPUs it uses. Which rewrites keep the bits: jit/__init__.py,
 
 `fine_blocks` cuts the same axis finer, for OpenBLAS's small-product
 kernels; product_strategy.py times whether that pays, and uses it only
-where it gives the blocks' bits. Who computes the blocks: blas.py.
+where it gives the blocks' bits. Who computes the blocks: products.py.
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from jax import lax  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
 from pjrt_ref.interpreter.jit import in_place  # noqa: E402
-from pjrt_ref.interpreter.native import blas, product_strategy  # noqa: E402
+from pjrt_ref.interpreter.native import blas, gemm_pool  # noqa: E402
+from products_support import FixedStrategy, GivenAnswers, RecordingPool  # noqa: E402
 
 
 def scan_with_stacked_outputs(init, xs):
@@ -139,19 +140,18 @@ def test_scan_gradient_accumulates_inside_the_product(dtype, exact, monkeypatch)
     text = lower_to_text(scan_gradient, w, xs)
     unfolded = _without_folding(text, monkeypatch)(w, xs)[0]
     w_before = w.copy()
-    monkeypatch.setattr(blas, "_accumulate_exact", lambda *args: exact)
-    # Whatever this machine's timing chose (OpenBLAS's threads would skip the pool).
-    monkeypatch.setattr(blas, "_strategy", lambda *args: product_strategy.DEFAULT)
-    accumulated = []
-    real = blas._pool_multiply
-    monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
-        accumulated.append(kw.get("accumulate", False)), real(*args, **kw))[1])
+    real_pool = gemm_pool.load()
+    pool = RecordingPool(real_pool) if real_pool is not None else None
+    # The default strategy, whatever this machine's timing chose (OpenBLAS's threads would skip the pool).
+    engine = blas.build_engine(pool=pool, strategies=FixedStrategy())
+    engine.exactness = GivenAnswers(engine, accumulate_exact=exact)
     program = load_with(text, monkeypatch)
     assert _folded(program) == 1
-    ours = program(w, xs)[0]
+    with blas.engine_in_use(engine):
+        ours = program(w, xs)[0]
     np.testing.assert_array_equal(w, w_before)
-    if blas._POOL is not None and blas._BLAS_THREADS == 1:
-        assert any(accumulated) == exact
+    if pool is not None and blas.blas_threads() == 1:
+        assert any(pool.accumulated) == exact
     np.testing.assert_array_equal(ours, unfolded)
     tolerance = 1e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(ours, np.asarray(jax.jit(scan_gradient)(w, xs)), rtol=tolerance,

@@ -17,6 +17,7 @@ from jax import lax  # noqa: E402
 from pjrt_ref.interpreter import load  # noqa: E402
 from pjrt_ref.interpreter.jit import invariant_layouts  # noqa: E402
 from pjrt_ref.interpreter.native import blas  # noqa: E402
+from products_support import GivenAnswers  # noqa: E402
 
 RNG = np.random.default_rng(12)
 
@@ -68,17 +69,18 @@ def test_invariant_weight_is_read_row_major(dtype, agree, monkeypatch):
     text = lower_to_text(recurrence, w, h0)
     expected = _unrewritten(text, monkeypatch)(w, h0)[0]
     truly = blas.layouts_agree(h0, w.T, np.ascontiguousarray(w.T), 1)
-    read = []
-    monkeypatch.setattr(blas, "layouts_agree", lambda a, b, copy, position: (
-        read.append(copy.flags.c_contiguous), agree)[1])
+    engine = blas.build_engine()
+    engine.exactness = GivenAnswers(engine, layouts_agree=agree)
     program = load(text)
     kernels = _kernels(program)
     assert kernels.count("row_major_operand") == 1
     assert kernels.count("product_of_row_major_operand") == 1
     w_before = w.copy()
-    ours = program(w, h0)[0]
+    with blas.engine_in_use(engine):
+        ours = program(w, h0)[0]
     np.testing.assert_array_equal(w, w_before)
-    assert read == [True] * 8
+    copies = [args[2] for name, args in engine.exactness.asked]
+    assert [copy.flags.c_contiguous for copy in copies] == [True] * 8
     if truly or not agree:   # the probe's real answer keeps these bits
         np.testing.assert_array_equal(ours, expected)
     tolerance = 1e-5 if dtype == np.float32 else 1e-12

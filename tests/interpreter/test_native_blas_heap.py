@@ -1,6 +1,7 @@
 """The matrix-product fast path (interpreter/ops/dot.py `matrix_product`),
-products split over threads (interpreter/native/blas.py; its C pool in
-detail: test_native_gemm_pool.py) and the malloc thresholds
+products split over threads (interpreter/native/products.py, on engines
+built for each test; its C pool in detail: test_native_gemm_pool.py) and
+the malloc thresholds
 (interpreter/native/heap.py), each against the unoptimised path and against
 XLA."""
 from __future__ import annotations
@@ -15,12 +16,14 @@ import pytest
 
 from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 from jit_support import mlp_training_step, product_in_blocks  # noqa: E402
+from products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.native import blas, heap, helper_threads, product_strategy  # noqa: E402
+from pjrt_ref.interpreter.native import blas, heap, helper_threads  # noqa: E402
+from pjrt_ref.interpreter.native.product_strategy import Strategy  # noqa: E402
 from pjrt_ref.interpreter.ops import dot  # noqa: E402
 
 RNG = np.random.default_rng(4)
@@ -119,7 +122,7 @@ def test_loaded_programs_limit_openblas_to_one_thread():
     load("func.func @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }")
     assert blas.matmul_threads() == len(os.sched_getaffinity(0))
     if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
-        assert blas._BLAS_THREADS == 1
+        assert blas.blas_threads() == 1
 
 
 def _expected_blocks(a, b):
@@ -129,10 +132,11 @@ def _expected_blocks(a, b):
     return product_in_blocks(a, b, blocks.axis, blocks.count)
 
 
-def _force_strategy(monkeypatch, split: bool = True):
-    """Decide for blas what the timing probe would (product_strategy.py)."""
-    strategy = product_strategy.Strategy(split=split)
-    monkeypatch.setattr(blas, "_strategy", lambda *args: strategy)
+def _engine(idle: int, split: bool = True, **parts) -> blas.ProductEngine:
+    """An engine that sees `idle` CPUs idle, on a strategy that splits or
+    not (what the timing probe would decide: product_strategy.py)."""
+    return blas.build_engine(idle_cpus=lambda: idle, strategies=FixedStrategy(Strategy(split=split)),
+                             **parts)
 
 
 SPLIT_SHAPES = [((256, 256), (256, 256), np.float32), ((128, 784), (784, 512), np.float32),
@@ -144,56 +148,45 @@ SPLIT_SHAPES = [((256, 256), (256, 256), np.float32), ((128, 784), (784, 512), n
 @pytest.mark.parametrize("helpers_idle", [0, 1, 3])
 @pytest.mark.parametrize("lhs_shape,rhs_shape,dtype", SPLIT_SHAPES)
 def test_products_have_the_bits_of_their_blocks(lhs_shape, rhs_shape, dtype, helpers_idle,
-                                                split, monkeypatch):
+                                                split):
     """Whoever computes the blocks -- this thread alone, helpers or not,
     any thread count, either strategy -- and whatever the layouts, the
     result has the bits of the blocks computed by numpy."""
-    monkeypatch.setattr(blas, "idle_cpus", lambda: helpers_idle)
-    _force_strategy(monkeypatch, split)
+    engine = _engine(helpers_idle, split)
     a, b = _operands(lhs_shape, rhs_shape, dtype)
     for lhs, rhs in ((a, b), (np.asfortranarray(a), b), (a, np.asfortranarray(b))):
         expected = _expected_blocks(lhs, rhs)
         for threads in (1, 2, 4):
-            np.testing.assert_array_equal(blas.matmul(lhs, rhs, threads=threads), expected)
+            np.testing.assert_array_equal(engine.matmul(lhs, rhs, threads=threads), expected)
 
 
-def _count_pool_entries(path: str, monkeypatch) -> list:
-    """(blocks, helpers) of every blocked product computed from now on,
-    recorded at the C pool's entry, or at the Python threads' one when
-    `path` is "python" (then the C pool is out of the picture)."""
-    calls = []
+def _recording(path: str) -> tuple[dict, list]:
+    """(engine parts, entries): a C pool, or with `path` "python" no C pool
+    and Python threads, that record (blocks, helpers) of every blocked
+    product in `entries`."""
     if path == "python":
-        monkeypatch.setattr(blas, "_POOL", None)
-        real = blas.run_shared
-        monkeypatch.setattr(blas, "run_shared", lambda jobs, helpers: (
-            calls.append((len(jobs), helpers)), real(jobs, helpers)))
-    else:
-        assert blas._POOL is not None, "the C pool (interpreter/native/gemm_pool.c) was not built"
-        real = blas._pool_multiply
-        monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
-            calls.append((blocks.count, helpers)), real(call, out, blocks, helpers))[1])
-    return calls
+        threads = RecordingThreads()
+        return {"pool": None, "python_threads": threads}, threads.entries
+    pool = RecordingPool(c_pool())
+    return {"pool": pool}, pool.entries
 
 
 @pytest.mark.parametrize("path", ["c_pool", "python"])
-def test_big_products_share_their_blocks_with_idle_cpus(path, monkeypatch):
+def test_big_products_share_their_blocks_with_idle_cpus(path):
     """W2's two blocks go to this thread and a helper when a CPU is idle
     and the strategy splits; otherwise this thread computes them, as one
     call where that gives the blocks' bits. The bits never change."""
-    calls = _count_pool_entries(path, monkeypatch)
+    parts, calls = _recording(path)
     a, b = _operands((256, 256), (256, 256), np.float32)
     expected = product_in_blocks(a, b, 0, 2)
-    _force_strategy(monkeypatch, split=True)
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), expected)
+    np.testing.assert_array_equal(_engine(1, **parts).matmul(a, b, threads=2), expected)
     assert calls == [(2, 1)]
     for exact in (True, False):   # this thread alone: one call only where it is exact
-        monkeypatch.setattr(blas, "_blocks_exact", lambda *args, exact=exact: exact)
         for idle, threads, split in ((0, 2, True), (1, 1, True), (1, 2, False)):
-            monkeypatch.setattr(blas, "idle_cpus", lambda idle=idle: idle)
-            _force_strategy(monkeypatch, split)
+            engine = _engine(idle, split, **parts)
+            engine.exactness = GivenAnswers(engine, blocks_exact=exact)
             calls.clear()
-            result = blas.matmul(a, b, threads=threads)
+            result = engine.matmul(a, b, threads=threads)
             assert calls == ([] if exact else [(2, 0)])
             if not exact:
                 np.testing.assert_array_equal(result, expected)
@@ -209,37 +202,35 @@ def test_blocks_are_exact_tells_whether_blocks_equal_one_call():
 
 
 @pytest.mark.parametrize("path", ["c_pool", "python"])
-def test_split_product_raises_no_warning_in_helper_threads(path, monkeypatch):
+def test_split_product_raises_no_warning_in_helper_threads(path):
     """inf * 0 inside BLAS: numpy's error state is per thread, and the plan
     runs with all errors ignored; the helpers must ignore them too."""
-    calls = _count_pool_entries(path, monkeypatch)
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    _force_strategy(monkeypatch)
+    parts, calls = _recording(path)
+    engine = _engine(1, **parts)
     a, b = _operands((256, 256), (256, 256), np.float32)
     a[:, 0] = np.inf
     b[0, :] = 0
     with np.errstate(all="raise"):
-        result = blas.matmul(a, b, threads=2)
+        result = engine.matmul(a, b, threads=2)
     assert np.isnan(result).all()
     assert calls == [(2, 1)]
 
 
-def test_concurrent_products_share_the_helpers(monkeypatch):
+def test_concurrent_products_share_the_helpers():
     """Several host threads (as JAX's, or one per device) splitting products
     at once: each helper serves one caller at a time, a caller that finds
     none idle does its blocks itself, and every result has its blocks'
     bits."""
     import threading
 
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
-    _force_strategy(monkeypatch)
+    engine = _engine(3)
     pairs = [_operands((256, 256), (256, 256), np.float32) for _ in range(6)]
     expected = [product_in_blocks(a, b, 0, 2) for a, b in pairs]
     results: dict = {}
 
     def caller(index: int) -> None:
         a, b = pairs[index]
-        results[index] = [blas.matmul(a, b, threads=4) for _ in range(20)]
+        results[index] = [engine.matmul(a, b, threads=4) for _ in range(20)]
 
     callers = [threading.Thread(target=caller, args=(i,)) for i in range(len(pairs))]
     for thread in callers:
@@ -262,15 +253,14 @@ def test_training_step_split_on_the_pool_equals_unsplit_and_xla(monkeypatch):
     flat = jax.tree_util.tree_leaves(args)
     xla = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(step)(*args))]
     program = load(text)
-    entries = _count_pool_entries("c_pool", monkeypatch)
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    _force_strategy(monkeypatch)
-    monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "2")
-    split = program(*flat)
-    assert sum(helpers > 0 for _, helpers in entries) >= 4   # the big forward and backward products
-    entries.clear()
-    monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
-    unsplit = program(*flat)
+    parts, entries = _recording("c_pool")
+    with blas.engine_in_use(_engine(1, **parts)):
+        monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "2")
+        split = program(*flat)
+        assert sum(helpers > 0 for _, helpers in entries) >= 4   # the big forward and backward products
+        entries.clear()
+        monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
+        unsplit = program(*flat)
     assert all(helpers == 0 for _, helpers in entries)      # this time no helper joined
     for ours, one_thread, theirs in zip(split, unsplit, xla, strict=True):
         np.testing.assert_array_equal(ours, one_thread)
@@ -301,13 +291,13 @@ def test_plugin_product_through_jax_uses_the_pool():
     code = textwrap.dedent("""
         import numpy as np, jax
         from pjrt_ref.interpreter.native import blas
-        blas.idle_cpus = lambda: 1
         rng = np.random.default_rng(0)
         a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
-        result = np.asarray(jax.jit(lambda x, y: x @ y)(a, b))
+        with blas.engine_in_use(blas.build_engine(idle_cpus=lambda: 1)) as engine:
+            result = np.asarray(jax.jit(lambda x, y: x @ y)(a, b))
         blocks = np.concatenate([a[:128] @ b, a[128:] @ b])
         print(jax.devices()[0].platform, np.array_equal(result, blocks),
-              blas._POOL.lib.gemm_pool_workers() >= 1)
+              engine.pool.lib.gemm_pool_workers() >= 1)
     """)
     out = _run_with_default_blas(code, drop=("PJRT_REF_GEMM_POOL",), JAX_PLATFORMS="pjrt_ref",
                                  PJRT_REF_MATMUL_THREADS="2")
@@ -324,7 +314,7 @@ _PRODUCT_BITS = textwrap.dedent("""
     a = rng.standard_normal((128, 784)).astype(np.float32)
     b = rng.standard_normal((784, 512)).astype(np.float32)
     product = np.asarray(load(text)(a, b)[0])
-    print(blas._BLAS_THREADS, product.view(np.uint32).sum(dtype=np.uint64))
+    print(blas.blas_threads(), product.view(np.uint32).sum(dtype=np.uint64))
 """)
 
 

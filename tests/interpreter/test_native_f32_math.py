@@ -195,15 +195,15 @@ def test_large_math_op_alone_compiles(monkeypatch):
 
 def test_threads_give_the_same_bits(monkeypatch):
     """A large loop split across threads equals one call over everything."""
-    from pjrt_ref.interpreter.native import blas
+    from products_support import cpus_said_idle
 
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 2)  # split whatever the machine's load
     x = inputs()[:400_001]
     text = program_text("tanh", x.size)
     results = []
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("PJRT_REF_JIT_THREADS", threads)
-        (out,) = load_with(text, monkeypatch)(x)
+        with cpus_said_idle(2):   # split whatever the machine's load
+            (out,) = load_with(text, monkeypatch)(x)
         results.append(out)
     for out in results[1:]:
         assert_same_values(out, results[0])
@@ -222,10 +222,11 @@ def test_pieces_cover_the_range_once():
 def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
     import time
 
-    from pjrt_ref.interpreter.native import blas, threads
+    from products_support import cpus_said_idle
+
+    from pjrt_ref.interpreter.native import threads
 
     monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)  # split whatever the machine's load
     finished = []
 
     def run_piece(start: int, stop: int) -> None:
@@ -234,7 +235,7 @@ def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
         if start == 0:
             raise ValueError("piece failed")
 
-    with pytest.raises(ValueError, match="piece failed"):
+    with pytest.raises(ValueError, match="piece failed"), cpus_said_idle(1):   # split whatever the load
         threads.run_split(run_piece, 1 << 20, 1 << 10)
     count = len(finished)
     time.sleep(0.05)
@@ -242,12 +243,14 @@ def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
 
 
 def test_no_idle_cpu_means_one_call(monkeypatch):
-    from pjrt_ref.interpreter.native import blas, threads
+    from products_support import cpus_said_idle
+
+    from pjrt_ref.interpreter.native import threads
 
     monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)
     calls = []
-    threads.run_split(lambda start, stop: calls.append((start, stop)), 1 << 20, 1 << 10)
+    with cpus_said_idle(0):
+        threads.run_split(lambda start, stop: calls.append((start, stop)), 1 << 20, 1 << 10)
     assert calls == [(0, 1 << 20)]
 
 

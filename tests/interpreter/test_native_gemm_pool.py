@@ -1,5 +1,6 @@
 """The C thread pool for split matrix products (interpreter/native/gemm_pool.c,
-driven by interpreter/native/blas.py): each block equal to np.matmul on that
+seen from Python by interpreter/native/gemm_pool.py and driven by
+interpreter/native/products.py's engine): each block equal to np.matmul on that
 block for every layout it accepts, many host threads at once, fork, the
 fallback to Python threads, and the environment settings."""
 from __future__ import annotations
@@ -14,28 +15,30 @@ import numpy as np
 import pytest
 
 from jit_support import product_in_blocks
+from products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool
 from pjrt_ref.errors import InvalidArgument
-from pjrt_ref.interpreter.native import blas, product_strategy
+from pjrt_ref.interpreter.native import blas, gemm_pool, products
+from pjrt_ref.interpreter.native.gemm_pool import GemmPool
 
 RNG = np.random.default_rng(11)
 
 
 @pytest.fixture(autouse=True)
-def one_thread_blas_and_split_strategy(monkeypatch):
-    """The pool's threads call single-threaded OpenBLAS (blas.py), and every
-    shape is split where CPUs are idle (what product_strategy's DEFAULT
-    says, whatever a timing on this machine would)."""
+def one_thread_blas():
+    """The pool's threads call single-threaded OpenBLAS (openblas_threads.py)."""
     blas.limit_blas_threads()
-    monkeypatch.setattr(blas, "_strategy", lambda *args: product_strategy.DEFAULT)
 
 
-def _pool():
-    assert blas._POOL is not None, "the C pool (interpreter/native/gemm_pool.c) was not built"
-    return blas._POOL
+def _engine(idle: int | None = None, **parts) -> blas.ProductEngine:
+    """An engine that splits every shape where CPUs are idle (what
+    product_strategy's DEFAULT says, whatever a timing on this machine
+    would), seeing `idle` CPUs idle (None: as many as are)."""
+    idle_cpus = None if idle is None else (lambda: idle)
+    return blas.build_engine(idle_cpus=idle_cpus, strategies=FixedStrategy(), **parts)
 
 
 def _matrix(shape, dtype, layout="rows"):
-    """A random matrix of `shape` laid out as blas._layout names it, or as a
+    """A random matrix of `shape` laid out as product_probes.layout names it, or as a
     view with a leading dimension larger than its row ("padded")."""
     values = RNG.standard_normal(shape).astype(dtype)
     if layout == "columns":
@@ -68,53 +71,48 @@ def test_pool_blocks_are_numpys_block_products(rows, inner, columns, layouts, dt
     whichever thread computes it, whatever the number of blocks. (Blocks
     one row or column thin are left out: numpy hands those to gemv, and
     blas.product_blocks never cuts so thin.)"""
+    pool = c_pool()
     a = _matrix((rows, inner), dtype, layouts[0])
     b = _matrix((inner, columns), dtype, layouts[1])
-    call = blas._gemm_call(a, b)
+    call = pool.call(a, b)
     assert call is not None
     for axis, length in ((blas.ROW_BLOCKS, rows), (blas.COLUMN_BLOCKS, columns)):
         for count in (c for c in (1, 2, 3) if length // c >= 2):
             expected = product_in_blocks(a, b, axis, count)
             for helpers in (0, 1, 2):
                 out = np.full((rows, columns), np.nan, dtype)
-                assert blas._pool_multiply(call, out, blas.Blocks(axis, count), helpers)
+                assert pool.multiply(call, out, blas.Blocks(axis, count), helpers)
                 np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
 @pytest.mark.parametrize("rows,inner,columns", SHAPES)
-def test_split_products_have_the_bits_of_their_blocks(rows, inner, columns, layouts, dtype,
-                                                      monkeypatch):
-    """blas.matmul through the pool (a CPU said idle) gives its blocks' bits."""
-    _pool()
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+def test_split_products_have_the_bits_of_their_blocks(rows, inner, columns, layouts, dtype):
+    """A product through the pool (CPUs said idle) gives its blocks' bits."""
+    engine = _engine(3, pool=c_pool())
     a = _matrix((rows, inner), dtype, layouts[0])
     b = _matrix((inner, columns), dtype, layouts[1])
     expected = _blocks_of(a, b)
     for threads in (2, 4):
-        np.testing.assert_array_equal(blas.matmul(a, b, threads=threads), expected)
+        np.testing.assert_array_equal(engine.matmul(a, b, threads=threads), expected)
 
 
 @pytest.mark.parametrize("exact", [True, False])
-def test_one_thread_makes_one_call_only_where_blocks_are_exact(exact, monkeypatch):
+def test_one_thread_makes_one_call_only_where_blocks_are_exact(exact):
     """With no helper, this thread makes one BLAS call where the blocks give
-    that call's bits (the check's answer, forced here both ways) and
+    that call's bits (the check's answer, given here both ways) and
     computes the blocks otherwise."""
-    _pool()
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)
-    monkeypatch.setattr(blas, "_blocks_exact", lambda *args: exact)
-    entered = []
-    real = blas._pool_multiply
-    monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
-        entered.append(helpers), real(call, out, blocks, helpers))[1])
+    pool = RecordingPool(c_pool())
+    engine = _engine(0, pool=pool)
+    engine.exactness = GivenAnswers(engine, blocks_exact=exact)
     a, b = _matrix((256, 256), np.float64), _matrix((256, 256), np.float64)
-    result = blas.matmul(a, b, threads=2)
+    result = engine.matmul(a, b, threads=2)
     if exact:
-        assert entered == []
+        assert pool.entries == []
         np.testing.assert_array_equal(result, np.matmul(a, b))
     else:
-        assert entered == [0]
+        assert pool.entries == [(2, 0)]
         np.testing.assert_array_equal(result, _blocks_of(a, b))
 
 
@@ -129,18 +127,18 @@ def test_operands_the_pool_does_not_take(case):
             "strided": (x[:, ::2], _matrix((128, 256), np.float32)),
             "mixed_dtypes": (x, _matrix((256, 256), np.float64)),
             "byte_swapped": (x.astype(">f4"), x.astype(">f4"))}[case]
-    assert blas._gemm_call(a, b) is None
+    engine = _engine(pool=c_pool())
+    assert engine.gemm_call(a, b) is None
     expected = _blocks_of(a, b) if case == "strided" else np.matmul(a, b)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), expected)
+    np.testing.assert_array_equal(engine.matmul(a, b, threads=2), expected)
 
 
-def test_many_host_threads_at_once(monkeypatch):
+def test_many_host_threads_at_once():
     """Host threads (JAX's, one per device) splitting products at the same
     time for a while: the pool serves one at a time, the others compute
     the same blocks on their own thread; every result has its blocks' bits
     and nobody hangs."""
-    _pool()
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
+    engine = _engine(3, pool=c_pool())
     cases = [(_matrix((256, 256), np.float32), _matrix((256, 256), np.float32)),
              (_matrix((128, 784), np.float32), _matrix((784, 512), np.float32, "columns")),
              (_matrix((300, 300), np.float64, "columns"), _matrix((300, 300), np.float64)),
@@ -152,7 +150,7 @@ def test_many_host_threads_at_once(monkeypatch):
     def caller(index: int) -> None:
         a, b = cases[index % len(cases)]
         for _ in range(60):
-            if not np.array_equal(blas.matmul(a, b, threads=(2, 3, 4)[index % 3]),
+            if not np.array_equal(engine.matmul(a, b, threads=(2, 3, 4)[index % 3]),
                                   expected[index % len(cases)]):
                 wrong.append(index)
         done.append(index)
@@ -170,24 +168,24 @@ _FORK_CHILD = textwrap.dedent("""
     import os, numpy as np
     from pjrt_ref.interpreter.native import blas
     blas.limit_blas_threads()
-    blas.idle_cpus = lambda: 1
+    engine = blas.build_engine(idle_cpus=lambda: 1)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 256, 256)).astype(np.float32)
     blocks = np.concatenate([a[:128] @ b, a[128:] @ b])
-    assert np.array_equal(blas.matmul(a, b, threads=2), blocks)
-    lib = blas._POOL.lib
+    assert np.array_equal(engine.matmul(a, b, threads=2), blocks)
+    lib = engine.pool.lib
     assert lib.gemm_pool_workers() >= 1                # the parent's pool runs
     pid = os.fork()
     if pid == 0:
         status = 0 if lib.gemm_pool_workers() == 0 else 3  # the child has no thread of it
         for _ in range(20):
-            if not np.array_equal(blas.matmul(a, b, threads=2), blocks):
+            if not np.array_equal(engine.matmul(a, b, threads=2), blocks):
                 status = 4
         if lib.gemm_pool_workers() < 1:                 # it started its own
             status = 5
         os._exit(status)
     _, status = os.waitpid(pid, 0)
-    assert np.array_equal(blas.matmul(a, b, threads=2), blocks)   # the parent's still works
+    assert np.array_equal(engine.matmul(a, b, threads=2), blocks)   # the parent's still works
     print(os.waitstatus_to_exitcode(status))
 """)
 
@@ -195,7 +193,7 @@ _FORK_CHILD = textwrap.dedent("""
 def test_forked_child_starts_its_own_pool():
     """The loader forks (bytecode check): a child inherits none of the
     pool's threads, and must neither wait for them nor think it has them."""
-    _pool()
+    c_pool()
     environment = {k: v for k, v in os.environ.items()
                    if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS",
                                 "PJRT_REF_GEMM_POOL")}
@@ -206,18 +204,14 @@ def test_forked_child_starts_its_own_pool():
     assert out.stdout.split() == ["0"]
 
 
-def test_without_the_c_module_python_threads_split(monkeypatch):
+def test_without_the_c_module_python_threads_split():
     """No C pool (module not built): products are split over Python threads,
     with the same bits."""
-    monkeypatch.setattr(blas, "_POOL", None)
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    jobs = []
-    real = blas.run_shared
-    monkeypatch.setattr(blas, "run_shared", lambda j, helpers: (jobs.append(len(j)),
-                                                                real(j, helpers)))
+    threads = RecordingThreads()
+    engine = _engine(1, pool=None, python_threads=threads)
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32, "columns")
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), _blocks_of(a, b))
-    assert jobs == [2]
+    np.testing.assert_array_equal(engine.matmul(a, b, threads=2), _blocks_of(a, b))
+    assert threads.entries == [(2, 1)]
 
 
 def test_module_that_does_not_import_leaves_python_threads():
@@ -228,47 +222,42 @@ def test_module_that_does_not_import_leaves_python_threads():
         sys.modules["pjrt_ref.interpreter.native._gemm_pool"] = None   # import fails
         from pjrt_ref.interpreter.native import blas
         blas.limit_blas_threads()
-        blas.idle_cpus = lambda: 1
+        engine = blas.build_engine(idle_cpus=lambda: 1)
         a, b = np.random.default_rng(0).standard_normal((2, 256, 256))
-        assert np.array_equal(blas.matmul(a, b, threads=2), np.concatenate([a[:128] @ b, a[128:] @ b]))
+        assert np.array_equal(engine.matmul(a, b, threads=2), np.concatenate([a[:128] @ b, a[128:] @ b]))
         from pjrt_ref.interpreter.native import helper_threads
-        print(blas._POOL, len(helper_threads._HELPERS))
+        print(engine.pool, blas.engine().pool, len(helper_threads._HELPERS))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, env={**os.environ, "PJRT_REF_PRODUCT_PROBE": "0"})
-    assert out.stdout.split() == ["None", "1"]
+    assert out.stdout.split() == ["None", "None", "1"]
 
 
 def test_pool_switch_and_spin_settings(monkeypatch):
     """PJRT_REF_GEMM_POOL=0 selects the Python threads; PJRT_REF_POOL_SPIN_US
     sets the spin (0: never; empty: the default; a value that is not a count
     is rejected, naming the variable)."""
-    _pool()
+    pool = c_pool()
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
     monkeypatch.setenv("PJRT_REF_GEMM_POOL", "0")
-    assert blas._gemm_call(a, b) is None
+    assert pool.call(a, b) is None
     monkeypatch.setenv("PJRT_REF_GEMM_POOL", "1")
-    assert blas._gemm_call(a, b) is not None
-    for setting, nanoseconds in (("0", 0), ("50", 50_000), ("", blas.DEFAULT_SPIN_US * 1000)):
+    assert pool.call(a, b) is not None
+    for setting, nanoseconds in (("0", 0), ("50", 50_000), ("", gemm_pool.DEFAULT_SPIN_US * 1000)):
         monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", setting)
-        assert blas._spin_ns() == nanoseconds
+        assert gemm_pool.spin_ns() == nanoseconds
     for setting in ("fast", "-3"):
         monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", setting)
         with pytest.raises(InvalidArgument, match=f"PJRT_REF_POOL_SPIN_US='{setting}' is not an integer"):
-            blas._spin_ns()
+            gemm_pool.spin_ns()
 
 
 def test_matmul_threads_one_never_wakes_a_helper(monkeypatch):
-    _pool()
     monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "1")
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 3)
-    entered = []
-    real = blas._pool_multiply
-    monkeypatch.setattr(blas, "_pool_multiply", lambda call, out, blocks, helpers: (
-        entered.append(helpers), real(call, out, blocks, helpers))[1])
+    pool = RecordingPool(c_pool())
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
-    np.testing.assert_array_equal(blas.matmul(a, b), _blocks_of(a, b))
-    assert all(helpers == 0 for helpers in entered)
+    np.testing.assert_array_equal(_engine(3, pool=pool).matmul(a, b), _blocks_of(a, b))
+    assert all(helpers == 0 for _, helpers in pool.entries)
 
 
 @pytest.mark.parametrize("spin_us", [0, 20_000])
@@ -277,64 +266,54 @@ def test_workers_sleep_after_their_spin(spin_us, monkeypatch):
     (an idle plugin gives its CPUs back)."""
     import time
 
-    _pool()
+    pool = c_pool()
     monkeypatch.setenv("PJRT_REF_POOL_SPIN_US", str(spin_us))
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), _blocks_of(a, b))
+    np.testing.assert_array_equal(_engine(1, pool=pool).matmul(a, b, threads=2), _blocks_of(a, b))
     deadline = time.monotonic() + 10
-    while blas._POOL.lib.gemm_pool_spinning() and time.monotonic() < deadline:
+    while pool.spinning() and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert blas._POOL.lib.gemm_pool_spinning() == 0
+    assert pool.spinning() == 0
 
 
-def test_idle_cpus_does_not_count_our_spinning_workers(monkeypatch, tmp_path):
+def test_idle_cpus_does_not_count_our_spinning_workers():
     """A worker spinning for the next product is a runnable task in
     /proc/loadavg; idle_cpus must not call its CPU busy because of it."""
-    loadavg = tmp_path / "loadavg"
-    loadavg.write_text("0.50 0.40 0.30 2/120 4567\n")   # this thread + one spinner
-
     class SpinningPool:
-        class lib:
-            @staticmethod
-            def gemm_pool_spinning():
-                return 1
+        @staticmethod
+        def spinning():
+            return 1
 
-    monkeypatch.setattr(blas, "_CPUS", 2)
-    monkeypatch.setattr(blas, "_LOADAVG_FD", os.open(loadavg, os.O_RDONLY))
-    monkeypatch.setattr(blas, "_POOL", None)
-    assert blas.idle_cpus() == 0
-    monkeypatch.setattr(blas, "_POOL", SpinningPool)
-    assert blas.idle_cpus() == 1
-    os.close(blas._LOADAVG_FD)
+    this_thread_and_one_spinner = lambda: 2  # noqa: E731
+    assert products.IdleCpus(None, cpus=2, runnable=this_thread_and_one_spinner)() == 0
+    assert products.IdleCpus(SpinningPool(), cpus=2, runnable=this_thread_and_one_spinner)() == 1
+    assert products.runnable_tasks() >= 1   # /proc/loadavg's count includes this thread
 
 
-def test_block_counts_beyond_the_claim_word_are_refused(monkeypatch):
+def test_block_counts_beyond_the_claim_word_are_refused():
     """The pool's claim word has 16 bits for blocks: the C side refuses
     other counts and axes (returns 0, nothing written), and blas.matmul
-    does not hand it more than MAX_POOL_BLOCKS (here lowered to 1: the
+    does not hand it more than its `max_blocks` (here lowered to 1: the
     Python threads compute the blocks)."""
-    pool = _pool()
+    pool = c_pool()
     a, b = _matrix((256, 256), np.float32), _matrix((256, 256), np.float32)
-    call = blas._gemm_call(a, b)
+    call = pool.call(a, b)
     for count in (0, -1, pool.lib.GEMM_POOL_MAX_BLOCKS + 1):
         out = np.zeros((256, 256), np.float32)
         for helpers in (0, 1):
-            assert not blas._pool_multiply(call, out, blas.Blocks(blas.ROW_BLOCKS, count), helpers)
+            assert not pool.multiply(call, out, blas.Blocks(blas.ROW_BLOCKS, count), helpers)
         assert not out.any()
     gemm, is_double, trans_a, trans_b, rows, columns, inner, lhs, lda, rhs, ldb = call
     out = np.zeros((256, 256), np.float32)
     no_such_axis = 7
     assert not pool.lib.gemm_pool_multiply(gemm, is_double, trans_a, trans_b, rows, columns,
-                                           inner, lhs, lda, rhs, ldb, blas._address(out), 256, 0,
+                                           inner, lhs, lda, rhs, ldb, gemm_pool.address(out), 256, 0,
                                            no_such_axis, 2, 0, 0)
     assert not out.any()
-    monkeypatch.setattr(blas, "MAX_POOL_BLOCKS", 1)
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 1)
-    entered = []
-    monkeypatch.setattr(blas, "_pool_multiply", lambda *args: entered.append(args))
-    np.testing.assert_array_equal(blas.matmul(a, b, threads=2), _blocks_of(a, b))
-    assert entered == []
+    small = RecordingPool(pool)
+    small.max_blocks = 1
+    np.testing.assert_array_equal(_engine(1, pool=small).matmul(a, b, threads=2), _blocks_of(a, b))
+    assert small.entries == []
 
 
 @pytest.mark.parametrize("stale", ["missing_names", "older_abi"])
@@ -350,12 +329,12 @@ def test_a_module_built_from_an_older_header_is_not_used(stale, monkeypatch):
     if stale == "missing_names":
         lib = types.SimpleNamespace(gemm_pool_multiply=None, gemm_pool_spinning=None)
     else:
-        lib = types.SimpleNamespace(**{name: getattr(_pool().lib, name) for name in blas._POOL_NAMES})
-        lib.GEMM_POOL_ABI = blas._POOL_ABI - 1
+        lib = types.SimpleNamespace(**{name: getattr(c_pool().lib, name) for name in gemm_pool.NAMES})
+        lib.GEMM_POOL_ABI = gemm_pool.ABI - 1
     module = types.SimpleNamespace(lib=lib)
     monkeypatch.setitem(sys.modules, "pjrt_ref.interpreter.native._gemm_pool", module)
     monkeypatch.setattr(native_package, "_gemm_pool", module, raising=False)
-    assert blas._load_pool() is None
+    assert gemm_pool.load() is None
 
 
 # --- c += a @ b (blas.matmul_add) ----------------------------------------------
@@ -369,37 +348,33 @@ def _added(a, b, c):
 @pytest.mark.parametrize("layouts", LAYOUTS, ids="-".join)
 @pytest.mark.parametrize("rows,inner,columns", SHAPES + [(256, 32, 1024), (32, 1024, 256)])
 def test_matmul_add_has_the_bits_of_the_add_after_the_product(rows, inner, columns, layouts,
-                                                              dtype, monkeypatch):
+                                                              dtype):
     """Whatever the accumulate probe says for the shape, with or without
     a helper: `c` gets the bits of c + matmul(a, b), in place."""
     a = _matrix((rows, inner), dtype, layouts[0])
     b = _matrix((inner, columns), dtype, layouts[1])
     start = RNG.standard_normal((rows, columns)).astype(dtype)
     for idle in (0, 1):
-        monkeypatch.setattr(blas, "idle_cpus", lambda: idle)
         c = start.copy()
-        assert blas.matmul_add(a, b, c, threads=2) is c
+        assert _engine(idle).matmul_add(a, b, c, threads=2) is c
         np.testing.assert_array_equal(c, _added(a, b, start))
 
 
 @pytest.mark.parametrize("exact", [True, False])
-def test_matmul_add_adds_inside_gemm_only_where_the_probe_says_so(exact, monkeypatch):
-    """The probe's answer forced both ways: gemm with beta = 1 into `c`, or
-    the product then the add. (Forced True, the bits are only promised
+def test_matmul_add_adds_inside_gemm_only_where_the_probe_says_so(exact):
+    """The probe's answer given both ways: gemm with beta = 1 into `c`, or
+    the product then the add. (Given True, the bits are only promised
     where the real probe agrees.)"""
-    _pool()
-    calls = []
-    real = blas._pool_multiply
-    monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
-        calls.append(kw.get("accumulate", False)), real(*args, **kw))[1])
+    pool = RecordingPool(c_pool())
+    engine = _engine(pool=pool)
     a, b = _matrix((256, 32), np.float32, "columns"), _matrix((32, 1024), np.float32)
-    truly = blas.accumulate_is_exact(a, b)
-    monkeypatch.setattr(blas, "_accumulate_exact", lambda *args: exact)
-    calls.clear()
+    truly = engine.exactness.accumulate_is_exact(a, b)
+    engine.exactness = GivenAnswers(engine, accumulate_exact=exact)
+    pool.accumulated.clear()
     start = RNG.standard_normal((256, 1024)).astype(np.float32)
     c = start.copy()
-    blas.matmul_add(a, b, c)
-    assert calls and all(flag == exact for flag in calls)
+    engine.matmul_add(a, b, c)
+    assert pool.accumulated and all(flag == exact for flag in pool.accumulated)
     if truly or not exact:
         np.testing.assert_array_equal(c, _added(a, b, start))
     np.testing.assert_allclose(c, start + a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
@@ -409,45 +384,45 @@ def test_matmul_add_adds_inside_gemm_only_where_the_probe_says_so(exact, monkeyp
 def test_the_accumulate_probe_answers_for_the_operands_it_describes(rows, inner, columns):
     """On these operands, gemm with beta = 1 gives the add's bits exactly
     where the probe (on random operands of the shape) said it would."""
-    _pool()
+    pool = c_pool()
     a, b = _matrix((rows, inner), np.float32), _matrix((inner, columns), np.float32)
     start = RNG.standard_normal((rows, columns)).astype(np.float32)
     blocks = blas.product_blocks(rows, inner, columns)
     accumulated = start.copy()
-    assert blas._pool_multiply(blas._gemm_call(a, b), accumulated, blocks, 0, accumulate=True)
+    assert pool.multiply(pool.call(a, b), accumulated, blocks, 0, accumulate=True)
     assert blas.accumulate_is_exact(a, b) == np.array_equal(accumulated, _added(a, b, start))
 
 
-def test_the_accumulate_probe_says_no_where_the_sums_differ(monkeypatch):
-    """A gemm whose accumulate rounds differently (simulated: one ulp off)
-    is not used."""
-    _pool()
-    real = blas._pool_multiply
+class OneUlpOff(GemmPool):
+    """The C pool with a gemm whose accumulate rounds differently: one
+    element of each product it adds into its output one ulp up."""
 
-    def one_ulp_off(call, out, blocks, helpers, accumulate=False):
-        done = real(call, out, blocks, helpers, accumulate)
+    def multiply(self, call, out, blocks, helpers, accumulate=False):
+        done = super().multiply(call, out, blocks, helpers, accumulate)
         if accumulate:
             out[0, 0] = np.nextafter(out[0, 0], np.inf)
         return done
-    monkeypatch.setattr(blas, "_pool_multiply", one_ulp_off)
-    monkeypatch.setattr(blas, "_ACCUMULATE_EXACT", {})
+
+
+def test_the_accumulate_probe_says_no_where_the_sums_differ():
+    """A gemm whose accumulate rounds differently (simulated: one ulp off)
+    is not used."""
+    pool = c_pool()
+    engine = _engine(pool=OneUlpOff(pool.lib, pool.gemms))
     a, b = _matrix((256, 32), np.float32), _matrix((32, 1024), np.float32)
-    assert not blas.accumulate_is_exact(a, b)
+    assert not engine.exactness.accumulate_is_exact(a, b)
     start = RNG.standard_normal((256, 1024)).astype(np.float32)
     c = start.copy()
-    blas.matmul_add(a, b, c)
+    engine.matmul_add(a, b, c)
     np.testing.assert_array_equal(c, _added(a, b, start))
 
 
 @pytest.mark.parametrize("case", ["one_block", "strided_c", "c_overlaps_a", "other_dtype"])
-def test_matmul_add_falls_back_to_the_product_then_the_add(case, monkeypatch):
+def test_matmul_add_falls_back_to_the_product_then_the_add(case):
     """Where the pool cannot add into `c` (a one-block product, a `c` that
     is not C-contiguous, overlaps an operand or has another dtype), the
     product then the add, same values."""
-    calls = []
-    real = blas._pool_multiply
-    monkeypatch.setattr(blas, "_pool_multiply", lambda *args, **kw: (
-        calls.append(kw.get("accumulate", False)), real(*args, **kw))[1])
+    pool = RecordingPool(c_pool())
     a, b = _matrix((256, 32), np.float32), _matrix((32, 1024), np.float32)
     wide = RNG.standard_normal((256, 2048)).astype(np.float32)
     c = {"one_block": None, "strided_c": wide[:, ::2], "c_overlaps_a": None,
@@ -459,6 +434,6 @@ def test_matmul_add_falls_back_to_the_product_then_the_add(case, monkeypatch):
         c = RNG.standard_normal((256, 1024)).astype(np.float32)
         a = c[:, :32]
     expected = np.add(c, _blocks_of(a, b))
-    assert blas.matmul_add(a, b, c) is c
-    assert not any(calls)
+    assert _engine(pool=pool).matmul_add(a, b, c) is c
+    assert not any(pool.accumulated)
     np.testing.assert_array_equal(c, expected)

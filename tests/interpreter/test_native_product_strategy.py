@@ -1,6 +1,7 @@
 """Finding numpy's OpenBLAS (interpreter/native/openblas.py) and deciding, by
 timing, how a shape of product runs on this machine
-(interpreter/native/product_strategy.py, used by blas.py). Timings are never
+(interpreter/native/product_strategy.py, run by product_probes.py for
+products.py's engine). Timings are never
 asserted: the rules are checked on given times (a fake clock), and the
 integration on whatever this machine measures, both ways a decision can
 go leading to the same promised bits."""
@@ -14,7 +15,10 @@ import numpy as np
 import pytest
 
 from jit_support import product_in_blocks
-from pjrt_ref.interpreter.native import blas, openblas, product_strategy
+from products_support import FixedStrategy, GivenAnswers
+from pjrt_ref.interpreter.native import blas, openblas, openblas_threads, product_strategy
+from pjrt_ref.interpreter.native.openblas_threads import OpenBlasThreads
+from pjrt_ref.interpreter.native.product_probes import ShapeStrategies
 from pjrt_ref.interpreter.native.product_strategy import Strategy
 
 SITE = "/venv/lib/python3.12/site-packages"
@@ -49,16 +53,21 @@ def test_find_answers_whether_numpy_uses_openblas():
         assert openblas.describe()["corename"] is None
 
 
+def _no_blocks(*args):
+    pytest.fail("blocks computed")
+
+
 def test_without_openblas_threads_are_left_alone_and_products_are_one_call(monkeypatch):
+    """A process whose OpenBLAS is not found (a fresh OpenBlasThreads, as a
+    new process has) limits nothing, and its engine cuts no product."""
     monkeypatch.setattr(openblas, "find", lambda: None)
-    monkeypatch.setattr(blas, "_DONE", False)
-    monkeypatch.setattr(blas, "_BLAS_THREADS", None)
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PJRT_REF_BLAS_THREADS"):
         monkeypatch.delenv(name, raising=False)
-    assert blas.limit_blas_threads() is None
-    monkeypatch.setattr(blas, "compute_blocks", lambda *args: pytest.fail("blocks computed"))
+    threads = OpenBlasThreads()
+    assert threads.limit() is None
+    engine = blas.ProductEngine(threads, None, idle_cpus=lambda: 1, python_threads=_no_blocks)
     a, b = np.random.default_rng(0).standard_normal((2, 256, 256)).astype(np.float32)
-    np.testing.assert_array_equal(blas.matmul(a, b), np.matmul(a, b))
+    np.testing.assert_array_equal(engine.matmul(a, b), np.matmul(a, b))
 
 
 # --- The rules, on given times ------------------------------------------------
@@ -128,11 +137,11 @@ def test_a_busy_machine_measures_nothing(clock):
 
 @pytest.fixture
 def fresh_cache(monkeypatch, tmp_path):
-    """An empty kernel cache directory, and nothing known in this process."""
+    """An empty kernel cache directory, and nothing known in this process
+    (each test builds engines of its own: nothing known to them either)."""
     monkeypatch.setenv("PJRT_REF_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("PJRT_REF_PRODUCT_PROBE", raising=False)
     product_strategy.forget_all()
-    monkeypatch.setattr(blas, "_STRATEGIES", {})
     yield tmp_path
     product_strategy.forget_all()
 
@@ -153,25 +162,42 @@ def test_strategies_are_kept_on_disk_per_machine(fresh_cache, monkeypatch):
     assert product_strategy.lookup("float32 256x256x256 rows,rows c") is None
 
 
-def test_a_shape_is_timed_once_per_machine(fresh_cache, monkeypatch):
+class CountedTimings(ShapeStrategies):
+    """An engine's strategies, each timing appended to `timed` (its blocks)."""
+
+    def __init__(self, engine, timed: list):
+        super().__init__(engine)
+        self.timed = timed
+
+    def measure(self, a, b, blocks, in_c):
+        self.timed.append(blocks)
+        return super().measure(a, b, blocks, in_c)
+
+
+def _timed_engine(timed: list, idle: int) -> blas.ProductEngine:
+    """An engine that sees `idle` CPUs idle and counts its timings in `timed`."""
+    engine = blas.build_engine(idle_cpus=lambda: idle)
+    engine.strategies = CountedTimings(engine, timed)
+    return engine
+
+
+def test_a_shape_is_timed_once_per_machine(fresh_cache):
     """The first product of a shape is timed (the other CPUs said idle),
     later ones and a later process reuse the verdict; whichever way it
     went, the result is the blocks' bits, or with OpenBLAS's threads the
     product's value."""
     blas.limit_blas_threads()
-    monkeypatch.setattr(blas, "idle_cpus", lambda: len(os.sched_getaffinity(0)) - 1)
+    idle = len(os.sched_getaffinity(0)) - 1
     measured = []
-    real = blas.measure_strategy
-    monkeypatch.setattr(blas, "measure_strategy", lambda *args: (
-        measured.append(args[2]), real(*args))[1])
+    engine = _timed_engine(measured, idle)
     a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
-    results = [blas.matmul(a, b) for _ in range(3)]
+    results = [engine.matmul(a, b) for _ in range(3)]
     assert len(measured) == 1
-    monkeypatch.setattr(blas, "_STRATEGIES", {})
+    engine = _timed_engine(measured, idle)
     product_strategy.forget_all()                        # as a new process
-    results.append(blas.matmul(a, b))
+    results.append(engine.matmul(a, b))
     assert len(measured) == 1
-    (strategy,) = blas._STRATEGIES.values()
+    (strategy,) = engine.strategies.known.values()
     assert strategy.measured_us["serial"] > 0
     for result in results:
         if strategy.openblas_threads:
@@ -182,41 +208,64 @@ def test_a_shape_is_timed_once_per_machine(fresh_cache, monkeypatch):
 
 def test_busy_machine_uses_the_default_and_writes_nothing(fresh_cache, monkeypatch):
     blas.limit_blas_threads()
-    monkeypatch.setattr(blas, "idle_cpus", lambda: 0)
     monkeypatch.setattr(product_strategy, "QUIET_WAIT_SECONDS", 0)
     monkeypatch.setattr(product_strategy, "usable_cpus", lambda: 2)
+    engine = blas.build_engine(idle_cpus=lambda: 0)
     a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
-    np.testing.assert_array_equal(blas.matmul(a, b), product_in_blocks(a, b, 0, 2))
-    assert list(blas._STRATEGIES.values()) == [product_strategy.DEFAULT]
+    np.testing.assert_array_equal(engine.matmul(a, b), product_in_blocks(a, b, 0, 2))
+    assert list(engine.strategies.known.values()) == [product_strategy.DEFAULT]
     assert list(fresh_cache.iterdir()) == []
+
+
+class NeverTimed(ShapeStrategies):
+    """An engine's strategies that fail the test if they time anything."""
+
+    def measure(self, a, b, blocks, in_c):
+        pytest.fail("timed")
 
 
 def test_probe_switched_off_times_nothing(fresh_cache, monkeypatch):
     monkeypatch.setenv("PJRT_REF_PRODUCT_PROBE", "0")
-    monkeypatch.setattr(blas, "measure_strategy", lambda *args: pytest.fail("timed"))
+    blas.limit_blas_threads()
+    engine = blas.build_engine()
+    engine.strategies = NeverTimed(engine)
     a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
-    blas.matmul(a, b)
-    assert list(blas._STRATEGIES.values()) == [product_strategy.DEFAULT]
+    engine.matmul(a, b)
+    assert list(engine.strategies.known.values()) == [product_strategy.DEFAULT]
 
 
-@pytest.mark.skipif(blas._thread_local_setter() is None,
+class CountedOpenBlasThreads:
+    """The process's OpenBLAS threads, each threaded product's thread count
+    appended to `calls`."""
+
+    def __init__(self, real: OpenBlasThreads):
+        self.real = real
+        self.calls: list[int] = []
+
+    @property
+    def threads(self) -> int | None:
+        return self.real.threads
+
+    def threaded_matmul(self, a, b, threads):
+        self.calls.append(threads)
+        return self.real.threaded_matmul(a, b, threads)
+
+
+@pytest.mark.skipif(openblas_threads.thread_local_setter() is None,
                     reason="this OpenBLAS exports no openblas_set_num_threads_local: never chosen")
-def test_openblas_threads_strategy_makes_one_threaded_call(monkeypatch):
+def test_openblas_threads_strategy_makes_one_threaded_call():
     """Where the timing chose OpenBLAS's own threads: one np.matmul call
     with them, for this thread only (its setting is restored after)."""
     blas.limit_blas_threads()
-    monkeypatch.setattr(blas, "_strategy", lambda *args: Strategy(split=False, openblas_threads=2))
-    calls = []
-    real = blas._on_openblas_threads
-    monkeypatch.setattr(blas, "_on_openblas_threads", lambda a, b, threads: (
-        calls.append(threads), real(a, b, threads))[1])
-    monkeypatch.setattr(blas, "compute_blocks", lambda *args: pytest.fail("blocks computed"))
+    threads = CountedOpenBlasThreads(blas.engine().openblas)
+    engine = blas.ProductEngine(threads, None, python_threads=_no_blocks,
+                                strategies=FixedStrategy(Strategy(split=False, openblas_threads=2)))
     a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
-    setter = blas._thread_local_setter()
+    setter = openblas_threads.thread_local_setter()
     before = setter(0)
     setter(before)
-    np.testing.assert_allclose(blas.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
-    assert calls == [2]
+    np.testing.assert_allclose(engine.matmul(a, b), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    assert threads.calls == [2]
     assert setter(before) == before
 
 
@@ -225,39 +274,40 @@ def test_fine_blocks_are_timed_only_where_they_give_the_blocks_bits(same_bits, m
     """The `fine` candidate is offered to the timing only where the check
     on random operands found its bits equal to the shape's blocks' bits."""
     blas.limit_blas_threads()
-    monkeypatch.setattr(blas, "_same_bits", lambda *args: same_bits)
+    engine = blas.build_engine()
+    engine.exactness = GivenAnswers(engine, same_bits=same_bits)
     offered = []
     monkeypatch.setattr(product_strategy, "measure", lambda ours, threaded, quiet: (
         offered.append(sorted(ours)), None)[1])
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
     blocks = blas.product_blocks(32, 256, 1024)
-    blas.measure_strategy(a, b, blocks, in_c=blas._gemm_call(a, b) is not None)
+    engine.strategies.measure(a, b, blocks, in_c=engine.gemm_call(a, b) is not None)
     assert ("fine" in offered[0]) == same_bits
 
 
 def test_the_fine_check_compares_the_two_cuts():
-    """blas._same_bits on this machine's BLAS: each cut against numpy's own
-    block products."""
+    """ExactnessProbes.same_bits on this machine's BLAS: each cut against
+    numpy's own block products."""
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
     coarse, fine = blas.product_blocks(32, 256, 1024), blas.fine_blocks(32, 256, 1024)
-    call = blas._gemm_call(a, b)
+    engine = blas.engine()
+    call = engine.gemm_call(a, b)
     same = np.array_equal(product_in_blocks(a, b, coarse.axis, coarse.count),
                           product_in_blocks(a, b, fine.axis, fine.count))
-    assert blas._same_bits(a, b, coarse, fine, call) == same
-    assert blas._same_bits(a, b, coarse, coarse, call)
+    assert engine.exactness.same_bits(a, b, coarse, fine, call) == same
+    assert engine.exactness.same_bits(a, b, coarse, coarse, call)
 
 
-def test_fine_strategy_computes_the_fine_blocks(monkeypatch):
+def test_fine_strategy_computes_the_fine_blocks():
     """Where the timing chose `fine`: the product is fine_blocks' blocks,
     with a helper or without (whose bits the check found equal to the
     shape's blocks')."""
     blas.limit_blas_threads()
-    monkeypatch.setattr(blas, "_strategy", lambda *args: Strategy(fine=True))
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((256, 1024)).astype(np.float32)
     fine = blas.fine_blocks(32, 256, 1024)
     for idle in (0, 1):
-        monkeypatch.setattr(blas, "idle_cpus", lambda: idle)
-        np.testing.assert_array_equal(blas.matmul(a, b), product_in_blocks(a, b, fine.axis, fine.count))
+        engine = blas.build_engine(idle_cpus=lambda: idle, strategies=FixedStrategy(Strategy(fine=True)))
+        np.testing.assert_array_equal(engine.matmul(a, b), product_in_blocks(a, b, fine.axis, fine.count))
