@@ -75,7 +75,7 @@ The README's "Performance" section gives users the same promise.
   runs, on threads or not, with `splat_constants`), `loops`, native `regions`, `reuse`, `in_place`,
   `invariant_layouts` and preset constants keep the bits (the last two where
   BLAS's kernels do: each checks that once per shape on random operands,
-  native/blas.py `accumulate_is_exact` and `layouts_agree`, and keeps the
+  native/product_probes.py `accumulate_is_exact` and `layouts_agree`, and keeps the
   unrewritten computation where they do not): each element meets the same functions in
   the same precision (native/scalar_expressions.py, op by op). Two
   exceptions: where two NaNs meet, the NaN's sign and payload may differ
@@ -96,7 +96,7 @@ The README's "Performance" section gives users the same promise.
 * Cutting big products into blocks is not a rewrite: `blas.matmul` does it
   in both modes, and a product has its blocks' bits whichever threads
   compute them, except a shape the timing gave to OpenBLAS's own threads
-  (native/blas.py).
+  (native/blocks.py, products.py).
 
 tests/interpreter/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
 bit where the bits are kept, else to rounding) and against XLA CPU.

@@ -1,14 +1,14 @@
 """cffi builder for the product pool's C module (API mode, out of line).
 
 Produces `pjrt_ref/interpreter/native/_gemm_pool*.so`, an ordinary CPython
-extension whose functions (gemm_pool.h) blas.py calls. cffi's API mode
+extension whose functions (gemm_pool.h) gemm_pool.py calls. cffi's API mode
 releases the GIL around every call, which is the point: a split product
 runs entirely without it (gemm_pool.c explains the pool).
 
 Built by setuptools through `cffi_modules` (setup.py), for `pip install .`
 and `pip install -e .` alike; `python interpreter/native/build_gemm_pool.py`
-builds it in place. If the module cannot be built or imported, blas.py
-splits products over its Python threads instead.
+builds it in place. If the module cannot be built or imported, products
+are split over Python threads instead (products.py).
 """
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 /* A tiny thread pool that computes one matrix product's blocks (of rows or
  * of columns) on several cores, without Python's GIL.
  *
- * Read interpreter/native/blas.py first: it decides how a product is cut into
- * blocks (from its shape alone, so the bits never depend on who computes
- * which block) and whether helpers join (only onto idle CPUs); this file
- * only *runs* the blocks, each one a call of single-threaded OpenBLAS gemm
- * (the function pointer Python found in numpy's OpenBLAS, openblas.py).
+ * Read interpreter/native/blocks.py and products.py first: they decide how a
+ * product is cut into blocks (from its shape alone, so the bits never depend
+ * on who computes which block) and whether helpers join (only onto idle
+ * CPUs); this file, called through gemm_pool.py, only *runs* the blocks,
+ * each one a call of single-threaded OpenBLAS gemm (the function pointer
+ * Python found in numpy's OpenBLAS, openblas.py).
  *
  * Why C and not Python threads: a Python helper thread sleeps on a lock,
  * and when it is woken its (idle, halted) virtual CPU must first be
@@ -18,7 +19,7 @@
  *
  * The protocol, for one product ("job"):
  *   1. The caller takes the pool (one job at a time: a second host thread
- *      that finds the pool busy gets 0 back, and blas.py calls again with
+ *      that finds the pool busy gets 0 back, and products.py calls again with
  *      helpers == 0: it computes the same blocks itself and never waits).
  *   2. It writes the job's parameters, then publishes the job by storing a
  *      new `claim` word: generation (32 bits) | blocks (16) | next (16).
@@ -277,7 +278,7 @@ int gemm_pool_multiply(intptr_t gemm, int is_double, int trans_a, int trans_b, i
     struct job job = {gemm, is_double, trans_a, trans_b, axis, accumulate != 0, rows, columns,
                       inner, blocks, a, b, c, lda, ldb, ldc};
     if (blocks < 1 || blocks > GEMM_POOL_MAX_BLOCKS)
-        return 0;         /* `claim` has 16 bits for them (blas.py checks) */
+        return 0;         /* `claim` has 16 bits for them (products.py checks) */
     if (axis != GEMM_POOL_ROW_BLOCKS && axis != GEMM_POOL_COLUMN_BLOCKS)
         return 0;
     if (helpers <= 0) {   /* every block on this thread (blas.blocks_are_exact) */

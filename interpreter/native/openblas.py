@@ -17,7 +17,7 @@ plain `cblas_sgemm` in a system LP64 build. `_function` tries each spelling.
 
 Without an OpenBLAS (numpy on MKL or Accelerate, no /proc, a stripped
 build) `find()` is None and pjrt-ref degrades cleanly: OpenBLAS's threads
-are left alone and every product is one np.matmul call (blas.py).
+are left alone and every product is one np.matmul call (openblas_threads.py).
 """
 from __future__ import annotations
 

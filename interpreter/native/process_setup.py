@@ -10,7 +10,7 @@ from . import blas, heap
 
 
 def set_up_process(optimize: bool) -> None:
-    """Cap OpenBLAS's threads (blas.py) and, with the optimiser on, keep
+    """Cap OpenBLAS's threads (openblas_threads.py) and, with the optimiser on, keep
     freed array memory in the process (heap.py)."""
     # In both modes: OpenBLAS's threads change how it splits a product, and
     # so its bits; PJRT_REF_OPTIMIZE=0 must compute what the optimiser does.

@@ -6,12 +6,13 @@ picked for it, not only on the size: the same product can be many times
 slower on one thread of one machine than of another, where OpenBLAS's own
 threads then beat one thread by far (benchmarks/README.md, "Products", has
 the numbers). So the first time a process meets a shape worth splitting
-(blas.py), it times the candidates on operands of that shape and layout:
+(products.py's engine, through product_probes.py), it times the
+candidates on operands of that shape and layout:
 
     serial    this thread computes every block (one call where that
               gives the blocks' bits)
     split     the blocks shared with helper threads
-    fine      smaller blocks of the same axis (`blas.fine_blocks`), shared
+    fine      smaller blocks of the same axis (`blocks.fine_blocks`), shared
               likewise: OpenBLAS has kernels for small products that skip
               copying the operands into packed panels, several times
               quicker for a thin product's slices on some CPUs (an LSTM
@@ -87,7 +88,7 @@ FORMAT = 3
 @dataclass(frozen=True)
 class Strategy:
     """How a product of one shape runs: the blocks split over helpers or
-    not, in `blas.fine_blocks` (`fine`), or one call on OpenBLAS's threads
+    not, in `blocks.fine_blocks` (`fine`), or one call on OpenBLAS's threads
     (`openblas_threads` > 1)."""
     split: bool = True
     openblas_threads: int = 0

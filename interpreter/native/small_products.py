@@ -8,7 +8,7 @@ per iteration for an 8x8 product that XLA does in 0.1 µs (W13 in
 benchmarks/README.md).
 
 But the interpreter's kernel for a small product (ops/dot.py's
-matrix_product; one block in native/blas.py) is one np.matmul call, and
+matrix_product; one block in native/blocks.py) is one np.matmul call, and
 numpy's matmul makes one BLAS call chosen from the shapes and strides
 alone. `numpy_call` says which, for the operands as a compiled loop holds
 them (flat, row-major, as hand_back.py gives them to the kernel); the loop
@@ -158,7 +158,7 @@ def plan(op) -> Call | None:
     """The call computing dot_general `op` in a compiled loop, or None
     (handed back, or interpreted if big): f32 or f64 operands and result of
     one type, no bigger than hand_back.MAX_PRODUCT_OPERAND, a product the
-    interpreter makes as one np.matmul call (one block, native/blas.py),
+    interpreter makes as one np.matmul call (one block, native/blocks.py),
     laid out as numpy would give it to BLAS directly."""
     from . import blas
 

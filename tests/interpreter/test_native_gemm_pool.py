@@ -319,8 +319,8 @@ def test_block_counts_beyond_the_claim_word_are_refused():
 @pytest.mark.parametrize("stale", ["missing_names", "older_abi"])
 def test_a_module_built_from_an_older_header_is_not_used(stale, monkeypatch):
     """An editable install keeps its old .so after a pull: if it lacks a
-    function blas.py needs, or was built from other declarations
-    (GEMM_POOL_ABI: gemm_pool_multiply gained `accumulate`), blas runs
+    function gemm_pool.py needs, or was built from other declarations
+    (GEMM_POOL_ABI: gemm_pool_multiply gained `accumulate`), products run
     without the C pool instead of calling it with the wrong arguments."""
     import types
 
