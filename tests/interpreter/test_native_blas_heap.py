@@ -125,6 +125,16 @@ def test_loaded_programs_limit_openblas_to_one_thread():
         assert blas.blas_threads() == 1
 
 
+def test_the_process_has_one_engine_and_a_test_may_lend_it_another():
+    """blas.engine() is built once per process; engine_in_use puts another
+    engine in its place for the `with` block only."""
+    process = blas.engine()
+    assert blas.engine() is process
+    with blas.engine_in_use(blas.build_engine(idle_cpus=lambda: 0)) as lent:
+        assert blas.engine() is lent and blas.idle_cpus() == 0
+    assert blas.engine() is process
+
+
 def _expected_blocks(a, b):
     """The bits blas.matmul promises for `a @ b`: its blocks (pinned by
     test_blocks_depend_on_the_shape_only), computed by numpy."""
