@@ -5,8 +5,8 @@
  * Every slot takes the GIL (PJRT_REF_ENTER). When another thread of the host
  * holds the GIL while it waits in C or C++ code for a result that this very
  * call would produce, neither can go on: a deadlock that no plugin running
- * Python in the host's interpreter can break from inside (README, "How a call
- * travels"). It cannot be detected without a timeout, because a long C call
+ * Python in the host's interpreter can break from inside (docs/architecture.md,
+ * "The GIL, and a Python of its own"). It cannot be detected without a timeout, because a long C call
  * holding the GIL (a big numpy operation) looks the same for a while. So a
  * watchdog thread looks, once a second, at the calls waiting for the GIL,
  * and reports each one that has waited longer than PJRT_REF_GIL_STALL
@@ -121,9 +121,10 @@ static void pjrt_ref_report_stall(struct pjrt_ref_waiter* stalled, long long now
         "pjrt-ref: %s on thread %d (\"%s\") has waited %.0f s for Python's GIL.\n"
         "  Another thread holds the GIL without running Python code. If it waits, in C or C++,\n"
         "  for a result of this call, the process is deadlocked: pjrt-ref runs in the host's\n"
-        "  Python and needs the GIL to go on (README, \"How a call travels\"). The call keeps\n"
-        "  waiting. PJRT_REF_RUNTIME=isolated gives the plugin a Python of its own, which no\n"
-        "  host thread can block. PJRT_REF_GIL_STALL sets when this report comes (0: never).\n"
+        "  Python and needs the GIL to go on (docs/architecture.md, \"The GIL, and a Python of\n"
+        "  its own\"). The call keeps waiting. PJRT_REF_RUNTIME=isolated gives the plugin a\n"
+        "  Python of its own, which no host thread can block. PJRT_REF_GIL_STALL sets when this\n"
+        "  report comes (0: never).\n"
         "  Threads inside pjrt-ref's entry points:\n",
         atomic_load(&stalled->entry), (int)stalled->tid, name,
         (now - atomic_load(&stalled->since_ns)) / 1e9);

@@ -2,7 +2,7 @@
  * calling thread holds.
  *
  * A PJRT host calls GetPjrtApi, and later any slot, in one of three states
- * (DESIGN.md, "the path of one call", item 8):
+ * (docs/architecture.md, "The GIL, and a Python of its own"):
  *   - no Python in the process (a C or C++ host): we start it, pointed at
  *     the environment pjrt_ref is installed in, and release its GIL;
  *   - Python running, the GIL not held by this thread (JAX releases it

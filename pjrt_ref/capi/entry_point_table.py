@@ -1,4 +1,5 @@
-"""The README's table of entry points, generated from the code so it cannot drift.
+"""The table of entry points in docs/architecture.md ("Every entry point"),
+generated from the code so it cannot drift.
 
     python -m pjrt_ref.capi.entry_point_table
 
@@ -7,7 +8,7 @@ table and every function of the extensions pjrt-ref chains on
 `extension_start` (capi_shim/entry_points.py), each with where it is
 answered (Python, or a C fast path first) and the first sentence of its
 implementation's docstring. tests/project/test_entry_point_table.py fails
-when the README's copy differs, and when an entry point has no
+when that copy differs, and when an entry point has no
 implementation or no docstring.
 """
 from __future__ import annotations

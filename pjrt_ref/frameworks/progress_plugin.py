@@ -5,7 +5,7 @@ PJRT_REF_SUITE_PROGRESS as they happen.
 Why: a test can hang a whole pytest process in a way no in-process timeout
 can end. PyTorch/XLA indexing a tensor with an XLA scalar holds the GIL
 while it waits for an execution that needs the GIL to run in pjrt-ref
-(README, "How a call travels"); pytest-timeout's signal and its watchdog
+(docs/architecture.md, "The GIL, and a Python of its own"); pytest-timeout's signal and its watchdog
 thread both need the GIL too. So the runner (frameworks/test_suite.py)
 watches this file from outside, kills a run in which nothing has finished
 for too long, records the tests that had started as hung, and runs the

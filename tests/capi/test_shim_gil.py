@@ -1,6 +1,6 @@
 """GetPjrtApi and the entry points work whether or not the calling thread holds the GIL.
 
-Hosts differ (DESIGN.md, "the path of one call", item 8): JAX releases the
+Hosts differ (docs/architecture.md, "The GIL, and a Python of its own"): JAX releases the
 GIL before calling a plugin, PyTorch/XLA calls GetPjrtApi from a pybind11
 function holding it, a C host has no Python (tests/capi/test_c_host.py). Here
 ctypes plays both Python hosts: `ctypes.PyDLL` and `ctypes.PYFUNCTYPE` keep

@@ -292,7 +292,7 @@ def test_device_count_follows_what_jax_asks_of_its_cpu_backend():
 def test_string_arrays_live_on_pjrt_ref_as_on_cpu_which_is_why_the_device_kind_is_cpu():
     """JAX lets string arrays onto a device only if its `device_kind` is exactly
     "cpu" (jax/_src/api.py, _check_string_compatible_sharding): the reason
-    pjrt-ref's devices report that kind (README, "The PJRT plugin")."""
+    pjrt-ref's devices report that kind (docs/architecture.md, "What the device says it is")."""
     proc = run_jax("""
         strings = np.array(["pjrt", "", "ref ✓"], dtype=np.dtypes.StringDType())
         dev = jax.devices("pjrt_ref")[0]
@@ -304,7 +304,7 @@ def test_string_arrays_live_on_pjrt_ref_as_on_cpu_which_is_why_the_device_kind_i
 
 def test_dlpack_is_jaxlib_s_limit_and_np_asarray_is_the_zero_copy_way_out():
     """jaxlib exports DLPack only from cpu and GPU platforms, so `np.from_dlpack`
-    of a pjrt_ref array fails inside jaxlib (README, "The PJRT plugin").
+    of a pjrt_ref array fails inside jaxlib (docs/architecture.md, "DLPack").
     `np.asarray` shares the buffer's memory instead: no copy, read-only."""
     proc = run_jax("""
         y = jax.jit(lambda a: a * 2)(jax.device_put(np.arange(4096.0), jax.devices("pjrt_ref")[0]))

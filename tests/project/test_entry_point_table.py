@@ -1,4 +1,5 @@
-"""The README's entry-point table is the code's (pjrt_ref/capi/entry_point_table.py)."""
+"""The entry-point table in docs/architecture.md ("Every entry point") is the code's
+(pjrt_ref/capi/entry_point_table.py)."""
 from __future__ import annotations
 
 from pjrt_ref.capi import entry_point_table
@@ -13,12 +14,12 @@ def test_every_entry_point_has_an_implementation_with_a_docstring():
     assert [n for n in names if not (found[n].__doc__ or "").strip()] == []
 
 
-def test_the_readme_holds_the_generated_table():
-    readme = (REPO / "README.md").read_text()
-    start = readme.index(entry_point_table.BEGIN)
-    end = readme.index(entry_point_table.END) + len(entry_point_table.END)
-    assert readme[start:end] == entry_point_table.markdown(), \
-        "README's entry-point table is stale: paste `python -m pjrt_ref.capi.entry_point_table`"
+def test_the_architecture_doc_holds_the_generated_table():
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    start = doc.index(entry_point_table.BEGIN)
+    end = doc.index(entry_point_table.END) + len(entry_point_table.END)
+    assert doc[start:end] == entry_point_table.markdown(), \
+        "docs/architecture.md's entry-point table is stale: paste `python -m pjrt_ref.capi.entry_point_table`"
 
 
 def test_the_table_names_the_declared_api_version_and_every_extension():

@@ -1,6 +1,6 @@
 """The layout follows the README's layer diagram: every import, read with `ast`.
 
-Rooms, from the top (README "Layout"):
+Rooms, from the top (README, "Architecture"):
 
     cli
     testkit                       the plugin test kit (runs frameworks' suites, replays with debug's diff, asks conformance's oracle)

@@ -10,7 +10,7 @@ interpreter's ProcessGrid::crossReplicaAndPartition) orders a process group
 partition-major, `[(r, p) for p in partitions for r in replica_group]`;
 XLA orders it replica-major. The two agree on all_reduce and on groups of
 one replica, which is what the order-sensitive cases below use; pjrt-ref
-follows the spec (see the README's known differences).
+follows the spec (docs/status.md, "Known differences from XLA").
 
 XLA needs the module to say its values are per device ("manual" sharding),
 otherwise its SPMD partitioner refuses `partition_id`; those annotations are
