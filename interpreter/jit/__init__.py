@@ -69,7 +69,8 @@ like an MLP training step, never starts it (fusion.py, "When numba pays").
 Bits: what each rewrite keeps against PJRT_REF_OPTIMIZE=0 (for region
 bodies, which native/regions.py compiles in both modes, against
 PJRT_REF_JIT=0).
-The README's "Performance" section gives users the same promise.
+docs/performance-design.md, "The bits of results", gives users the same
+promise (the README's "Known limits" points there).
 
 * `inline`, `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
   runs, on threads or not, with `splat_constants`), `loops`, native `regions`, `reuse`, `in_place`,

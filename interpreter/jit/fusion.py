@@ -62,7 +62,7 @@ run goes through its steps' own kernels in FIRST_FORM_CHUNK pieces, and a
 single long call (10^8 elements) hands its remaining elements to the
 compiled loop as soon as it is built.
 
-Measurements: benchmarks/README.md, "Design notes moved from the code".
+Measurements: docs/performance-design.md, "Design notes moved from the code".
 
 PJRT_REF_JIT=0 turns all of this off (no fused steps at all, never numba);
 PJRT_REF_JIT_MIN_ELEMENTS=n moves the size threshold (0: compile runs of

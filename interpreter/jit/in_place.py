@@ -7,8 +7,8 @@ output into a carried (steps, ...) buffer with `dynamic_update_slice`
 replaced), usually through a private function (`func.call
 @dynamic_update_index_in_dim`). Kernels treat operands as immutable, so
 unrewritten, each iteration copies the whole buffer to change one row,
-a large part of a scan's time (benchmarks/README.md, "Design notes
-moved from the code").
+a large part of a scan's time (docs/performance-design.md, "Design
+notes moved from the code").
 
 When the loop is the only holder of the buffer, the copy is not needed. At
 plan time, for each carried value `k` of a `while`, this pass checks that

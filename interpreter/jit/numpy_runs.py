@@ -15,7 +15,7 @@ out=o)` for an SGD update). A run whose intermediates all fit that way runs
 each member once over its whole range, which beats cache-sized chunks with
 warm caches and cold: each chunk costs a ufunc call and restarts the
 hardware prefetcher. Only a run needing other buffers goes chunk by chunk,
-so those stay small and in cache. Measurements: benchmarks/README.md,
+so those stay small and in cache. Measurements: docs/performance-design.md,
 "Design notes moved from the code".
 """
 from __future__ import annotations
@@ -31,8 +31,8 @@ from .fused_step import fused_step
 # Elements per thread below which a run is not split, so runs split from
 # 2^21 elements on. These runs are memory-bound: a second thread mostly
 # competes for the same memory bandwidth and pays a hand-off, and gains
-# only on large arrays (benchmarks/README.md, "Design notes moved from the
-# code").
+# only on large arrays (docs/performance-design.md, "Design notes moved
+# from the code").
 MIN_PIECE = 1 << 20
 
 

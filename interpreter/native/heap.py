@@ -7,7 +7,8 @@ to the largest block freed so far) with a fresh `mmap`, and returns free
 memory at the top of the heap to the kernel once it exceeds
 `M_TRIM_THRESHOLD`. Either way the next array of that size lands on pages
 the kernel has to fault in and zero again, a large part of a training
-step's time (benchmarks/README.md, "Design notes moved from the code").
+step's time (docs/performance-design.md, "Design notes moved from the
+code").
 XLA reuses one preallocated buffer and pays none of that.
 
 `keep_freed_memory()` sets both thresholds once per process (glibc only):

@@ -68,7 +68,7 @@ OPENBLAS_MARGIN = 2.0
 # Splitting is dropped only where it measured this many times slower than
 # serial. Equal times mean the helpers never ran (the CPUs were busier than
 # the quiet check saw), and a verdict is kept for good (an example:
-# benchmarks/README.md, "Design notes moved from the code").
+# docs/performance-design.md, "Design notes moved from the code").
 SPLIT_MARGIN = 1.1
 # Fine blocks must be this many times faster than the better of serial and split.
 FINE_MARGIN = 1.1

@@ -18,9 +18,9 @@ OpenBLAS's small-product kernels) are quicker, and whether OpenBLAS's own
 threads beat the blocks; product_probes.py runs that timing and the checks
 of which ways give the same bits. `matmul_add` adds a product into an
 array the caller owns (a loop's gradient accumulator), inside gemm where a
-probe finds the same bits. Measurements: benchmarks/README.md ("Products";
-"Design notes moved from the code"). The C pool's design:
-docs/performance-design.md.
+probe finds the same bits. Measurements: benchmarks/README.md ("Products")
+and docs/performance-design.md ("Design notes moved from the code"). The C
+pool's design: docs/performance-design.md ("The C product pool").
 
 A process has one engine, built at its first product (blas.py); tests
 build their own with a part replaced (`ProductEngine`'s arguments).

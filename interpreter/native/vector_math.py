@@ -4,8 +4,8 @@ loops, written so that LLVM can vectorise the loop around them.
 Why: the unfused kernels compute float32 transcendentals in float64 and round
 once (numpy's float64 functions, see `ops/elementwise_support.widen_for_math`).
 A fused loop calling libm's `exp`/`tanh` per element cannot be vectorised,
-and is slower than numpy's SIMD float64 code (benchmarks/README.md, "Design
-notes moved from the code"). The functions here keep the same recipe --
+and is slower than numpy's SIMD float64 code (docs/performance-design.md,
+"Design notes moved from the code"). The functions here keep the same recipe --
 compute in float64, round once to float32 -- with straight-line float64
 code (range reduction, a polynomial, selects instead of branches, no
 calls), which LLVM turns into AVX2/AVX-512 code inside the fused loop.
