@@ -24,7 +24,7 @@ def ci_lines() -> list[str]:
 def test_the_readme_opens_with_the_two_commands():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     first_block = text.index("```sh")
-    assert text[:first_block].count("\n#") == 0, "nothing but the title and one sentence before the first command"
+    assert text[:first_block].count("\n#") == 0, "nothing but the title and a short introduction before the first command"
     install_and_run, install_and_test = readme_commands()
     assert install_and_run.startswith("pip install . &&")       # the non-editable install a user does
     assert install_and_test.startswith("pip install -e ")
