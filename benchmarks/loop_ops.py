@@ -5,7 +5,7 @@ elements, where the body applies one op to `c` (and, for binary ops, to a
 vector `y` passed in: the op cannot be hoisted out of the loop). The worker
 times each row at two trip counts and reports the time per iteration, the
 slope, so the fixed cost of a call (dispatch, compile caches) drops out. On
-pjrt_ref it also reports whether the loop runs compiled (jit/loops.py) or
+pjrt_ref it also reports whether the loop runs compiled (optimiser/loops.py) or
 interpreted op by op: a loop whose body holds one op the loop compiler does
 not translate runs interpreted as a whole.
 

@@ -2,7 +2,7 @@
 block, each a training step written with JAX alone, at any size.
 
 `benchmarks/workloads.py` builds them at the issue's sizes; the tests
-(`tests/interpreter/test_jit_models.py`) build small ones. Every function returns
+(`tests/interpreter/test_optimiser_models.py`) build small ones. Every function returns
 (function to `jax.jit`, arguments), the arguments numpy arrays (or pytrees
 of them) from the generator it is given, so every process builds the same
 inputs. JAX is imported inside the functions: the benchmark's parent

@@ -33,7 +33,7 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "pjrt_ref,cpu")
 # Loops' numba kernels built at their first run, within the warm-up: a
-# kernel built later (once its loop is hot, interpreter/jit/loops.py) is a
+# kernel built later (once its loop is hot, interpreter/optimiser/loops.py) is a
 # one-time growth, not the leak the soak looks for.
 os.environ.setdefault("PJRT_REF_JIT_HOT_SECONDS", "0")
 
@@ -227,9 +227,9 @@ def soak(total: int, warmup: int) -> dict:
 
 
 def wait_for_background_kernels() -> None:
-    """The kernels the warm-up queued, built (interpreter/jit/background.py)."""
-    if "pjrt_ref.interpreter.jit.background" in sys.modules:
-        sys.modules["pjrt_ref.interpreter.jit.background"].wait(timeout=300)
+    """The kernels the warm-up queued, built (interpreter/optimiser/background.py)."""
+    if "pjrt_ref.interpreter.optimiser.background" in sys.modules:
+        sys.modules["pjrt_ref.interpreter.optimiser.background"].wait(timeout=300)
 
 
 def mixed_soak(total: int, warmup: int) -> dict:

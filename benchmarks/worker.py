@@ -109,7 +109,7 @@ WARM_UP_S = 0.25     # over pjrt_ref's PJRT_REF_JIT_HOT_SECONDS (0.1): its loops
 def warm_up(call) -> float:
     """Run `call` for WARM_UP_S (both backends alike), then wait for
     pjrt_ref's background kernels: seconds of that wait. A loop's kernel
-    is built once the loop has run a while (jit/loops.py); the steady state
+    is built once the loop has run a while (optimiser/loops.py); the steady state
     is timed after."""
     start = time.perf_counter()
     for _ in range(1000):
@@ -121,11 +121,11 @@ def warm_up(call) -> float:
 
 def wait_for_background_kernels() -> float:
     """Seconds until pjrt_ref's background thread has built the numba
-    kernels this process queued (interpreter/jit/background.py; 0 on XLA
+    kernels this process queued (interpreter/optimiser/background.py; 0 on XLA
     or when none were queued): the steady state is timed after them."""
-    if "pjrt_ref.interpreter.jit.background" not in sys.modules:
+    if "pjrt_ref.interpreter.optimiser.background" not in sys.modules:
         return 0.0
-    from pjrt_ref.interpreter.jit import background
+    from pjrt_ref.interpreter.optimiser import background
 
     t0 = time.perf_counter()
     background.wait()
@@ -219,7 +219,7 @@ def per_iteration_seconds(call) -> float:
 
 
 def runs_interpreted(fn, args) -> bool:
-    """Whether pjrt_ref runs the program's `while` loop op by op (not compiled by jit/loops.py)."""
+    """Whether pjrt_ref runs the program's `while` loop op by op (not compiled by optimiser/loops.py)."""
     import jax
 
     from pjrt_ref.interpreter import load

@@ -4,7 +4,7 @@ What `PJRT_Executable_GetCostAnalysis` reports (pjrt_c_api.h: "a list of
 PJRT_NamedValue" with XLA's HloCostAnalysis keys), so that JAX's
 `compiled.cost_analysis()` works under pjrt-ref. The counting follows XLA's
 `HloCostAnalysis` conventions, op by op, on the *unfused* plan (every
-StableHLO op as written, before interpreter/jit fuses anything):
+StableHLO op as written, before interpreter/optimiser fuses anything):
 
 * elementwise ops: one flop per result element; exp, log, tanh, sqrt, sin,
   ... count as one *transcendental* per element instead (not as flops);

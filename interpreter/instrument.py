@@ -19,7 +19,7 @@ their shape (`OpRecorder`, `OpDiffer`).
 
 With none of them set, `from_environment()` returns None and the interpreter
 runs its plan untouched: nothing here costs anything. With one set, the
-program is planned without the plan-time optimisations (`interpreter/jit`:
+program is planned without the plan-time optimisations (`interpreter/optimiser`:
 fused or compiled steps would hide ops) and each step's kernel is wrapped
 once, at plan time, by `Instrument.apply`. The ops inside while/if/case
 bodies (and shard_map's `sdy.manual_computation`) are wrapped as well; the regions of reduce, sort, scatter & co. are

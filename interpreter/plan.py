@@ -3,7 +3,7 @@
 records.py reads a module out of MLIR, numbering every SSA value with a
 slot; here `ModulePlan` plans each function on first reference: every op
 becomes a `Step` with its kernel (steps.py holds those types and the loop
-that runs them), and the finished plan is handed to the optimiser (jit/).
+that runs them), and the finished plan is handed to the optimiser (optimiser/).
 This module sits above both: it imports them, they import nothing of it.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..limits import check_result_types, max_bytes
 # makes a thread that plans at the same time wait until all are registered.
 from . import ops  # noqa: F401
 from .instrument import from_environment as instrument_from_environment
-from .jit import optimize_function
+from .optimiser import optimize_function
 from .quantization import dequantize_op_quantize
 from .records import FunctionRecord, ModuleRecord, OpRecord, RegionRecord, function_ops, read_module
 from .registry import lookup
@@ -36,7 +36,7 @@ class ModulePlan:
         self._function_op = function_op
         self.functions: dict[str, FunctionPlan] = {}
         # Functions as planned, before the optimiser rewrote them: what
-        # jit/inline.py copies into callers (`inlinable`).
+        # optimiser/inline.py copies into callers (`inlinable`).
         self._unoptimized: dict[str, FunctionPlan] = {}
         self._planning: set[str] = set()
         self.num_partitions = record.num_partitions
@@ -60,7 +60,7 @@ class ModulePlan:
 
     def inlinable(self, name: str) -> FunctionPlan | None:
         """@name as planned, before the optimiser's rewrites: what
-        jit/inline.py copies into a caller. Kept for functions first planned
+        optimiser/inline.py copies into a caller. Kept for functions first planned
         through here (a call reached while optimising its caller); None for
         others, for a function being planned (recursion) and for one that
         cannot be planned (the call then reports that when it runs, as before)."""
@@ -90,7 +90,7 @@ class ModulePlan:
             if self.instrument is None:
                 if keep_unoptimized:
                     self._unoptimized[name] = copy_function(plan, lambda slot: slot)
-                optimize_function(plan)  # plan-time rewrites (interpreter/jit)
+                optimize_function(plan)  # plan-time rewrites (interpreter/optimiser)
             else:
                 function_op = self._function_op(name) if self._function_op else None
                 self.instrument.apply(plan, function_op)  # every op visible, none fused

@@ -9,7 +9,7 @@ import numpy as np
 from ..errors import InvalidArgument
 from .bytecode_guard import read_checked
 from .loader import is_bytecode, make_context, parse_module
-from .jit import background
+from .optimiser import background
 from .plan import ModulePlan
 from .records import ModuleRecord, function_ops, read_program
 from .types import TensorType, TokenType, TOKEN

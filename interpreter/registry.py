@@ -11,7 +11,7 @@ argument `regions`.
 not support, so such programs fail at load time, not half way through.
 
 `specialize(op)`, if given, is asked by the plan-time optimiser
-(interpreter/jit/fastpath.py) for a leaner kernel for this one op: one whose
+(interpreter/optimiser/direct_kernels.py) for a leaner kernel for this one op: one whose
 decisions that depend only on the op's types and attributes (axes, dtypes,
 the ufunc of a body, target shapes) were made once, when the program was
 planned, so each call does only the numpy work. It returns such a kernel

@@ -8,7 +8,7 @@ regions of an op run inside the frame of the op that owns them, which is how
 they see values captured from the enclosing scope.
 
 This module sits below both plan.py, which builds plans from MLIR and then
-calls the optimiser, and jit/, the optimiser, whose passes build and rewrite
+calls the optimiser, and optimiser/, the optimiser, whose passes build and rewrite
 steps: neither imports the other's types through the other.
 """
 from __future__ import annotations
@@ -241,7 +241,7 @@ class FunctionPlan:
     input_types: tuple
     output_types: tuple
     # What every frame starts as (None: all empty): constants the optimiser
-    # took out of the steps (jit/preset.py) are there from the start.
+    # took out of the steps (optimiser/preset.py) are there from the start.
     initial_frame: tuple | None = None
 
     def run(self, args) -> list:

@@ -261,7 +261,7 @@ _declare("PJRT_REF_BYTECODE_CHECK", FLAG, True,
 _declare("PJRT_REF_BYTECODE_CHECK_TIMEOUT", SECONDS, 60.0,
          "seconds the bytecode checker may take before the input is rejected")
 
-# Speed (interpreter/jit/__init__.py, interpreter/native/__init__.py).
+# Speed (interpreter/optimiser/__init__.py, interpreter/native/__init__.py).
 _declare("PJRT_REF_OPTIMIZE", FLAG, True,
          "plan-time rewrites (fusion, in-place updates, product splitting); 0: the plain interpreter")
 _declare("PJRT_REF_JIT", FLAG, True,

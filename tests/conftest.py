@@ -5,7 +5,7 @@ import sys
 # plugin itself is exercised in subprocesses that choose their platforms.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Compile numba kernels before a program loads, so the tests that check the
-# compiled loops run them (interpreter/jit/background.py; its own tests turn
+# compiled loops run them (interpreter/optimiser/background.py; its own tests turn
 # the background thread on).
 os.environ.setdefault("PJRT_REF_JIT_BACKGROUND", "0")
 # Where the background thread is on, a loop's kernel is queued at its first

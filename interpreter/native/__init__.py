@@ -1,13 +1,13 @@
 """Compiled and native code the interpreter runs: numba functions, BLAS
 products on a C thread pool, threads, the process heap.
 
-The ops (`ops/`) call it while a program runs, and the optimiser (`jit/`)
+The ops (`ops/`) call it while a program runs, and the optimiser (`optimiser/`)
 builds its fused and compiled steps on it; it imports neither.
 
 * `regions`: region bodies (scatter update computations, map, reduce folds,
   sort comparators) compiled to scalar numba functions, for the kernels
-  whose numpy fast paths do not apply. `translator` writes their numba
-  source (and that of jit/loops.py's compiled `while` loops) from
+  whose bodies no single numpy call computes. `translator` writes their numba
+  source (and that of optimiser/loops.py's compiled `while` loops) from
   `scalar_expressions`, op by op.
 * `codegen` writes every generated kernel to a cache directory so numba's
   own cache keeps the machine code across processes; `vector_math` gives

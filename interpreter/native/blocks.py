@@ -8,7 +8,7 @@ call's (a kernel may sum at a block's edge in another order); where a
 shape's blocks equal one call (`blas.blocks_are_exact`), a product with no
 helper is that one call. The exception: a shape the timing gave to
 OpenBLAS's own threads is one threaded call, whose bits depend on the
-number of CPUs it uses. Which rewrites keep the bits: jit/__init__.py,
+number of CPUs it uses. Which rewrites keep the bits: optimiser/__init__.py,
 "Bits".
 
 `fine_blocks` cuts the same axis finer, for OpenBLAS's small-product

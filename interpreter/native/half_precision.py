@@ -7,7 +7,7 @@ benchmarks/README.md). The interpreter computes these types widened
 result back with numpy's or ml_dtypes' casts. Compiled loops do the same:
 
 * a half-precision value lives in the loop as the float32 holding it
-  exactly (jit/loops.py converts carried and captured arrays on the way
+  exactly (optimiser/loops.py converts carried and captured arrays on the way
   in and out, which is exact both ways);
 * an exact op (arithmetic, compare, select, maximum, rounding, sign, clamp,
   converts between floats) is its float32 expression from

@@ -32,7 +32,7 @@ _OPS: dict[str, tuple] = {}
 
 # Ops never handed back: their kernels read the execution's context
 # (collectives, ids, callbacks, feeds) or may write an operand in place
-# (jit/in_place.py's dynamic_update_slice and scatter).
+# (optimiser/in_place.py's dynamic_update_slice and scatter).
 NOT_HANDED_BACK = frozenset(f"stablehlo.{name}" for name in (
     "custom_call", "replica_id", "partition_id", "all_reduce", "all_gather", "all_to_all", "reduce_scatter",
     "collective_permute", "collective_broadcast", "send", "recv", "infeed", "outfeed", "rng",
@@ -40,8 +40,8 @@ NOT_HANDED_BACK = frozenset(f"stablehlo.{name}" for name in (
 
 
 # Products with an operand bigger than this keep the loop interpreted: the
-# interpreted loop's rewrites pay off there (jit/in_place.py accumulates
-# into the product's output inside gemm, jit/invariant_layouts.py keeps
+# interpreted loop's rewrites pay off there (optimiser/in_place.py accumulates
+# into the product's output inside gemm, optimiser/invariant_layouts.py keeps
 # loop-invariant weights row-major), and object mode's few microseconds
 # do not matter.
 MAX_PRODUCT_OPERAND = 4096

@@ -1,6 +1,6 @@
 """Integer, bit and rounding ops as numba scalar expressions, for compiled loops.
 
-jit/loops.py compiles whole `while` loops and regions.py region bodies
+optimiser/loops.py compiles whole `while` loops and regions.py region bodies
 through translator.py; before this module, an integer remainder or
 division, a shift or a popcount in a loop body (JAX lowers `i % 7` and
 `i // 3` to rem, div, compare and select; its PRNG is shifts and xors on
@@ -105,7 +105,7 @@ def loop_expression(op) -> str | None:
 def element_expression(op) -> str | None:
     """The numba scalar expression of elementwise `op` over its operands for
     every element type compiled code carries: this module's templates, else
-    the float ones of scalar_expressions.py. Fused runs (jit/fusion.py) and
+    the float ones of scalar_expressions.py. Fused runs (optimiser/fusion.py) and
     compiled loops and regions (translator.py) both build from it."""
     return loop_expression(op) or scalar_expression(op)
 

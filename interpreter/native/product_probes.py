@@ -205,7 +205,7 @@ class ExactnessProbes:
     def layouts_agree(self, a: np.ndarray, b: np.ndarray, copy: np.ndarray, position: int) -> bool:
         """Whether `matmul` gives the same bits with operand `position` (0: `a`,
         1: `b`) replaced by `copy`, the same matrix row-major, for operands of
-        these shapes and layouts (jit/invariant_layouts.py). Checked once per
+        these shapes and layouts (optimiser/invariant_layouts.py). Checked once per
         shape and layout on random operands, as `blocks_are_exact` is; both
         products take their own strategy, as the real ones do."""
         key = (a.dtype.str, a.shape, b.shape, layout(a), layout(b), position)

@@ -172,7 +172,7 @@ class ProductEngine:
                    threads: int | None = None) -> np.ndarray:
         """`c + a @ b` written into `c` and returned, with the bits of
         `np.add(c, matmul(a, b))`: a gradient accumulated over a loop's steps
-        (jit/in_place.py). Where the C pool computes the product's blocks and
+        (optimiser/in_place.py). Where the C pool computes the product's blocks and
         `accumulate_is_exact` found that adding each block's product inside
         gemm (beta = 1) gives those bits, one pass over `c` per block, with no
         new array; otherwise the product, then the add into `c`.

@@ -1,5 +1,6 @@
 """Region bodies compiled into scalar numba functions, for the kernels whose
-numpy fast paths do not apply:
+bodies no single numpy call computes (a body they recognise as one ufunc runs as
+that ufunc over the whole array):
 
 * `scatter_applier(op)`: an update computation other than "replace" or one
   ufunc (several inputs, promoted types, longer bodies) runs per update

@@ -2,12 +2,12 @@
 unfused kernels' bits.
 
 `scalar_expression(op)` is the expression template of one op over its
-operands {0}, {1}, ..., or None. Fused runs (jit/fusion.py), compiled `while`
-loops (jit/loops.py) and region bodies (regions.py), the last two through
+operands {0}, {1}, ..., or None. Fused runs (optimiser/fusion.py), compiled `while`
+loops (optimiser/loops.py) and region bodies (regions.py), the last two through
 translator.py, all build their code from it. It has a module of its own,
-below all of them: jit/fusion.py compiles `while` loops through
-jit/loops.py, so neither can take it from the other without an import
-circle, and the region compiler here imports nothing of jit/.
+below all of them: optimiser/fusion.py compiles `while` loops through
+optimiser/loops.py, so neither can take it from the other without an import
+circle, and the region compiler here imports nothing of optimiser/.
 
 What fuses, and why it is exact (the same bits as the unfused kernels):
 
@@ -68,7 +68,7 @@ VECTOR_MATH_F32 = {
 # These call libm, which blocks vectorisation: numpy's vectorised float64
 # log/log1p are faster than a numba loop's scalar calls, so runs with
 # them go chunk by chunk through numpy instead. Compiled loops and region
-# bodies (jit/loops.py, regions.py), which work on few elements at a time, do
+# bodies (optimiser/loops.py, regions.py), which work on few elements at a time, do
 # use them.
 LIBM_MATH_F32 = {
     "stablehlo.log": "math.log(float64({0}))",

@@ -2,9 +2,9 @@
 whether it may use numba (PJRT_REF_JIT), and which ops' regions it may
 rewrite like a function body.
 
-The passes (jit/dots.py, jit/fusion.py, jit/in_place.py, ...) and the
+The passes (optimiser/dots.py, optimiser/fusion.py, optimiser/in_place.py, ...) and the
 region compiler (regions.py) ask these; they live here, below both,
-because the region compiler, which the ops call, imports nothing of jit/.
+because the region compiler, which the ops call, imports nothing of optimiser/.
 """
 from __future__ import annotations
 
@@ -24,5 +24,5 @@ def jit_enabled() -> bool:
 # Ops whose regions the interpreter runs as ordinary blocks (their kernels
 # never look inside them): their bodies may be rewritten like a function's.
 # Regions of other ops (reduce, scatter, sort, ...) are left alone: their
-# kernels recognise bodies by their steps to pick numpy fast paths.
+# kernels recognise bodies by their steps to run them as one numpy call.
 CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case")

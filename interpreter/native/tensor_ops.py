@@ -208,7 +208,7 @@ def dynamic_slice(t, step, operands, key) -> None:
 
 # A dynamic_update_slice here computes every element of its result each
 # iteration, where an interpreted loop writes only the update, in place
-# (jit/in_place.py): a scan stacking T outputs would cost T^2. Past this
+# (optimiser/in_place.py): a scan stacking T outputs would cost T^2. Past this
 # many elements the loop stays interpreted.
 MAX_UPDATED_ELEMENTS = 1024
 
@@ -342,7 +342,7 @@ def dot_general(t, step, operands, key) -> None:
     if not (lhs_type.dtype == rhs_type.dtype == dtype) or dtype.kind not in "iu":
         raise NotCompilable("dot_general other than on integers of one type")
     numbers = op.attrs.get("dot_dimension_numbers")
-    if numbers is None:        # a product jit/dots.py rewrote: its kernel writes a transposed result
+    if numbers is None:        # a product optimiser/dots.py rewrote: its kernel writes a transposed result
         raise NotCompilable("rewritten dot_general")
     lhs_batch, rhs_batch = numbers.lhs_batching_dimensions, numbers.rhs_batching_dimensions
     lhs_contract, rhs_contract = numbers.lhs_contracting_dimensions, numbers.rhs_contracting_dimensions

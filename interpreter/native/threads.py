@@ -1,6 +1,6 @@
 """Running a fused elementwise loop on several cores.
 
-A fused loop (jit/fusion.py) treats every element independently, so its index
+A fused loop (optimiser/fusion.py) treats every element independently, so its index
 range can be cut into contiguous pieces that run at the same time: the
 generated kernels are compiled with `nogil=True`, and each piece is one
 ordinary call of the kernel on slices of the arrays. Results are the same

@@ -1,6 +1,6 @@
 """Steps translated into lines of numba source, element by element.
 
-The shared part of the two numba compilers: jit/loops.py compiles whole
+The shared part of the two numba compilers: optimiser/loops.py compiles whole
 `while` loops with it (at plan time), regions.py region bodies (when their
 op first runs). `Translator` takes the steps of a block and writes one line
 per op, each value a numba scalar (0-d values) or an element of one common

@@ -15,7 +15,7 @@ def constant(op):
     """Spec "constant": the `value` attribute, already a numpy array. A
     splat is held as its one value (attributes.splat_array) and written out
     here, once, the first time a plan needs its elements; the optimiser
-    plans most big ones as a scalar instead (jit/splat_constants.py)."""
+    plans most big ones as a scalar instead (optimiser/splat_constants.py)."""
     value = op.cache.get("filled")
     if value is None:
         value = op.cache["filled"] = filled(op.attrs["value"])

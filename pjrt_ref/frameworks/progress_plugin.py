@@ -6,7 +6,7 @@ Why: a test can hang a whole pytest process in a way no in-process timeout
 can end. PyTorch/XLA indexing a tensor with an XLA scalar holds the GIL
 while it waits for an execution that needs the GIL to run in pjrt-ref
 (docs/architecture.md, "The GIL, and a Python of its own"); pytest-timeout's signal and its watchdog
-thread both need the GIL too. So the runner (frameworks/test_suite.py)
+thread both need the GIL too. So the runner (frameworks/suite_runner.py)
 watches this file from outside, kills a run in which nothing has finished
 for too long, records the tests that had started as hung, and runs the
 rest. Under xdist the hooks run in the controlling process, which hears of
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from .. import settings
-from .test_suite import XDIST_HEADER
+from .suite_runner import XDIST_HEADER
 
 
 def _write(record: dict) -> None:

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import os
 
-from ..frameworks import test_suite
+from ..frameworks import suite_runner
 from ..frameworks.jax import suite as jax_suite
 from . import kit
 from .plugin import PluginUnderTest, environment as plugin_environment, parse_plugin, probe
@@ -36,7 +36,7 @@ def environment(backend: str, options: argparse.Namespace) -> dict[str, str]:
     return jax_suite.environment(backend, options)
 
 
-def candidate(options: argparse.Namespace) -> test_suite.Candidate | None:
+def candidate(options: argparse.Namespace) -> suite_runner.Candidate | None:
     """The plugin under test, loaded once to learn its platform (or why it does not load)."""
     if not options.plugin:
         return None
@@ -45,7 +45,7 @@ def candidate(options: argparse.Namespace) -> test_suite.Candidate | None:
         options.report = os.path.abspath(options.report or f"plugin-kit-{options.plugin.name}")
     plugin = options.plugin
     cannot_run = "" if plugin.loaded else f"the plugin does not load: {plugin.load_error}"
-    return test_suite.Candidate(plugin.name, cannot_run, after_runs=kit.run)
+    return suite_runner.Candidate(plugin.name, cannot_run, after_runs=kit.run)
 
 
 SUITE = dataclasses.replace(jax_suite.SUITE, add_options=add_options, environment=environment,
@@ -53,4 +53,4 @@ SUITE = dataclasses.replace(jax_suite.SUITE, add_options=add_options, environmen
 
 
 def main(argv: list[str] | None = None) -> int:
-    return test_suite.main(SUITE, argv)
+    return suite_runner.main(SUITE, argv)

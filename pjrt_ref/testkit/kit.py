@@ -20,7 +20,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 
-from ..frameworks import test_suite
+from ..frameworks import suite_runner
 from ..interpreter import registry
 from .artifacts import KeptExecution, KeptTest, keep_test
 from .causes import Cause, Finding, by_kind, cause_of, error_cause, triage
@@ -34,11 +34,11 @@ RECORD_PLUGIN = "pjrt_ref.testkit.record_plugin"
 REPLAYS_PER_TEST = 40
 
 
-def run(suite, options: argparse.Namespace, reference: "test_suite.Run", candidate: "test_suite.Run",
+def run(suite, options: argparse.Namespace, reference: "suite_runner.Run", candidate: "suite_runner.Run",
         scratch: str) -> list:
     """Record, keep, replay and sort; write the reports to options.report; the cause rows."""
     started = time.perf_counter()
-    failing = test_suite.regressions(reference, candidate)
+    failing = suite_runner.regressions(reference, candidate)
     fresh_report_folder(options.report)
     rows = triage(findings(suite, options, failing, scratch))
     preamble = summary_lines(options, reference, candidate, failing, rows, time.perf_counter() - started)
@@ -90,7 +90,7 @@ class Recording:
     """The recording run: each test's records, its whole error text, and its outcome there."""
     records: dict[str, Records] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
-    outcomes: dict[str, "test_suite.Outcome"] = field(default_factory=dict)
+    outcomes: dict[str, "suite_runner.Outcome"] = field(default_factory=dict)
 
 
 def record(suite, options: argparse.Namespace, tests: list[str], scratch: str, root: str) -> Recording:
@@ -101,12 +101,12 @@ def record(suite, options: argparse.Namespace, tests: list[str], scratch: str, r
     folder = os.path.join(root, "recorded")
     recording = argparse.Namespace(**{**vars(options), "files": tests, "k": None,
                                       "pytest_plugins": (*options.pytest_plugins, RECORD_PLUGIN)})
-    for index, (devices, group) in enumerate(test_suite.process_groups(suite, recording)):
+    for index, (devices, group) in enumerate(suite_runner.process_groups(suite, recording)):
         env = suite.environment(options.plugin.name, argparse.Namespace(**{**vars(recording), "devices": devices}))
         env = recording_environment(options.plugin, env, folder)
         name = f"recording.group{index}"
-        recording_run.outcomes.update(test_suite.run_files(name, env, group, recording, scratch))
-        recording_run.failures.update(test_suite.failure_details(scratch, name))
+        recording_run.outcomes.update(suite_runner.run_files(name, env, group, recording, scratch))
+        recording_run.failures.update(suite_runner.failure_details(scratch, name))
         recording_run.failures.update(failure_texts(os.path.join(scratch, f"{name}.xml"), options.checkout))
     for process in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         records = read_records(os.path.join(folder, process))
@@ -124,7 +124,7 @@ def failure_texts(junit: str, root: str) -> dict[str, str]:
         for tag in ("failure", "error"):
             node = case.find(tag)
             if node is not None:
-                texts[test_suite.test_id(case, root)] = f"{node.get('message') or ''}\n{node.text or ''}".strip()
+                texts[suite_runner.test_id(case, root)] = f"{node.get('message') or ''}\n{node.text or ''}".strip()
     return texts
 
 
@@ -190,10 +190,10 @@ def replay_execution(kept: KeptExecution, program: str, plugin: PluginUnderTest)
 def summary_lines(options, reference, candidate, failing, rows, seconds: float) -> list[str]:
     """The report's head: where it ran, the plugin, the counts, the wall times, how many causes."""
     plugin: PluginUnderTest = options.plugin
-    a, b = (test_suite.totals(run, options.files) for run in (reference, candidate))
+    a, b = (suite_runner.totals(run, options.files) for run in (reference, candidate))
     said = (f"platform {plugin.platform}, {plugin.devices} device(s)" if plugin.loaded
             else f"does not load: {plugin.load_error}")
-    return [f"{test_suite.machine_line()}.",
+    return [f"{suite_runner.machine_line()}.",
             f"Plugin: {plugin.path}, {said}.",
             f"Files: {len(options.files)}; cpu {a['passed']}/{a['failed']}/{a['skipped']}, "
             f"{plugin.name} {b['passed']}/{b['failed']}/{b['skipped']} (pass/fail/skip).",

@@ -1,5 +1,5 @@
 """`pjrt-ref jax-tests` and `pjrt-ref torch-tests`: reading pytest's junit reports
-and comparing two backends (pjrt_ref/frameworks/test_suite.py), on made-up reports."""
+and comparing two backends (pjrt_ref/frameworks/suite_runner.py), on made-up reports."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from pjrt_ref.frameworks import test_suite
+from pjrt_ref.frameworks import suite_runner
 from pjrt_ref.frameworks.jax import suite as jax_suite
 from pjrt_ref.frameworks.torch import suite as torch_suite
 
@@ -23,12 +23,12 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 """
 
 
-def _run(tmp_path, backend: str, text: str) -> test_suite.Run:
+def _run(tmp_path, backend: str, text: str) -> suite_runner.Run:
     (tmp_path / "test").mkdir(exist_ok=True)
     (tmp_path / "test" / "test_operations.py").write_text("")
     report = tmp_path / f"{backend}.xml"
     report.write_text(text)
-    return test_suite.Run(backend, test_suite.read_junit(str(report), str(tmp_path)), seconds=10)
+    return suite_runner.Run(backend, suite_runner.read_junit(str(report), str(tmp_path)), seconds=10)
 
 
 def test_report_counts_each_backend_and_lists_what_passes_only_on_the_reference(tmp_path):
@@ -38,7 +38,7 @@ def test_report_counts_each_backend_and_lists_what_passes_only_on_the_reference(
     assert sorted(cpu.outcomes) == ["test/test_operations.py::TestAten::test_add",
                                     "test/test_operations.py::TestAten::test_devices",
                                     "test/test_operations.py::TestAten::test_tpu_only"]
-    text = test_suite.report(["test/test_operations.py"], cpu, ref)
+    text = suite_runner.report(["test/test_operations.py"], cpu, ref)
     assert "test/test_operations.py" in text.splitlines()[1]
     assert "2/0/1" in text and "1/1/1" in text
     assert "1 test(s) pass on cpu and not on pjrt_ref:" in text
@@ -64,31 +64,31 @@ def test_a_kept_reference_run_is_read_back_only_with_the_same_settings(tmp_path)
     options = argparse.Namespace(checkout=str(tmp_path), devices=1, cases=3, x64=True, device_tag="cpu",
                                  files=["test/test_operations.py"], k=None)
     cpu = _run(tmp_path, "cpu", JUNIT)
-    settings = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    settings = suite_runner.run_settings("cpu", jax_suite.environment("cpu", options), options)
     assert settings["environment"]["JAX_NUM_GENERATED_CASES"] == "3"
-    test_suite.save_run(cpu, settings, str(tmp_path))
-    again = test_suite.load_run("cpu", settings, str(tmp_path), str(tmp_path))
+    suite_runner.save_run(cpu, settings, str(tmp_path))
+    again = suite_runner.load_run("cpu", settings, str(tmp_path), str(tmp_path))
     assert again.outcomes == cpu.outcomes and again.seconds == cpu.seconds
     options.x64 = False
-    other = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    other = suite_runner.run_settings("cpu", jax_suite.environment("cpu", options), options)
     with pytest.raises(SystemExit, match="other settings"):
-        test_suite.load_run("cpu", other, str(tmp_path), str(tmp_path))
+        suite_runner.load_run("cpu", other, str(tmp_path), str(tmp_path))
     options.x64, options.files = True, ["test/test_operations.py", "test/test_other.py"]
-    more_files = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    more_files = suite_runner.run_settings("cpu", jax_suite.environment("cpu", options), options)
     with pytest.raises(SystemExit, match="other settings"):         # a kept run serves fewer files, not more
-        test_suite.load_run("cpu", more_files, str(tmp_path), str(tmp_path))
+        suite_runner.load_run("cpu", more_files, str(tmp_path), str(tmp_path))
 
 
 def test_a_kept_whole_suite_run_serves_any_of_its_files(tmp_path):
     options = argparse.Namespace(checkout=str(tmp_path), devices=1, cases=1, x64=False, device_tag="cpu",
                                  files=["a_test.py", "b_test.py"], k=None)
-    whole = test_suite.Run("cpu", {"a_test.py::t1": test_suite.Outcome("passed", "", 2.0),
-                                   "b_test.py::t2": test_suite.Outcome("failed", "x", 3.0)}, 100.0)
-    test_suite.save_run(whole, test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options),
+    whole = suite_runner.Run("cpu", {"a_test.py::t1": suite_runner.Outcome("passed", "", 2.0),
+                                   "b_test.py::t2": suite_runner.Outcome("failed", "x", 3.0)}, 100.0)
+    suite_runner.save_run(whole, suite_runner.run_settings("cpu", jax_suite.environment("cpu", options), options),
                         str(tmp_path))
     options.files = ["b_test.py"]
-    some = test_suite.run_settings("cpu", jax_suite.environment("cpu", options), options)
-    part = test_suite.load_run("cpu", some, str(tmp_path), str(tmp_path))
+    some = suite_runner.run_settings("cpu", jax_suite.environment("cpu", options), options)
+    part = suite_runner.load_run("cpu", some, str(tmp_path), str(tmp_path))
     assert list(part.outcomes) == ["b_test.py::t2"] and part.seconds == 3.0
 
 
@@ -116,12 +116,12 @@ def run_one_file(tmp_path, name: str, text: str, *options: str) -> dict:
     checkout = tmp_path / "checkout"
     (checkout / "test").mkdir(parents=True)
     (checkout / "test" / name).write_text(text)
-    suite = test_suite.Suite(command="t", description="t", checkout="t",
+    suite = suite_runner.Suite(command="t", description="t", checkout="t",
                              default_files=(f"test/{name}",), backends=("cpu", "pjrt_ref"),
                              environment=lambda backend, options: dict(os.environ),
                              check_version=lambda checkout: None)
     report = tmp_path / "report.json"
-    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", *options, "--json", str(report)]) == 0
+    assert suite_runner.main(suite, [str(checkout), "--only", "pjrt_ref", *options, "--json", str(report)]) == 0
     return json.loads(report.read_text())["pjrt_ref"]["outcomes"]
 
 
@@ -169,13 +169,13 @@ def test_a_suite_run_like_its_ci_gives_each_file_a_process_of_its_own(tmp_path, 
     (checkout / "test").mkdir(parents=True)
     (checkout / "test" / "test_a_switching.py").write_text(SWITCHING_FILE)
     (checkout / "test" / "test_b_ordinary.py").write_text(ORDINARY_FILE)
-    suite = test_suite.Suite(command="t", description="t", checkout="t",
+    suite = suite_runner.Suite(command="t", description="t", checkout="t",
                              default_files=("test/test_a_switching.py", "test/test_b_ordinary.py"),
                              backends=("cpu", "pjrt_ref"),
                              environment=lambda backend, options: dict(os.environ),
                              check_version=lambda checkout: None, process_per_file=process_per_file)
     report = tmp_path / "report.json"
-    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--json", str(report)]) == 0
+    assert suite_runner.main(suite, [str(checkout), "--only", "pjrt_ref", "--json", str(report)]) == 0
     outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
     status = {k.split("::")[-1]: v["status"] for k, v in outcomes.items()}
     assert status["test_in_its_mode"] == "passed"
@@ -190,7 +190,7 @@ def test_files_asking_for_more_devices_run_in_a_process_started_with_that_many(t
         (checkout / "tests" / name).write_text(
             f"import os, sys\n# {request}"
             f"def test_devices():\n    assert os.environ['DEVICES'] == '{max(asked or 1, 2)}'\n")
-    suite = test_suite.Suite(command="t", description="t", checkout="t",
+    suite = suite_runner.Suite(command="t", description="t", checkout="t",
                              default_files=tuple(f"tests/{n}" for n in ("a_test.py", "b_test.py",
                                                                          "c_test.py", "d_test.py")),
                              backends=("cpu", "pjrt_ref"), devices_asked=jax_suite.devices_asked,
@@ -198,7 +198,7 @@ def test_files_asking_for_more_devices_run_in_a_process_started_with_that_many(t
                                                                    "DEVICES": str(options.devices)},
                              check_version=lambda checkout: None)
     report = tmp_path / "report.json"
-    assert test_suite.main(suite, [str(checkout), "--only", "pjrt_ref", "--devices", "2",
+    assert suite_runner.main(suite, [str(checkout), "--only", "pjrt_ref", "--devices", "2",
                                    "--workers", "0", "--json", str(report)]) == 0
     outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
     assert {k: v["status"] for k, v in outcomes.items()} == {
@@ -224,7 +224,7 @@ def test_all_runs_every_test_file_but_the_left_out_ones(tmp_path):
     assert jax_suite.all_files(str(tmp_path)) == [
         "tests/lax_test.py", "tests/mosaic/gpu_constraints_test.py", "tests/pallas/fusion_test.py"]
     assert all(reason.strip() for reason in jax_suite.LEFT_OUT.values())
-    options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "--all"])
+    options = suite_runner.parse_args(jax_suite.SUITE, [str(tmp_path), "--all"])
     assert options.files == jax_suite.all_files(str(tmp_path))
 
 
@@ -233,13 +233,13 @@ def test_markdown_report_has_a_row_per_file_totals_times_and_the_lost_tests(tmp_
                                               'Traceback ...</failure>', "")
                .replace('name="test_add"', 'name="test_add" time="2.5"'))
     ref = _run(tmp_path, "pjrt_ref", JUNIT.replace('name="test_add"', 'name="test_add" time="1.5"'))
-    text = test_suite.markdown_report(["test/test_operations.py"], cpu, ref, "# run")
+    text = suite_runner.markdown_report(["test/test_operations.py"], cpu, ref, "# run")
     lines = text.splitlines()
     assert lines[0] == "# run"
     assert "| `test/test_operations.py` | 2/0/1 | 1/1/1 | 2 | 2 |" in lines     # seconds rounded
     assert "| **total** | 2/0/1 | 1/1/1 | | |" in lines
     assert "- `test/test_operations.py::TestAten::test_devices` [failed] AssertionError: unexpectedly None" in lines
-    assert test_suite.slowest(cpu) == [("test/test_operations.py", 2.5)]
+    assert suite_runner.slowest(cpu) == [("test/test_operations.py", 2.5)]
 
 
 def test_a_file_that_fails_to_collect_is_an_error_with_its_cause_not_zero_tests(tmp_path):
@@ -252,9 +252,9 @@ def test_a_file_that_fails_to_collect_is_an_error_with_its_cause_not_zero_tests(
 </testsuite></testsuites>
 """)
     assert list(broken.outcomes) == ["test/test_operations.py::(collection)"]
-    assert test_suite.counts(broken.outcomes, "test/test_operations.py") == {"passed": 0, "failed": 1,
+    assert suite_runner.counts(broken.outcomes, "test/test_operations.py") == {"passed": 0, "failed": 1,
                                                                               "skipped": 0}
-    text = test_suite.report(["test/test_operations.py"], cpu, broken)
+    text = suite_runner.report(["test/test_operations.py"], cpu, broken)
     assert ("test/test_operations.py::TestAten::test_add  [error] AssertionError: Unsupported device "
             "type:PJRT_REF") in text
 
@@ -277,7 +277,7 @@ def test_a_named_file_that_is_not_in_the_checkout_is_refused_by_name(tmp_path, c
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "lax_test.py").write_text("")
     with pytest.raises(SystemExit):
-        test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "tests/lax_test.py", "tests/no_such_test.py"])
+        suite_runner.parse_args(jax_suite.SUITE, [str(tmp_path), "tests/lax_test.py", "tests/no_such_test.py"])
     assert f"not in {tmp_path}: tests/no_such_test.py" in capsys.readouterr().err
 
 
@@ -286,11 +286,11 @@ def test_a_file_named_by_its_path_is_read_as_the_test_ids_name_it(tmp_path, monk
     test ids' `tests/x_test.py` (a run named by absolute paths counted no test)."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "lax_test.py").write_text("")
-    options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), str(tmp_path / "tests" / "lax_test.py"),
+    options = suite_runner.parse_args(jax_suite.SUITE, [str(tmp_path), str(tmp_path / "tests" / "lax_test.py"),
                                                       f"{tmp_path}/tests/lax_test.py::LaxTest"])
     assert options.files == ["tests/lax_test.py", "tests/lax_test.py::LaxTest"]
     monkeypatch.chdir(tmp_path / "tests")
-    assert test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "lax_test.py"]).files == ["tests/lax_test.py"]
+    assert suite_runner.parse_args(jax_suite.SUITE, [str(tmp_path), "lax_test.py"]).files == ["tests/lax_test.py"]
 
 
 def test_a_file_in_which_no_test_ran_is_an_error_with_pytests_words_not_zero_tests(tmp_path, capsys):
@@ -300,13 +300,13 @@ def test_a_file_in_which_no_test_ran_is_an_error_with_pytests_words_not_zero_tes
     (checkout / "test").mkdir(parents=True)
     (checkout / "test" / "test_one.py").write_text("def test_one():\n    pass\n")
     (checkout / "test" / "test_nothing.py").write_text("VALUE = 1\n")
-    suite = test_suite.Suite(command="t", description="t", checkout="t",
+    suite = suite_runner.Suite(command="t", description="t", checkout="t",
                              default_files=("test/test_one.py", "test/test_nothing.py"),
                              backends=("cpu", "pjrt_ref"),
                              environment=lambda backend, options: dict(os.environ),
                              check_version=lambda checkout: None)
     report = tmp_path / "report.json"
-    assert test_suite.main(suite, [str(checkout), "--json", str(report)]) == 0
+    assert suite_runner.main(suite, [str(checkout), "--json", str(report)]) == 0
     outcomes = json.loads(report.read_text())["pjrt_ref"]["outcomes"]
     assert outcomes["test/test_one.py::test_one"]["status"] == "passed"
     nothing = outcomes["test/test_nothing.py::(collection)"]
@@ -321,11 +321,11 @@ def test_a_comparison_is_made_from_runs_kept_in_different_sittings(tmp_path, cap
     a whole-suite comparison whose two sides ran on different days."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "a_test.py").write_text("def test_never_run():\n    assert False\n")
-    options = test_suite.parse_args(jax_suite.SUITE, [str(tmp_path), "tests/a_test.py"])
+    options = suite_runner.parse_args(jax_suite.SUITE, [str(tmp_path), "tests/a_test.py"])
     for backend, status in (("cpu", "passed"), ("pjrt_ref", "failed")):
-        run = test_suite.Run(backend, {"tests/a_test.py::test_x": test_suite.Outcome(status, "why", 1.0)}, 7.0)
-        settings = test_suite.run_settings(backend, jax_suite.environment(backend, options), options)
-        test_suite.save_run(run, settings, str(tmp_path))
+        run = suite_runner.Run(backend, {"tests/a_test.py::test_x": suite_runner.Outcome(status, "why", 1.0)}, 7.0)
+        settings = suite_runner.run_settings(backend, jax_suite.environment(backend, options), options)
+        suite_runner.save_run(run, settings, str(tmp_path))
     markdown = tmp_path / "suite.md"
     assert jax_suite.main([str(tmp_path), "tests/a_test.py", "--results-from", str(tmp_path),
                            "--markdown", str(markdown)]) == 0

@@ -69,7 +69,7 @@ def test_plugin_costs_little_at_startup():
         # The interpreter's light runtime pieces (interpreter/partitioned_run.py)
         # may load; its planner, op families and numba paths may not.
         heavy = ("numba", "scipy", "jaxlib.mlir.dialects.stablehlo", "pjrt_ref.interpreter.program",
-                 "pjrt_ref.interpreter.plan", "pjrt_ref.interpreter.ops", "pjrt_ref.interpreter.jit")
+                 "pjrt_ref.interpreter.plan", "pjrt_ref.interpreter.ops", "pjrt_ref.interpreter.optimiser")
         for step, modules in loaded.items():
             found = sorted(m for m in modules if m.startswith(heavy))
             assert not found, (step, found)

@@ -21,7 +21,7 @@ There are no exceptions: where a lower room needs something of a higher one
 recorder and differ), the higher room hands it down (`instrument.plug_in`).
 
 Inside the interpreter, the same for its three packages: the optimiser
-(`jit/`) rewrites plans of ops (`ops/`), and both run compiled and native
+(`optimiser/`) rewrites plans of ops (`ops/`), and both run compiled and native
 code (`native/`); ops never import the optimiser, native code neither.
 """
 from __future__ import annotations
@@ -122,9 +122,9 @@ def crossings() -> list[tuple[str, str]]:
 
 # Inside the interpreter: package -> the packages it may not import.
 INTERPRETER_NEVER = {
-    "pjrt_ref.interpreter.ops": ("pjrt_ref.interpreter.jit",),
-    "pjrt_ref.interpreter.native": ("pjrt_ref.interpreter.jit", "pjrt_ref.interpreter.ops"),
-    "pjrt_ref.interpreter.ffi": ("pjrt_ref.interpreter.jit", "pjrt_ref.interpreter.ops"),
+    "pjrt_ref.interpreter.ops": ("pjrt_ref.interpreter.optimiser",),
+    "pjrt_ref.interpreter.native": ("pjrt_ref.interpreter.optimiser", "pjrt_ref.interpreter.ops"),
+    "pjrt_ref.interpreter.ffi": ("pjrt_ref.interpreter.optimiser", "pjrt_ref.interpreter.ops"),
 }
 
 

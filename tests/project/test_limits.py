@@ -17,7 +17,7 @@ from jax_support import clean_env, run_jax
 
 RESOURCE_EXHAUSTED = int(ErrorCode.RESOURCE_EXHAUSTED)
 
-# Counts i up to n. Integer-only cond/body: numba compiles the whole loop (interpreter/jit/loops.py).
+# Counts i up to n. Integer-only cond/body: numba compiles the whole loop (interpreter/optimiser/loops.py).
 COUNT = """func.func @main(%n: tensor<i32>) -> tensor<i32> {
   %zero = stablehlo.constant dense<0> : tensor<i32>
   %one = stablehlo.constant dense<1> : tensor<i32>
@@ -66,7 +66,7 @@ def test_max_steps_stops_a_loop_naming_op_location_and_count(monkeypatch, source
 
 def test_compiled_loops_run_in_chunks_without_a_limit(monkeypatch):
     monkeypatch.delenv("PJRT_REF_MAX_STEPS", raising=False)
-    from pjrt_ref.interpreter.jit import loops
+    from pjrt_ref.interpreter.optimiser import loops
     assert int(load(COUNT)(np.int32(3 * loops.CHUNK + 5))[0]) == 3 * loops.CHUNK + 5
 
 

@@ -254,12 +254,12 @@ def _matmul_threads():
 
 
 def _compile_min_elements():
-    from pjrt_ref.interpreter.jit.fusion import compile_min_elements
+    from pjrt_ref.interpreter.optimiser.fusion import compile_min_elements
     return compile_min_elements()
 
 
 def _optimize_enabled():
-    from pjrt_ref.interpreter.jit import optimize_enabled
+    from pjrt_ref.interpreter.optimiser import optimize_enabled
     return optimize_enabled()
 
 

@@ -1,8 +1,8 @@
 """Edge values for every element type compiled code carries (interpreter/native/
 loop_expressions.py): 0, +-1, the type's min and max, shift amounts past the
 width, +-0, +-inf, NaN, subnormals, halves, values beyond an integer's range.
-Compiled loops (test_jit_loop_ops.py) and fused runs
-(test_jit_fusion_integers.py) are both checked on them."""
+Compiled loops (test_optimiser_loop_ops.py) and fused runs
+(test_optimiser_fusion_integers.py) are both checked on them."""
 from __future__ import annotations
 
 import itertools

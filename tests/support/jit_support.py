@@ -1,4 +1,4 @@
-"""Comparing optimised (interpreter/jit) results with the plain interpreter's."""
+"""Comparing optimised (interpreter/optimiser) results with the plain interpreter's."""
 from __future__ import annotations
 
 import numpy as np

@@ -14,14 +14,14 @@ pjrt_ref with the first line of its error.
 Differences from JAX's CI on purpose: JAX's `pyproject.toml` turns every
 warning into an error (`filterwarnings = error`); this runs with an empty
 pytest configuration instead, so a warning is a warning. The running and
-comparing is shared with `pjrt-ref torch-tests` (frameworks/test_suite.py). With `--devices N`
+comparing is shared with `pjrt-ref torch-tests` (frameworks/suite_runner.py). With `--devices N`
 the cpu run gets N host devices (`--xla_force_host_platform_device_count`)
 and the pjrt_ref run `PJRT_REF_NUM_DEVICES=N`; a test file that asks for
 more (`jtu.request_cpu_devices(8)`, which sets `jax_num_cpu_devices`) gets
 them on both backends (pjrt_ref follows that flag as cpu does:
 frameworks/jax/plugin.py, `client_options`); files run in one pytest
 process per device count asked for, so that each gets its count whatever
-order pytest collects them in (test_suite.py, `process_groups`).
+order pytest collects them in (suite_runner.py, `process_groups`).
 
 JAX's tests pick by device which of them run and with what tolerances
 (`jtu.run_on_devices("cpu")`, `jtu.test_device_matches(["cpu"])`). pjrt_ref
@@ -42,7 +42,7 @@ import os
 import re
 import sys
 
-from ..test_suite import Suite, main as run_suite
+from ..suite_runner import Suite, main as run_suite
 
 DEFAULT_FILES = ("tests/lax_test.py", "tests/lax_numpy_test.py", "tests/lax_numpy_indexing_test.py",
                  "tests/lax_control_flow_test.py", "tests/linalg_test.py")

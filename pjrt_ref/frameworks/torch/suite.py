@@ -9,7 +9,7 @@ CI runs them) and once with `PJRT_DEVICE=PJRT_REF` (pjrt-ref, loaded
 through its `torch_xla.plugins` entry point). It prints per file how many
 passed, failed and were skipped on each, then every test id that passes on
 CPU and not on pjrt_ref with the first line of its error. The running and
-comparing is shared with `pjrt-ref jax-tests` (frameworks/test_suite.py).
+comparing is shared with `pjrt-ref jax-tests` (frameworks/suite_runner.py).
 
 Each run gets what PyTorch/XLA's `test/run_tests.sh` exports
 (`TORCH_TEST_DEVICES=test/pytorch_test_base.py`, so torch's device-generic
@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-from ..test_suite import Suite, main as run_suite
+from ..suite_runner import Suite, main as run_suite
 
 DEFAULT_FILES = ("test/test_operations.py",)
 BACKENDS = ("cpu", "pjrt_ref")           # the reference first

@@ -1,4 +1,4 @@
-"""Whole while loops compiled by numba (interpreter/jit/loops.py): the same
+"""Whole while loops compiled by numba (interpreter/optimiser/loops.py): the same
 bits as the interpreted loop, and close to XLA CPU."""
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_while_with_data_dependent_condition_and_wrapping_ints(monkeypatch):
 def test_loop_with_a_small_matmul_hands_it_back(monkeypatch):
     """A small float product runs by the interpreter's kernel inside the
     compiled loop (native/hand_back.py); a big one keeps the loop
-    interpreted, where the loop rewrites of jit/in_place.py apply."""
+    interpreted, where the loop rewrites of optimiser/in_place.py apply."""
     from pjrt_ref.interpreter.native.hand_back import MAX_PRODUCT_OPERAND
 
     x = np.eye(4, dtype=np.float32)

@@ -1,5 +1,5 @@
 """Fused runs that numba would not pay for run on numpy, chunk by chunk
-(interpreter/jit/fusion.py, "When numba pays"): the same bits as the
+(interpreter/optimiser/fusion.py, "When numba pays"): the same bits as the
 unfused kernels (PJRT_REF_JIT=0), close to XLA CPU, and a program made only
 of such runs never starts numba."""
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_intermediates_in_output_memory(n, monkeypatch):
     """An SGD update's product lives in its output (whole-range calls); a
     longer run whose intermediates cannot all go there keeps chunk buffers;
     a select must not compute in the memory of its own operand."""
-    from pjrt_ref.interpreter.jit import numpy_runs
+    from pjrt_ref.interpreter.optimiser import numpy_runs
 
     p, g = values(np.float32, n), values(np.float32, n, seed=2)
     def sgd(p, g):
@@ -153,7 +153,7 @@ def test_runs_on_non_contiguous_inputs(monkeypatch):
 def test_numba_only_for_runs_large_enough(monkeypatch):
     """A run with a sqrt or an f32 exp compiles from COMPILE_MIN_ELEMENTS
     elements on; smaller ones stay unfused."""
-    from pjrt_ref.interpreter.jit.fusion import COMPILE_MIN_ELEMENTS
+    from pjrt_ref.interpreter.optimiser.fusion import COMPILE_MIN_ELEMENTS
 
     fn = lambda x: (jnp.sqrt(jnp.abs(x)) * 2, jnp.exp(x * 0.5) - 1)
     small = values(np.float32, COMPILE_MIN_ELEMENTS // 2)

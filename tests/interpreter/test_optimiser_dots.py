@@ -1,4 +1,4 @@
-"""interpreter/jit/dots.py: transpose(dot_general) computed as one product,
+"""interpreter/optimiser/dots.py: transpose(dot_general) computed as one product,
 against the unoptimised plan (PJRT_REF_OPTIMIZE=0) and against XLA."""
 from __future__ import annotations
 

@@ -42,15 +42,15 @@ def _chunk_function(op, splats: tuple = (False, False)):
     operands are 0-d (a splat's value).
 
     float add/subtract/multiply/divide/negate/abs: the ufunc of their direct
-    kernel (fastpath.py). float maximum/minimum: numpy's maximum/minimum
+    kernel (direct_kernels.py). float maximum/minimum: numpy's maximum/minimum
     and the kernel's signed-zero fix-up (`maximum_values`), done only where
     it can change something when one operand is 0-d (`_max_min_with_scalar`).
     float compare (FLOAT or no compare_type): numpy's comparison, as
-    fastpath's kernel. select: each element copied from the operand `pred`
+    direct_kernels' kernel. select: each element copied from the operand `pred`
     picks, as the kernel's np.where (`_select`)."""
     from ..ops.elementwise_binary import maximum_values, minimum_values
     from ..ops.elementwise_compare import DIRECTIONS
-    from .fastpath import EXACT_OPS, FLOATS as FAST_FLOATS
+    from .direct_kernels import EXACT_OPS, FLOATS as FAST_FLOATS
 
     operands = {t.dtype for t in op.operand_types}
     result = op.result_type.dtype
@@ -278,7 +278,7 @@ def _numpy_kernel(members: list, targets: list, inputs: list, out_dtypes: list, 
         results = [out.reshape(shape) for out in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
-    fused_numpy.__doc__ = "A fused run on numpy (interpreter/jit/numpy_runs.py)."
+    fused_numpy.__doc__ = "A fused run on numpy (interpreter/optimiser/numpy_runs.py)."
     return fused_numpy
 
 

@@ -1,4 +1,4 @@
-"""Fused runs of integer and bit ops (interpreter/jit/fusion.py) give the
+"""Fused runs of integer and bit ops (interpreter/optimiser/fusion.py) give the
 plain interpreter's bits on edge values, for every element type, and a
 PRNG round fuses whole: the index arithmetic between its ops moves before
 the run instead of cutting it. Before, integers never fused, and JAX's
@@ -211,7 +211,7 @@ def test_iota_fuses_along_each_dimension(shape, element, monkeypatch):
 def test_a_fused_iotas_numpy_form_gives_the_same_elements(tmp_path, monkeypatch):
     """Before its kernel is built (background.py) the run goes chunk by chunk
     on numpy, an iota's chunk from the chunk's element indices."""
-    from pjrt_ref.interpreter.jit import background
+    from pjrt_ref.interpreter.optimiser import background
 
     monkeypatch.setenv("PJRT_REF_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PJRT_REF_JIT_BACKGROUND", "1")

@@ -47,7 +47,7 @@ def test_model_step_same_values_in_every_mode_and_close_to_xla(name, monkeypatch
     for ours, theirs in zip(results["optimized"], results["no numba"]):
         assert_same_values(ours, theirs)
     # Unoptimised, transpose(dot_general) stays as written, and BLAS may sum
-    # the swapped product in another order (interpreter/jit/dots.py): with
+    # the swapped product in another order (interpreter/optimiser/dots.py): with
     # OpenBLAS's Haswell kernels 2 of 3072 bytes of the transformer's
     # results differed. Equal up to that rounding.
     for ours, theirs in zip(results["optimized"], results["not optimized"]):

@@ -1,4 +1,4 @@
-"""Fused elementwise loops (interpreter/jit/fusion.py) give the same bits as
+"""Fused elementwise loops (interpreter/optimiser/fusion.py) give the same bits as
 the unfused kernels, and agree with XLA CPU."""
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_intermediate_used_later_and_in_loop(monkeypatch):
 
 def test_integer_arithmetic_fuses_and_wraps(monkeypatch):
     """Every value is cast back to its type in the fused loop: the spec's
-    wrap-around (test_jit_fusion_integers.py checks every integer op)."""
+    wrap-around (test_optimiser_fusion_integers.py checks every integer op)."""
     x = np.array([2**31 - 1, -2**31, 5, -7], np.int32)
     check(lambda x: x * 3 + x - 7, (x,), monkeypatch)
 

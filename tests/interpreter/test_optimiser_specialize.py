@@ -1,5 +1,5 @@
 """Plan-time specialised kernels (registry `specialize`, asked by
-interpreter/jit/fastpath.py): reduce, broadcast_in_dim, reshape, transpose,
+interpreter/optimiser/direct_kernels.py): reduce, broadcast_in_dim, reshape, transpose,
 point gathers and scatters. Each must give the generic kernel's bits
 (PJRT_REF_OPTIMIZE=0) and XLA CPU's values, and must actually be the kernel
 that ran (checked by name, so a test cannot pass on the generic path)."""

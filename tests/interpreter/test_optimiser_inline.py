@@ -1,4 +1,4 @@
-"""Calls inlined into their callers (interpreter/jit/inline.py): no
+"""Calls inlined into their callers (interpreter/optimiser/inline.py): no
 `func.call` step left where the callee qualifies, the same bits as
 PJRT_REF_OPTIMIZE=0 (which keeps every call), values checked against numpy
 written here, and the calls that must stay calls (recursion, big callees)."""
@@ -13,7 +13,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from pjrt_ref.interpreter.jit import inline  # noqa: E402
+from pjrt_ref.interpreter.optimiser import inline  # noqa: E402
 
 # @twice returns one value twice and its argument; @scale calls @twice; the
 # loop body calls @scale; @total has a reduce region.

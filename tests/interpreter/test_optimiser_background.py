@@ -1,4 +1,4 @@
-"""Kernels compiled in the background (interpreter/jit/background.py): a
+"""Kernels compiled in the background (interpreter/optimiser/background.py): a
 fused run whose numba kernel was never built on the machine runs on numpy
 until the background thread switches it to its compiled loop, with the same
 bits before and after; a kernel built before loads at plan time."""
@@ -20,7 +20,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import background  # noqa: E402
+from pjrt_ref.interpreter.optimiser import background  # noqa: E402
 from pjrt_ref.interpreter.native import codegen  # noqa: E402
 
 N = 200_001    # several chunks of the numpy form and pieces of the compiled loop
@@ -125,7 +125,7 @@ def test_a_long_call_on_numpy_finishes_on_the_compiled_loop(empty_cache, monkeyp
     """A call of a fused run's numpy form that would still run long once the
     kernel is queued (10^8 elements) hands the rest of its elements to the
     compiled loop as soon as it is built: the same bits, all of them written."""
-    from pjrt_ref.interpreter.jit import fusion
+    from pjrt_ref.interpreter.optimiser import fusion
 
     monkeypatch.setattr(fusion, "LONG_CALL_SECONDS", 0.0)   # any call counts as long
     monkeypatch.setattr(fusion, "FIRST_FORM_CHUNK", fusion.CHUNK)
@@ -153,7 +153,7 @@ def test_a_long_call_on_numpy_finishes_on_the_compiled_loop(empty_cache, monkeyp
     assert finished == [fusion.CHUNK]     # after the first chunk, on numpy
 
 
-def _small_loop(x):   # W6's shape: a compiled `while` (jit/loops.py), with a capture
+def _small_loop(x):   # W6's shape: a compiled `while` (optimiser/loops.py), with a capture
     scale = jnp.float32(0.97) + x[0] * 0
     return jax.lax.fori_loop(0, 300, lambda i, c: c * scale + 0.01 * jnp.sin(c) + i * 1e-4, x)
 
@@ -281,7 +281,7 @@ def test_a_process_exits_cleanly_while_a_kernel_compiles(tmp_path):
     code = textwrap.dedent(f"""
         import numpy as np, jax, jax.numpy as jnp
         from pjrt_ref.interpreter import load
-        from pjrt_ref.interpreter.jit import background
+        from pjrt_ref.interpreter.optimiser import background
         x = np.linspace(-3, 3, {N}, dtype=np.float32)
         text = jax.jit(lambda x: jnp.tanh(x * 0.7) * jax.nn.sigmoid(x)).lower(x).as_text()
         load(text)(x)
@@ -341,7 +341,7 @@ def test_a_kernel_built_by_an_earlier_process_loads_in_the_background_until_numb
         import sys
         import numpy as np
         from pjrt_ref.interpreter import load
-        from pjrt_ref.interpreter.jit import background
+        from pjrt_ref.interpreter.optimiser import background
         text = open(sys.argv[1]).read()
         x = np.linspace(-3, 3, 200_001, dtype=np.float32)
         first = load(text)

@@ -13,7 +13,7 @@ holds the GIL in long stretches, so starting it at once slowed every numpy
 call of a fresh process's first run, W0) one daemon thread compiles the
 loop and switches the step to it. Calls
 made meanwhile run the numpy form: slower, with the compiled loop's bits
-but for the two exceptions fusion always has (jit/__init__.py, "Bits": a
+but for the two exceptions fusion always has (optimiser/__init__.py, "Bits": a
 NaN's payload, and one float32 input of a compiled logistic). A kernel
 numba compiled before on this machine (`codegen.is_built`) is loaded at
 plan time as before once numba runs in the process: that is quick, and a
@@ -68,7 +68,7 @@ class Switchable:
         self.current = self.first = first
         self._spend = None
 
-    def __call__(self, op, *values, **regions):   # regions: a loop's (jit/loops.py)
+    def __call__(self, op, *values, **regions):   # regions: a loop's (optimiser/loops.py)
         return self.current(op, *values, **regions)
 
     def spend(self, seconds: float) -> None:

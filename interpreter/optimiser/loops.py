@@ -317,6 +317,6 @@ def _loop_kernel(function, loop: TranslatedLoop):
                     for r, d, s in zip(results, result_dtypes, result_shapes))
         return out[0] if len(out) == 1 else out
 
-    compiled_while.__doc__ = "A while loop compiled by numba (interpreter/jit/loops.py)."
+    compiled_while.__doc__ = "A while loop compiled by numba (interpreter/optimiser/loops.py)."
     compiled_while.source = loop.source      # what runs: the translation with hand-backs, if any
     return compiled_while

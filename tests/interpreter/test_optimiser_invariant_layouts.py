@@ -1,4 +1,4 @@
-"""interpreter/jit/invariant_layouts.py: a loop-invariant matrix that a
+"""interpreter/optimiser/invariant_layouts.py: a loop-invariant matrix that a
 product in a `while` body reads transposed is copied to row-major once per
 run of the loop; against the plan without this rewrite (bit for bit) and
 XLA."""
@@ -15,7 +15,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import invariant_layouts  # noqa: E402
+from pjrt_ref.interpreter.optimiser import invariant_layouts  # noqa: E402
 from pjrt_ref.interpreter.native import blas  # noqa: E402
 from products_support import GivenAnswers  # noqa: E402
 

@@ -12,7 +12,7 @@ swapped, which BLAS writes in the transposed layout at once.
 Not bit for bit: each element is the same sum of the same products, but
 BLAS may add them in another order when the operands swap roles, so results
 agree with the unrewritten plan to the rounding of a dot product
-(tests/interpreter/test_jit_dots.py). Which rewrites keep the bits: jit/__init__.py,
+(tests/interpreter/test_optimiser_dots.py). Which rewrites keep the bits: optimiser/__init__.py,
 "Bits".
 
 Applies to f32/f64 `dot_general` without batch dimensions whose result is

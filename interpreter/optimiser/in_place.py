@@ -25,7 +25,7 @@ carried value `k` once on entry (it may be the caller's argument or shared
 with other values), and the update writes into the buffer it is given. The
 callee is cloned for that call site, so other calls of it still copy.
 The written values are those the copying kernel would produce, so results
-equal PJRT_REF_OPTIMIZE=0's (tests/interpreter/test_jit_in_place.py).
+equal PJRT_REF_OPTIMIZE=0's (tests/interpreter/test_optimiser_in_place.py).
 
 Gradient accumulators. A scan's backward loop carries each weight's
 gradient as `dW + x^T . dy`: an `add` of the block argument and a matrix
@@ -51,7 +51,7 @@ from ..native.scope import CONTROL_FLOW_OPS
 from ..ops import control, core, slicing
 from ..native.blas import matrix_operands
 from ..steps import FunctionPlan, OpInfo, RegionPlan, Step, slots_read_by
-from . import dots, fastpath
+from . import direct_kernels, dots
 from .fusion import count_uses
 
 
@@ -151,7 +151,7 @@ def _fold_accumulation(region: RegionPlan, index: int, accumulator: int) -> bool
     nothing else, replace the two by one step adding the product into the
     accumulator's buffer, and return True."""
     add = region.steps[index]
-    if index == 0 or fastpath.exact_function(add) is not np.add:
+    if index == 0 or direct_kernels.exact_function(add) is not np.add:
         return False
     position = add.operands.index(accumulator)
     if add.op.operand_types[position] != add.op.result_type:

@@ -1,4 +1,4 @@
-"""Big splat constants (interpreter/jit/splat_constants.py): a fused run reads
+"""Big splat constants (interpreter/optimiser/splat_constants.py): a fused run reads
 one as its scalar, so the plan never writes it out; a constant something
 else reads is written out once, as an ordinary array. Issue 32: JAX folds
 broadcasts of constants into full-shape splats, and a PRNG program on 10^7

@@ -1,4 +1,4 @@
-"""Constants preset into the frame (interpreter/jit/preset.py):
+"""Constants preset into the frame (interpreter/optimiser/preset.py):
 the function body's and a loop body's, and small broadcasts of them; the
 same values as PJRT_REF_OPTIMIZE=0, computed once, never written into."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 
 from jit_support import assert_same_values, load_with  # noqa: E402
 
-from pjrt_ref.interpreter.jit import preset  # noqa: E402
+from pjrt_ref.interpreter.optimiser import preset  # noqa: E402
 
 # x <- 1 - x * 0.5 (in a while, three times) and a 2x3 ones added after it;
 # `big` is a broadcast over the size limit when the test lowers it.

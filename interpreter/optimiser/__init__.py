@@ -14,7 +14,7 @@ runs, and rewrites its steps:
    `_where`, `closed_call`...), so the passes below see through it.
 0. `dots`: a matrix product used only by a transpose of it computes the
    transposed product directly (one pass instead of two).
-1. `fastpath`: elementwise steps on plain dtypes (f32/f64 and the 8- to
+1. `direct_kernels`: elementwise steps on plain dtypes (f32/f64 and the 8- to
    64-bit integers) call numpy's ufunc directly instead of the generic
    kernel (which widens, rounds back and enters `np.errstate` per call).
    The functions applied are the very ones the generic kernels apply.
@@ -42,7 +42,7 @@ runs, and rewrites its steps:
    the whole buffer per iteration; a carried accumulator updated only by
    `acc + a.b` (a scan's weight gradient) takes the product inside gemm
    (beta = 1) where that gives the same bits.
-   `reuse`: an elementwise step (fastpath's direct kernels) that is the
+   `reuse`: an elementwise step (direct_kernels.py) that is the
    only reader of a matrix product writes its result into the product's
    new array (`out=`) instead of allocating another.
 6. constants move into the frame every call starts from, those of loop
@@ -72,7 +72,7 @@ PJRT_REF_JIT=0).
 docs/performance-design.md, "The bits of results", gives users the same
 promise (the README's "Known limits" points there).
 
-* `inline`, `fastpath` and specialised kernels, `fusion` (numpy, chunked and numba
+* `inline`, `direct_kernels` and specialised kernels, `fusion` (numpy, chunked and numba
   runs, on threads or not, with `splat_constants`), `loops`, native `regions`, `reuse`, `in_place`,
   `invariant_layouts` and preset constants keep the bits (the last two where
   BLAS's kernels do: each checks that once per shape on random operands,
@@ -99,14 +99,14 @@ promise (the README's "Known limits" points there).
   compute them, except a shape the timing gave to OpenBLAS's own threads
   (native/blocks.py, products.py).
 
-tests/interpreter/test_jit_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
+tests/interpreter/test_optimiser_*.py check each rewrite against PJRT_REF_OPTIMIZE=0 (bit for
 bit where the bits are kept, else to rounding) and against XLA CPU.
 """
 from __future__ import annotations
 
 from ..native.process_setup import set_up_process
 from ..native.scope import jit_enabled, optimize_enabled
-from . import dots, fastpath, fusion, in_place, inline, invariant_layouts, reuse, splat_constants
+from . import direct_kernels, dots, fusion, in_place, inline, invariant_layouts, reuse, splat_constants
 from .preset import preset_constants
 
 
@@ -120,7 +120,7 @@ def optimize_function(plan) -> None:
         return
 
     dots.fold_transposes(plan.body)
-    fastpath.specialize_region(plan.body)
+    direct_kernels.specialize_region(plan.body)
     if jit_enabled():
         splats = splat_constants.add_scalars(plan)
         fusion.fuse_region(plan.body, splats)

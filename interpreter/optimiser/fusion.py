@@ -550,7 +550,7 @@ def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
         args = [v.reshape(-1)[start:] if is_array else v[()] for v, is_array in zip(values, array_inputs)]
         run(size - start, args, [out[start:] for out in flat_outs], base=start)
 
-    fused.__doc__ = "A fused elementwise loop (interpreter/jit/fusion.py)."
+    fused.__doc__ = "A fused elementwise loop (interpreter/optimiser/fusion.py)."
     fused.finish = finish
     return fused
 
@@ -644,7 +644,7 @@ def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: li
         results = [out.reshape(shape) for out in outs]
         return results[0] if len(results) == 1 else tuple(results)
 
-    fused_chunks.__doc__ = "A fused elementwise run, chunk by chunk (interpreter/jit/fusion.py)."
+    fused_chunks.__doc__ = "A fused elementwise run, chunk by chunk (interpreter/optimiser/fusion.py)."
     fused_chunks.switch = None
     fused_chunks.reports_time = True
     return fused_chunks

@@ -4,7 +4,7 @@ product's array when nothing else reads that product.
 A product's kernel always returns an array it has just allocated (BLAS
 writes into new memory, dots.py's transposed product too), and a value read
 by one step only is dead after it. So when the one reader is a plain
-elementwise step (fastpath.EXACT_OPS: add, subtract, multiply...) of the
+elementwise step (direct_kernels.EXACT_OPS: add, subtract, multiply...) of the
 product's type and shape, it can give numpy that array as `out=` instead of
 allocating another: one pass over fresh memory less. The typical case is a
 scan's gradient accumulator, `dW + x^T . dy` per step (W9 spends two such
@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from ..steps import RegionPlan, Step
-from . import dots, fastpath
+from . import direct_kernels, dots
 from .fusion import count_uses
 
 
@@ -35,7 +35,7 @@ def write_into_dead_products(region: RegionPlan) -> None:
     for index, step in enumerate(region.steps):
         for nested in step.regions:
             write_into_dead_products(nested)
-        function = fastpath.exact_function(step)
+        function = direct_kernels.exact_function(step)
         if function is None:
             continue
         for position, slot in enumerate(step.operands):

@@ -1,4 +1,4 @@
-"""interpreter/jit/reuse.py: an elementwise step writes into a matrix
+"""interpreter/optimiser/reuse.py: an elementwise step writes into a matrix
 product's array that nothing else reads; against the plan without this
 rewrite (bit for bit), numpy and XLA."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import reuse  # noqa: E402
+from pjrt_ref.interpreter.optimiser import reuse  # noqa: E402
 
 RNG = np.random.default_rng(5)
 

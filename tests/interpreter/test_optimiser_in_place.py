@@ -1,4 +1,4 @@
-"""Loop-carried buffers updated in place (interpreter/jit/in_place.py): the
+"""Loop-carried buffers updated in place (interpreter/optimiser/in_place.py): the
 same values as PJRT_REF_OPTIMIZE=0, the caller's arrays untouched, and the
 rewrite only where nothing else reads the buffer."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from pjrt_ref.interpreter import load  # noqa: E402
-from pjrt_ref.interpreter.jit import in_place  # noqa: E402
+from pjrt_ref.interpreter.optimiser import in_place  # noqa: E402
 from pjrt_ref.interpreter.native import blas, gemm_pool  # noqa: E402
 from products_support import FixedStrategy, GivenAnswers, RecordingPool  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_scan_outputs_are_written_in_place_with_the_same_values(monkeypatch):
 
 def test_a_small_scan_compiles_whole_with_the_same_values(monkeypatch):
     """Below that size the whole scan, stacking and sums included, is one
-    compiled loop (jit/loops.py, native/tensor_ops.py)."""
+    compiled loop (optimiser/loops.py, native/tensor_ops.py)."""
     rng = np.random.default_rng(3)
     program = run_both(monkeypatch, scan_with_stacked_outputs,
                        rng.standard_normal((4, 3), dtype=np.float32),
