@@ -582,10 +582,19 @@ def machine_line() -> str:
             f"Python {platform.python_version()}")
 
 
-def argv_shown(argv: list[str] | None) -> list[str]:
-    """The command's arguments as a reader could type them again (no local checkout path)."""
-    shown = list(sys.argv[1:] if argv is None else argv)
-    return ["CHECKOUT" if os.path.isdir(arg) else arg for arg in shown]
+# More test files than this are shown as their count in a report's heading.
+FILES_SHOWN = 10
+
+
+def argv_shown(argv: list[str] | None, files: list[str] = ()) -> list[str]:
+    """The command's arguments as a reader could type them again (no local
+    checkout path); more than FILES_SHOWN of the run's `files` as "<N files>"."""
+    shown = ["CHECKOUT" if os.path.isdir(arg) else arg for arg in (sys.argv[1:] if argv is None else argv)]
+    named = [arg for arg in shown if arg in set(files)]
+    if len(named) <= FILES_SHOWN:
+        return shown
+    first = shown.index(named[0])
+    return shown[:first] + [f"<{len(named)} files>"] + [arg for arg in shown[first:] if arg not in set(named)]
 
 
 def main(suite: Suite, argv: list[str] | None = None) -> int:
@@ -624,7 +633,7 @@ def main(suite: Suite, argv: list[str] | None = None) -> int:
         if options.markdown:
             with open(options.markdown, "w") as handle:
                 handle.write(markdown_report(options.files, reference, ours,
-                                             f"`{suite.command} {' '.join(argv_shown(argv))}`, "
+                                             f"`{suite.command} {' '.join(argv_shown(argv, options.files))}`, "
                                              f"{machine_line()}"))
         if candidate and candidate.after_runs:
             candidate.after_runs(suite, options, reference, ours, scratch)

@@ -348,3 +348,10 @@ def test_jax_harnesses_generate_for_pjrt_ref_the_cases_they_generate_for_its_tag
     assert kept == {h.fullname for h in test_harnesses.all_harnesses if h.filter("cpu")}
     left_out = asked_before - kept
     assert left_out and any("lu" in name and "bfloat16" in name for name in left_out)
+
+
+def test_a_report_heading_names_many_files_by_their_count():
+    files = [f"tests/f{i}_test.py" for i in range(12)]
+    shown = suite_runner.argv_shown(["/", *files, "--x64"], files)
+    assert shown == ["CHECKOUT", "<12 files>", "--x64"]
+    assert suite_runner.argv_shown(["/", *files[:2]], files[:2]) == ["CHECKOUT", *files[:2]]
