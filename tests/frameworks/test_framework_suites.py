@@ -333,23 +333,6 @@ def test_a_comparison_is_made_from_runs_kept_in_different_sittings(tmp_path, cap
     assert "| `tests/a_test.py` | 1/0/0 | 0/1/0 | 1 | 1 |" in markdown.read_text()
 
 
-def test_jax_harnesses_generate_for_pjrt_ref_the_cases_they_generate_for_its_tag(monkeypatch):
-    """JAX's harnesses list the dtypes cpu's lowering rules leave unimplemented;
-    pjrt_ref lowers with those rules, so with the tag "cpu" they keep for
-    pjrt_ref what they keep for cpu (bfloat16 LU is unimplemented there)."""
-    from jax._src.internal_test_util import test_harnesses
-
-    from pjrt_ref.frameworks.jax import suite_plugin
-
-    monkeypatch.setattr(test_harnesses.Harness, "filter", test_harnesses.Harness.filter)
-    asked_before = {h.fullname for h in test_harnesses.all_harnesses if h.filter("pjrt_ref")}
-    suite_plugin._harness_limitations_as("cpu")
-    kept = {h.fullname for h in test_harnesses.all_harnesses if h.filter("pjrt_ref")}
-    assert kept == {h.fullname for h in test_harnesses.all_harnesses if h.filter("cpu")}
-    left_out = asked_before - kept
-    assert left_out and any("lu" in name and "bfloat16" in name for name in left_out)
-
-
 def test_a_report_heading_names_many_files_by_their_count():
     files = [f"tests/f{i}_test.py" for i in range(12)]
     shown = suite_runner.argv_shown(["/", *files, "--x64"], files)

@@ -9,16 +9,6 @@ whose platform is "pjrt_ref", so with PJRT_REF_JAX_DEVICE_TAG=cpu its device
 carries both tags for the first question and stays "pjrt_ref" for the
 second: the two runs select the same tests with the same tolerances, and a
 test of platform dispatch expects pjrt_ref's branch, as JAX takes it.
-
-One more place asks by platform name: JAX's test harnesses
-(`jax._src.internal_test_util.test_harnesses`, which `shape_poly_test.py`
-generates its cases from) list, per platform, the dtypes JAX's lowering
-rules leave unimplemented, and a file generates cases for
-`jtu.device_under_test()` only. pjrt_ref lowers those ops with cpu's rules
-(frameworks/jax/cpu_only_rules.py), so cpu's limitations are its own: the
-harnesses are asked about the tag's platform. Asked about "pjrt_ref", they
-generated cases cpu leaves out (LU, QR, SVD and eig of bfloat16) that fail
-in cpu's lowering on either backend, instead of the cases cpu runs.
 """
 from __future__ import annotations
 
@@ -35,19 +25,6 @@ def pytest_configure(config) -> None:
 
         device_tags = test_util._get_device_tags
         test_util._get_device_tags = lambda: device_tags() | {tag}
-        _harness_limitations_as(tag)
-
-
-def _harness_limitations_as(tag: str) -> None:
-    """JAX's harnesses answer for pjrt_ref what they answer for `tag` (module docstring)."""
-    from jax._src.internal_test_util import test_harnesses
-
-    ask = test_harnesses.Harness.filter
-
-    def filter_as_tag(self, device_under_test, **options):
-        return ask(self, tag if device_under_test == "pjrt_ref" else device_under_test, **options)
-
-    test_harnesses.Harness.filter = filter_as_tag
 
 
 @contextmanager
