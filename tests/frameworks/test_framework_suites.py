@@ -338,3 +338,45 @@ def test_a_report_heading_names_many_files_by_their_count():
     shown = suite_runner.argv_shown(["/", *files, "--x64"], files)
     assert shown == ["CHECKOUT", "<12 files>", "--x64"]
     assert suite_runner.argv_shown(["/", *files[:2]], files[:2]) == ["CHECKOUT", *files[:2]]
+
+
+HARNESS_CHECK = """
+import types
+from jax._src import test_util as jtu, xla_bridge
+from pjrt_ref.frameworks.jax import suite_plugin
+
+unpatched = {}
+def remember(harnesses):  # registered first, so it runs before the plugin's patch
+    unpatched["pjrt_ref"] = {h.fullname for h in harnesses.all_harnesses if h.filter("pjrt_ref")}
+
+suite_plugin.after_import(suite_plugin.HARNESSES, remember)
+plugins = types.SimpleNamespace(getplugin=lambda name: None)
+suite_plugin.pytest_configure(types.SimpleNamespace(pluginmanager=plugins))
+assert not xla_bridge._backends, "the plugin started JAX's backends"
+jtu.request_cpu_devices(2)
+
+from jax._src.internal_test_util import test_harnesses
+import jax
+assert len(jax.devices("cpu")) == 2, jax.devices("cpu")
+kept = {h.fullname for h in test_harnesses.all_harnesses if h.filter("pjrt_ref")}
+assert kept == {h.fullname for h in test_harnesses.all_harnesses if h.filter("cpu")}
+left_out = unpatched["pjrt_ref"] - kept
+assert any("lu" in name and "bfloat16" in name for name in left_out), sorted(left_out)[:5]
+print("ok", len(kept), len(left_out))
+"""
+
+
+def test_jax_harnesses_generate_for_pjrt_ref_what_they_generate_for_its_tag_once_a_file_imports_them():
+    """JAX's harnesses list the dtypes cpu's lowering rules leave unimplemented;
+    pjrt_ref lowers with those rules, so with the tag "cpu" they keep for
+    pjrt_ref what they keep for cpu (bfloat16 LU is unimplemented there). The
+    plugin patches them when they are imported, so a test file still asks for
+    its devices before JAX's backends start (run in a fresh process)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PJRT_REF_JAX_DEVICE_TAG="cpu", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", HARNESS_CHECK], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok ")

@@ -9,12 +9,32 @@ whose platform is "pjrt_ref", so with PJRT_REF_JAX_DEVICE_TAG=cpu its device
 carries both tags for the first question and stays "pjrt_ref" for the
 second: the two runs select the same tests with the same tolerances, and a
 test of platform dispatch expects pjrt_ref's branch, as JAX takes it.
+
+One more place asks by platform name: JAX's test harnesses
+(`jax._src.internal_test_util.test_harnesses`, which `shape_poly_test.py`
+generates its cases from) list, per platform, the dtypes JAX's lowering
+rules leave unimplemented, and a file generates cases for
+`jtu.device_under_test()` only. pjrt_ref lowers those ops with cpu's rules
+(frameworks/jax/cpu_only_rules.py), so cpu's limitations are its own: the
+harnesses are asked about the tag's platform. Asked about "pjrt_ref", they
+generate cases cpu leaves out (LU, QR, SVD and eig of bfloat16), which fail
+in cpu's lowering on either backend, instead of the cases cpu runs.
+
+The harnesses are patched when a test file first imports them, not here:
+importing them starts JAX's backends (`jtu.dtypes` asks the default
+device), and a test file must be able to ask for its devices first
+(`jtu.request_cpu_devices(8)` at its top).
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 from contextlib import contextmanager
 
 from ... import settings
+
+HARNESSES = "jax._src.internal_test_util.test_harnesses"
 
 
 def pytest_configure(config) -> None:
@@ -25,6 +45,60 @@ def pytest_configure(config) -> None:
 
         device_tags = test_util._get_device_tags
         test_util._get_device_tags = lambda: device_tags() | {tag}
+        after_import(HARNESSES, lambda harnesses: ask_harnesses_as(harnesses, tag))
+
+
+def ask_harnesses_as(harnesses, tag: str) -> None:
+    """JAX's harnesses answer for pjrt_ref what they answer for `tag` (module docstring)."""
+    ask = harnesses.Harness.filter
+
+    def filter_as_tag(self, device_under_test, **options):
+        return ask(self, tag if device_under_test == "pjrt_ref" else device_under_test, **options)
+
+    harnesses.Harness.filter = filter_as_tag
+
+
+def after_import(name: str, then) -> None:
+    """Call `then(module)` once module `name` is imported, without importing it now."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """A finder that answers for one module only, once: it finds the module's
+    spec with the other finders and wraps its loader so that `then` runs on
+    the module right after the module's own code."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _LoaderThen(spec.loader, self.then)
+        return spec
+
+
+class _LoaderThen(importlib.abc.Loader):
+    """`loader`, calling `then(module)` after executing the module."""
+
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        self.then(module)
+
+    def __getattr__(self, name):  # get_source, is_package, ...: the wrapped loader's
+        return getattr(self.loader, name)
 
 
 @contextmanager
