@@ -50,6 +50,12 @@ def _diff_command(argv: list[str]) -> int:
     return diff_main(argv)
 
 
+def _fuzz_command(argv: list[str]) -> int:
+    from ..judge.command import main as fuzz_main
+
+    return fuzz_main(argv)
+
+
 def _explain_command(argv: list[str]) -> int:
     from ..debug.explain import main as explain_main
 
@@ -132,6 +138,7 @@ COMMANDS = {
     "run": (_run_command, "run a StableHLO program file and print its results"),
     "trace": (_trace_command, "run a program logging every op (PJRT_REF_TRACE)"),
     "diff": (_diff_command, "run a program here and op by op on another backend; stop at the first difference"),
+    "fuzz": (_fuzz_command, "random programs here and on another backend; each disagreement shrunk and ruled on"),
     "explain": (_explain_command, "run a JAX script on pjrt-ref and summarise its PJRT calls"),
     "profile": (_profile_command, "top ops and source lines of a PJRT_REF_PROFILE trace"),
     "cost": (_cost_command, "flops and bytes accessed per op of a program (cost_analysis)"),

@@ -4,6 +4,7 @@ Rooms, from the top (README, "Architecture"):
 
     cli
     testkit                       the plugin test kit (runs frameworks' suites, replays with debug's diff, asks conformance's oracle)
+    judge                         `pjrt-ref fuzz`: random programs against another backend, shrunk and ruled on
     frameworks, capi_shim
     capi                          the C API layer (entry points, fast paths, strict mode, API log, profiler extension)
     debug                         tools that look at the layers below
@@ -44,7 +45,7 @@ ROOMS = {    # dotted prefix -> room (the longest prefix wins)
     "pjrt_ref.spmd": "spmd", "pjrt_ref.services": "services", "pjrt_ref.distributed": "distributed",
     "pjrt_ref.model": "model", "pjrt_ref.debug": "debug", "pjrt_ref.capi": "capi",
     "pjrt_ref.capi_shim": "capi_shim", "pjrt_ref.frameworks": "frameworks", "pjrt_ref.cli": "cli",
-    "pjrt_ref.testkit": "testkit",
+    "pjrt_ref.testkit": "testkit", "pjrt_ref.judge": "judge",
     # The header's entry points as data: what the shim builds its table from
     # and the C API layer binds; it imports nothing.
     "pjrt_ref.capi_shim.entry_points": "base",
@@ -64,7 +65,8 @@ MAY_IMPORT = {
     "capi_shim": {"capi", "base"},
     "frameworks": {"base"},
     "testkit": {"frameworks", "debug", "model", "conformance"} | BELOW_MODEL,
-    "cli": {"capi", "debug", "model", "frameworks", "conformance", "testkit"} | BELOW_MODEL,
+    "judge": {"debug", "model"} | BELOW_MODEL,
+    "cli": {"capi", "debug", "model", "frameworks", "conformance", "testkit", "judge"} | BELOW_MODEL,
 }
 
 def module_name(path: pathlib.Path) -> str:
