@@ -180,8 +180,8 @@ def _attribute(value: np.ndarray, tensor_type):
 
     tensor_type = ir.RankedTensorType(tensor_type)
     value = np.asarray(value)
-    if value.dtype.kind == "c":  # as pairs of floats
-        value = value.view(value.real.dtype).reshape(value.shape + (2,))
+    if value.dtype.kind == "c":  # as pairs of floats (through 1-d: numpy views no 0-d array as another size)
+        value = value.reshape(-1).view(value.real.dtype).reshape(value.shape + (2,))
     elif value.dtype.kind not in "biuf":  # an ml_dtypes type
         if value.dtype.itemsize * 8 != _bit_width(tensor_type.element_type):
             raise OracleUnavailable(f"cannot pass {tensor_type} arguments to the oracle")

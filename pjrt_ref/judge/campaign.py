@@ -43,13 +43,14 @@ class Finding:
     reason: str
     seed: int | None = None      # the campaign seed and program number that found it
     number: int | None = None
+    shared_cause: str | None = None   # ruling.Ruling.cause
 
     @property
     def cause(self) -> tuple:
         """What makes two findings the same one: ops, element types, verdict."""
         program = self.program
-        if self.reason.endswith(ruling.FLUSHES_SUBNORMALS):    # one cause, whatever the op
-            return (("(any op)",), ("(subnormal floats)",), (), self.verdict + ruling.FLUSHES_SUBNORMALS)
+        if self.shared_cause:    # one cause, whatever the op and type
+            return (("(any op)",), (self.shared_cause,), (), self.verdict)
         return (tuple(n.op for n in program.nodes), tuple(program.params),
                 tuple(n.element_type for n in program.nodes), self.verdict)
 
@@ -151,8 +152,9 @@ class Judge:
             theirs = self.theirs(program, inputs)[0]
         except OtherBackendFailed as error:
             return Finding(program, inputs, ours, str(error), "other backend failed", str(error))
-        verdict, reason = ruling.rule(program, inputs, ours, theirs)
-        return Finding(program, inputs, ours, theirs, verdict, reason)
+        verdict = ruling.rule(program, inputs, ours, theirs)
+        return Finding(program, inputs, ours, theirs, verdict.verdict, verdict.reason,
+                       shared_cause=verdict.cause)
 
 
 def run_campaign(judge: Judge, ops: dict, seconds: float, seed: int, max_ops: int = 4,

@@ -2,7 +2,10 @@
 
 The program (one element by then) is evaluated op by op by the oracle
 (oracle.py), independently of pjrt-ref's kernels; each side's result is
-then held against the spec's. Verdicts:
+then held against the spec's. A third opinion comes from StableHLO's own
+reference interpreter (`eval_module`, in a forked child: conformance's
+oracle), where it runs the program: it is quoted with every verdict, and
+decides where the oracle has no computation of its own. Verdicts:
 
     pjrt-ref wrong         pjrt-ref's result is not the spec's; the other's is
     other backend wrong    the other backend's result is not the spec's; pjrt-ref's is
@@ -14,11 +17,14 @@ then held against the spec's. Verdicts:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import ml_dtypes
 import numpy as np
 
 from ..debug.diff.compare import ulp_distance
 from ..interpreter.types import is_float
+from ..conformance.oracle import OracleUnavailable, reference_results
 from .oracle import Oracle, Unsupported
 from .programs import FuzzProgram
 
@@ -47,6 +53,14 @@ def spec_answer(program: FuzzProgram, inputs: list):
     return values[program.returned()[0]], silent, clauses
 
 
+@dataclass
+class Ruling:
+    verdict: str                 # one of VERDICTS
+    reason: str
+    cause: str | None = None     # a cause shared by findings of any op ("flushes subnormals")
+
+
+FLUSHES = "flushes subnormals"
 FLUSHES_SUBNORMALS = (": it flushes subnormal numbers to zero (FTZ/DAZ), where IEEE 754, "
                       "whose arithmetic the spec's float types follow, keeps them")
 
@@ -103,12 +117,41 @@ def _near(value, spec) -> bool:
     return distance.isdigit() and int(distance) <= ACCURATE_ULPS
 
 
-def rule(program: FuzzProgram, inputs: list, ours, theirs) -> tuple[str, str]:
-    """(verdict, reason) for `ours` against `theirs` on `program` (see the module docstring)."""
+def third_opinion(program: FuzzProgram, inputs: list):
+    """StableHLO's reference interpreter's result, or the reason it has none (a str)."""
+    try:
+        return reference_results(program.mlir(), list(inputs), 0)[0]
+    except OracleUnavailable as why:
+        return f"no answer ({str(why).splitlines()[0][:120]})"
+
+
+def _third_said(third, ours, theirs) -> str:
+    if isinstance(third, str):
+        return f"StableHLO's reference interpreter: {third}"
+    sides = [name for name, value in (("pjrt-ref", ours), ("the other backend", theirs)) if _same(third, value)]
+    return (f"StableHLO's reference interpreter gives {np.asarray(third).tolist()!r}, as "
+            + (" and ".join(sides) if sides else "neither side"))
+
+
+def rule(program: FuzzProgram, inputs: list, ours, theirs, third=None) -> Ruling:
+    """The verdict on `ours` against `theirs` for `program` (see the module docstring);
+    `third` is the reference interpreter's opinion (asked for here unless given)."""
+    third = third_opinion(program, inputs) if third is None else third
+    verdict, reason = _by_the_oracle(program, inputs, ours, theirs)
+    if verdict == "undecided" and not isinstance(third, str):
+        if _same(third, ours) and not _same(third, theirs):
+            verdict = "other backend wrong"
+        elif _same(third, theirs) and not _same(third, ours):
+            verdict = "pjrt-ref wrong"
+    cause = FLUSHES if reason.endswith(FLUSHES_SUBNORMALS) else None
+    return Ruling(verdict, f"{reason}; {_third_said(third, ours, theirs)}", cause)
+
+
+def _by_the_oracle(program: FuzzProgram, inputs: list, ours, theirs) -> tuple[str, str]:
     try:
         spec, silent, clauses = spec_answer(program, inputs)
     except Unsupported as why:
-        return "undecided", f"no independent computation: {why}"
+        return "undecided", f"no independent computation here: {why}"
     where = "; ".join(dict.fromkeys(clauses))
     if spec is None:
         return "spec silent", f"{'; '.join(silent)} ({where})"

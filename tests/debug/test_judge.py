@@ -144,3 +144,19 @@ def test_fuzz_against_xla_cpu_reports_its_figures_and_never_rules_against_pjrt_r
     assert fuzz_main(["--against", "cpu", "--seconds", "3", "--seed", "5", "--ops", "add|convert|compare",
                       "--out", str(tmp_path / "out2")]) == 0
     assert "ops covered" in (tmp_path / "out2" / "report.md").read_text()
+
+
+def test_stablehlo_s_reference_interpreter_gives_a_third_opinion_and_decides_where_the_oracle_cannot():
+    program = _one_op("add", ["complex<f32>", "complex<f32>"], "complex<f32>")
+    inputs = [np.array(1 + 2j, np.complex64), np.array(3 - 1j, np.complex64)]      # 0-d complex arguments
+    third = ruling.third_opinion(program, inputs)
+    assert not isinstance(third, str) and complex(third) == 4 + 1j
+    verdict = ruling.rule(program, inputs, np.complex64(4 + 1j), np.complex64(4 + 0j), third)
+    assert verdict.verdict == "other backend wrong" and "reference interpreter" in verdict.reason
+
+
+def test_a_backend_that_flushes_subnormals_is_named_as_the_cause_whatever_the_op():
+    program = _one_op("sign", ["f32"], "f32")
+    tiny = np.array(2.0 ** -149, np.float32)
+    verdict = ruling.rule(program, [tiny], np.float32(1.0), np.float32(0.0), third="no answer")
+    assert verdict.verdict == "other backend wrong" and verdict.cause == ruling.FLUSHES

@@ -65,7 +65,7 @@ MAY_IMPORT = {
     "capi_shim": {"capi", "base"},
     "frameworks": {"base"},
     "testkit": {"frameworks", "debug", "model", "conformance"} | BELOW_MODEL,
-    "judge": {"debug", "model"} | BELOW_MODEL,
+    "judge": {"debug", "model", "conformance"} | BELOW_MODEL,
     "cli": {"capi", "debug", "model", "frameworks", "conformance", "testkit", "judge"} | BELOW_MODEL,
 }
 
