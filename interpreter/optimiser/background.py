@@ -44,6 +44,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 import warnings
 from collections import deque
 from typing import Callable
@@ -62,7 +63,7 @@ class Switchable:
     (`spend`), which queues the build once the run is hot, and hands what is
     left of the call to the compiled kernel as soon as `built()` has one."""
 
-    __slots__ = ("current", "first", "_spend")
+    __slots__ = ("current", "first", "_spend", "__weakref__")
 
     def __init__(self, first: Kernel) -> None:
         self.current = self.first = first
@@ -115,13 +116,16 @@ def build_when_hot(build: Callable[[], Kernel | None], switch: Switchable, secon
     if seconds <= 0:
         build_later(build, switch)
         return
-    first, spent, queued = switch.first, [0.0], [False]
+    # The switch holds `spend` and `warming`; they hold it weakly (no cycle: a
+    # dropped plan goes at once, not at Python's next cycle collection).
+    first, spent, queued, switch_ref = switch.first, [0.0], [False], weakref.ref(switch)
 
     def spend(elapsed: float) -> None:
         spent[0] += elapsed
-        if spent[0] >= seconds and not queued[0]:
+        switch = switch_ref()
+        if spent[0] >= seconds and not queued[0] and switch is not None:
             queued[0] = True
-            if switch.current is warming:
+            if getattr(switch.current, "warming", False):
                 switch.current = first
             build_later(build, switch)
 

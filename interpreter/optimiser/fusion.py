@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -546,7 +547,7 @@ def _fused_kernel(function, array_inputs: list, out_dtypes: list, shape: tuple,
 
     def finish(values: tuple, flat_outs: list, start: int) -> None:
         """Elements [start, size) of `fused(op, *values)`, into the flat outputs:
-        the rest of a call its chunked numpy form began (`_chunked_kernel`)."""
+        the rest of a call its chunked numpy form began (`ChunkedRun`)."""
         args = [v.reshape(-1)[start:] if is_array else v[()] for v, is_array in zip(values, array_inputs)]
         run(size - start, args, [out[start:] for out in flat_outs], base=start)
 
@@ -579,7 +580,7 @@ def _chunked_step(run: list, inputs: list, input_types: list, outputs: list, sha
             members.append((indices, INDICES, (), step.results[0]))
         else:
             members.append((step.kernel, step.op, step.operands, step.results[0]))
-    kernel = _chunked_kernel(_with_last_reads(members, [slot for slot, _ in inputs]),
+    kernel = ChunkedRun(_with_last_reads(members, [slot for slot, _ in inputs]),
                              inputs, [s.results[0] for s in outputs],
                              [s.op.result_type.dtype for s in outputs], shape, chunk)
     return fused_step(run, kernel, inputs, input_types, outputs, chunked=True)
@@ -613,17 +614,39 @@ FIRST_FORM_CHUNK = 1 << 20
 LONG_CALL_SECONDS = 2.0
 
 
-def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: list, shape,
-                    chunk: int):
-    size = math.prod(shape)
-    written = {}    # result slot -> the indices of the outputs it is
-    for index, slot in enumerate(out_slots):
-        written.setdefault(slot, []).append(index)
+class ChunkedRun:
+    """A fused elementwise run, chunk by chunk: the kernel `_chunked_step` plans.
 
-    def fused_chunks(op, *values):
-        switch = fused_chunks.switch   # set when this is a background kernel's first form
-        flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, inputs)]
-        outs = [np.empty(size, dtype) for dtype in out_dtypes]
+    As a background kernel's first form it has a `switch` (the Switchable
+    that will hand its calls to the compiled loop), held weakly: the switch
+    holds its first form, and a cycle between them would leave every
+    dropped plan to Python's cycle collector (JAX's tests count what a jit
+    leaves there, `core_test.test_reference_cycles_jit`).
+    """
+
+    reports_time = True    # background.py: it reports its own time as it goes
+
+    def __init__(self, members: list, inputs: list, out_slots: list, out_dtypes: list, shape,
+                 chunk: int) -> None:
+        self.members, self.inputs, self.out_dtypes = members, inputs, out_dtypes
+        self.shape, self.size, self.chunk = shape, math.prod(shape), chunk
+        self.written = {}    # result slot -> the indices of the outputs it is
+        for index, slot in enumerate(out_slots):
+            self.written.setdefault(slot, []).append(index)
+        self._switch = None
+
+    @property
+    def switch(self):
+        return None if self._switch is None else self._switch()
+
+    @switch.setter
+    def switch(self, switch) -> None:
+        self._switch = None if switch is None else weakref.ref(switch)
+
+    def __call__(self, op, *values):
+        switch, size, chunk = self.switch, self.size, self.chunk
+        flat = [v.reshape(-1) if is_array else v for v, (_, is_array) in zip(values, self.inputs)]
+        outs = [np.empty(size, dtype) for dtype in self.out_dtypes]
         splats = {}  # a splat: its 0-d value across a whole chunk, made once
         began = last = time.perf_counter()
         try:
@@ -637,17 +660,13 @@ def _chunked_kernel(members: list, inputs: list, out_slots: list, out_dtypes: li
                     if compiled is not None:
                         compiled.finish(values, outs, start)
                         break
-                _run_chunk(members, inputs, flat, outs, written, splats, start, min(start + chunk, size))
+                _run_chunk(self.members, self.inputs, flat, outs, self.written, splats, start,
+                           min(start + chunk, size))
         finally:
             if switch is not None:
                 switch.spend(time.perf_counter() - last)
-        results = [out.reshape(shape) for out in outs]
+        results = [out.reshape(self.shape) for out in outs]
         return results[0] if len(results) == 1 else tuple(results)
-
-    fused_chunks.__doc__ = "A fused elementwise run, chunk by chunk (interpreter/optimiser/fusion.py)."
-    fused_chunks.switch = None
-    fused_chunks.reports_time = True
-    return fused_chunks
 
 
 def _run_chunk(members: list, inputs: list, flat: list, outs: list, written: dict,

@@ -363,3 +363,41 @@ def test_a_kernel_built_by_an_earlier_process_loads_in_the_background_until_numb
         assert run.returncode == 0, run.stderr[-2000:]
     assert runs[0].stdout.splitlines() == ["switchable True False", "after False True"]   # built here
     assert runs[1].stdout.splitlines() == ["switchable True False", "after False True"]   # built before
+
+
+def _sine_of_tanh(x):
+    return jnp.sin(jnp.tanh(x) * 3) - x
+
+
+def _cosine_of_exp(x):
+    return jnp.cos(jnp.exp(x * 0.02) * 3) + x
+
+
+@pytest.mark.parametrize("hot_seconds, function", [("0", _sine_of_tanh), ("1000", _cosine_of_exp)])
+def test_a_dropped_program_leaves_nothing_to_the_cycle_collector(empty_cache, monkeypatch, hot_seconds,
+                                                                  function):
+    """A fused run's numpy form, its switch and the build queued for it hold
+    one another weakly: a program let go is freed at once, before and after
+    its kernel is built, as JAX's `core_test.test_reference_cycles_jit`
+    expects of any jit (it counts what a collection finds)."""
+    import gc
+
+    monkeypatch.setenv("PJRT_REF_JIT_HOT_SECONDS", hot_seconds)
+    x = _x(9)
+    program = load(lower_to_text(function, x))
+    (step,) = _fused_steps(program)
+    assert isinstance(step.kernel, background.Switchable)
+    program(x)
+    if hot_seconds == "0":
+        assert background.wait(timeout=120) and step.kernel.built() is not None
+        program(x)
+    del step
+    gc.collect()
+    debug = gc.get_debug()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        del program
+        assert gc.collect() == 0, gc.garbage[:10]
+    finally:
+        gc.set_debug(debug)
+        gc.garbage.clear()
