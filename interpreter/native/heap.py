@@ -64,10 +64,16 @@ def keep_freed_memory() -> bool:
         return _APPLIED
 
 
+# The C library's handle, kept once made: a ctypes library let go is a
+# reference cycle, left to Python's cycle collector (which JAX's tests count).
+_LIBC: list = []
+
+
 def _set_thresholds() -> bool:
     try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(None))
+        mallopt = _LIBC[0].mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

@@ -243,13 +243,15 @@ def fuse_region(region, splats: SplatScalars | None = None) -> None:
         scalar_reads.clear()
 
     def join_run(step, step_shape):
+        # (Not recursive: a closure that calls itself is a reference cycle, which
+        # every compile would leave to Python's cycle collector.)
         nonlocal shape
-        for splat in _scalar_reads(step, step_shape, splats, made_by_run):
-            scalar_reads[id(splat)] = splat
-            join_run(splat, step_shape)
-        run.append(step)
-        made_by_run.update(step.results)
-        kinds.add(_run_kind(step.op))
+        splat_reads = _scalar_reads(step, step_shape, splats, made_by_run)
+        for member in splat_reads + [step]:
+            run.append(member)
+            made_by_run.update(member.results)
+            kinds.add(_run_kind(member.op))
+        scalar_reads.update((id(splat), splat) for splat in splat_reads)
         shape = step_shape
 
     order = {id(step): index for index, step in enumerate(region.steps)}

@@ -103,22 +103,23 @@ def _slots_in_caller(plan: FunctionPlan, callee: FunctionPlan, operands: tuple) 
 def _read_through(region: RegionPlan, replaced: dict[int, int]) -> None:
     """Every read of a replaced call result, in `region` and the regions
     inside it, reads the callee's value instead (followed through calls
-    that return another call's result)."""
-    def resolve(slot: int) -> int:
-        while slot in replaced:
-            slot = replaced[slot]
-        return slot
+    that return another call's result).
 
-    def rewrite(block: RegionPlan) -> None:
-        block.result_slots = [resolve(s) for s in block.result_slots]
-        block.steps = [_with_operands(step, resolve, rewrite) for step in block.steps]
-        block.runners = None
-
-    rewrite(region)
+    Plain functions, not closures: a closure that calls itself is a
+    reference cycle each compile would leave to Python's cycle collector."""
+    region.result_slots = [_resolved(s, replaced) for s in region.result_slots]
+    region.steps = [_with_operands(step, replaced) for step in region.steps]
+    region.runners = None
 
 
-def _with_operands(step: Step, resolve, rewrite) -> Step:
+def _resolved(slot: int, replaced: dict[int, int]) -> int:
+    while slot in replaced:
+        slot = replaced[slot]
+    return slot
+
+
+def _with_operands(step: Step, replaced: dict[int, int]) -> Step:
     for nested in step.regions:
-        rewrite(nested)
-    operands = tuple(resolve(s) for s in step.operands)
+        _read_through(nested, replaced)
+    operands = tuple(_resolved(s, replaced) for s in step.operands)
     return step if operands == step.operands else dataclasses.replace(step, operands=operands)
