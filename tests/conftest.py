@@ -1,5 +1,4 @@
 import os
-import sys
 
 # Tests that compare with XLA use JAX's own cpu backend in this process; the
 # plugin itself is exercised in subprocesses that choose their platforms.
@@ -11,5 +10,3 @@ os.environ.setdefault("PJRT_REF_JIT_BACKGROUND", "0")
 # Where the background thread is on, a loop's kernel is queued at its first
 # run (tests of the hot threshold set their own).
 os.environ.setdefault("PJRT_REF_JIT_HOT_SECONDS", "0")
-# The helpers every folder imports by name (oracle, capi_calls, jax_support, ...).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from capi_calls import Api
+from tests.support.capi_calls import Api
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi, lib
+from tests.support.capi_calls import Api, PjrtCallError, ffi, lib
 from pjrt_ref.model import handles
 from pjrt_ref.capi import fast_paths
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 TWO_RESULTS = """func.func @main(%x: tensor<f32>, %y: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
   %0 = stablehlo.add %x, %y : tensor<f32>

@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, assert_layout_matches, extension
-from jax_support import run_jax
+from tests.support.capi_calls import Api, PjrtCallError, assert_layout_matches, extension
+from tests.support.jax_support import run_jax
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
 

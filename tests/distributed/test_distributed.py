@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path, results,
+from tests.support.distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path, results,
                                 run_job, run_mpiexec_job)
 
 pytestmark = [pytest.mark.skipif(mpi_missing_reason() is not None,

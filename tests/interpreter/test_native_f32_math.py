@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values, load_with, ordered  # noqa: E402
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jit_support import assert_same_values, load_with, ordered  # noqa: E402
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -195,7 +195,7 @@ def test_large_math_op_alone_compiles(monkeypatch):
 
 def test_threads_give_the_same_bits(monkeypatch):
     """A large loop split across threads equals one call over everything."""
-    from products_support import cpus_said_idle
+    from tests.support.products_support import cpus_said_idle
 
     x = inputs()[:400_001]
     text = program_text("tanh", x.size)
@@ -222,7 +222,7 @@ def test_pieces_cover_the_range_once():
 def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
     import time
 
-    from products_support import cpus_said_idle
+    from tests.support.products_support import cpus_said_idle
 
     from pjrt_ref.interpreter.native import threads
 
@@ -243,7 +243,7 @@ def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
 
 
 def test_no_idle_cpu_means_one_call(monkeypatch):
-    from products_support import cpus_said_idle
+    from tests.support.products_support import cpus_said_idle
 
     from pjrt_ref.interpreter.native import threads
 

@@ -14,8 +14,8 @@ import types
 import numpy as np
 import pytest
 
-from jit_support import product_in_blocks
-from products_support import FixedStrategy, GivenAnswers
+from tests.support.jit_support import product_in_blocks
+from tests.support.products_support import FixedStrategy, GivenAnswers
 from pjrt_ref.interpreter.native import blas, openblas, openblas_threads, product_strategy
 from pjrt_ref.interpreter.native.openblas_threads import OpenBlasThreads
 from pjrt_ref.interpreter.native.product_probes import ShapeStrategies

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi
+from tests.support.capi_calls import Api, PjrtCallError, ffi
 
 
 def _hlo_module(fn, *args) -> bytes:

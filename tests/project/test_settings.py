@@ -12,7 +12,7 @@ import pytest
 from pjrt_ref import settings
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.settings import SETTINGS, Flag, Integer, InvalidSetting, LogOrFile, Number, OneOf, Setting, Text
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 # Product code whose environment reads must go through the registry. The
 # shim's Python (capi_shim/) writes C macros named PJRT_REF_*, which are no

@@ -14,9 +14,9 @@ import struct
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError
+from tests.support.capi_calls import Api, PjrtCallError
 from pjrt_ref.services import serialization
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 INVALID_ARGUMENT = 3
 

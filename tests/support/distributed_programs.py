@@ -24,7 +24,9 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The repository root: the test helpers are imported as a package (tests.support)
+# by a process started as a script, whose sys.path begins at tests/support/.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_arguments(argv=None) -> argparse.Namespace:
@@ -191,8 +193,8 @@ def training_program(jax, rows: int, steps: int = 3):
     """Data-parallel SGD on tests/support/jit_support.py's MLP: each device's batch
     shard gives gradients, pmean'd over every device (shard_map), then the
     same update everywhere. Returns the loss of each step on each device."""
-    sys.path.insert(0, HERE)
-    from jit_support import mlp_data, mlp_loss
+    sys.path.insert(0, REPO)
+    from tests.support.jit_support import mlp_data, mlp_loss
     from jax import lax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
