@@ -150,11 +150,6 @@ def test_default_is_one_device():
 
 
 # ------------------------------------------------------------ the C API
-@pytest.fixture
-def api():
-    return Api()
-
-
 def _device_id(api: Api, device) -> int:
     description = api.call("PJRT_Device_GetDescription", device=device).device_description
     return api.call("PJRT_DeviceDescription_Id", device_description=description).id

@@ -295,11 +295,6 @@ class CHost:
 
 
 @pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
 def program(api):
     client = api.client()
     yield client, api.compile(client, SEND_THEN_RECV)
