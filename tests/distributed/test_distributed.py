@@ -14,11 +14,10 @@ starts 4 JAX processes on a 2-core machine).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
+from pjrt_ref import settings
 from tests.support.distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path,
                                               results, run_job, run_mpiexec_job)
 
@@ -26,7 +25,7 @@ pytestmark = [pytest.mark.skipif(mpi_missing_reason() is not None,
                                  reason=f"multi-process pjrt-ref needs the [mpi] extra: {mpi_missing_reason()}"),
               pytest.mark.slow]
 
-SLOW = pytest.mark.skipif(os.environ.get("PJRT_REF_SLOW_TESTS") != "1",
+SLOW = pytest.mark.skipif(not settings.get("PJRT_REF_SLOW_TESTS"),
                           reason="4-process jobs run with PJRT_REF_SLOW_TESTS=1")
 JOBS = [pytest.param(2, 1, id="P2-D1"), pytest.param(2, 2, id="P2-D2"),
         pytest.param(4, 1, id="P4-D1", marks=SLOW), pytest.param(4, 2, id="P4-D2", marks=SLOW)]
