@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from pjrt_ref import settings
+
 from . import machine
 from .workloads import WORKLOADS, select
 
@@ -529,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine.summary(machine_info),
         "machine_info": machine_info,
-        "jit": os.environ.get("PJRT_REF_JIT", "1"),
+        "jit": "1" if settings.get("PJRT_REF_JIT") else "0",
         "workloads": [],
     }
     if "W0" in names:

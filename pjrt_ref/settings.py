@@ -25,6 +25,16 @@ an `InvalidArgument`, so a PJRT caller sees INVALID_ARGUMENT rather than
 INTERNAL; the message names the variable, the value and what is accepted.
 A bad value is never replaced by the default in silence.
 
+The compile key. A setting is `in_compile_key` (the default) unless a
+compile never reads it and it cannot change what a compiled program does:
+the program cache (pjrt_ref/model/program_cache.py) keys on the texts of
+the settings in the key (`texts`), and JAX's persistent compilation cache
+on their digest (`fingerprint`, in the platform version), so work done
+under other settings is never reused, and a switch of the test harnesses
+or of the cache's own size does not throw it away. Out of the key: the
+suites' and recording proxy's variables, the tests' own switch, the diff
+worker's marker and PJRT_REF_PROGRAM_CACHE.
+
 Overrides. `with override(PJRT_REF_TRACE="1"): ...` gives variables values
 in this process without writing `os.environ` (the CLI's `trace` and `diff`
 commands pass their options so). A child process gets its settings through
@@ -165,13 +175,15 @@ PATH = Text("path", "a path")
 @dataclass(frozen=True)
 class Setting:
     """One variable. `default_text` describes a default the reader computes
-    (it depends on the machine); then `default` is None."""
+    (it depends on the machine); then `default` is None. `in_compile_key`:
+    whether compiled work is kept per value (module docstring, "The compile key")."""
 
     name: str
     kind: Kind
     default: object
     help: str
     default_text: str | None = None
+    in_compile_key: bool = True
 
     def parse(self, text: str):
         """The value of `text` (not empty), or InvalidSetting naming this variable."""
@@ -193,9 +205,10 @@ class Setting:
 SETTINGS: dict[str, Setting] = {}
 
 
-def _declare(name: str, kind: Kind, default: object, help: str, default_text: str | None = None) -> None:
+def _declare(name: str, kind: Kind, default: object, help: str, default_text: str | None = None, *,
+             in_compile_key: bool = True) -> None:
     assert name not in SETTINGS, f"{name} is declared twice"
-    SETTINGS[name] = Setting(name, kind, default, help, default_text)
+    SETTINGS[name] = Setting(name, kind, default, help, default_text, in_compile_key)
 
 
 # Debugging (docs/debugging.md).
@@ -219,7 +232,7 @@ _declare("PJRT_REF_DIFF_TIMEOUT", SECONDS, 300.0,
          "seconds PJRT_REF_DIFF waits for each answer of the other backend's worker")
 _declare("PJRT_REF_DIFF_WORKER", FLAG, False,
          "set to 1 by pjrt-ref in PJRT_REF_DIFF's worker processes (a `sitecustomize` can tell it "
-         "runs in one); not read by pjrt-ref")
+         "runs in one); not read by pjrt-ref", in_compile_key=False)
 _declare("PJRT_REF_LOG_API", FLAG, False,
          "log every PJRT C-API call with its outcome on the `pjrt_ref.api` logger; read when the "
          "plugin loads; `pjrt-ref explain`")
@@ -291,7 +304,7 @@ _declare("PJRT_REF_HEAP", FLAG, True,
          "let glibc's malloc keep up to 64 MiB of freed memory for reuse; 0 leaves malloc alone")
 _declare("PJRT_REF_PROGRAM_CACHE", Integer(0), 32,
          "compiled programs kept for a compile of the same bytes, options and settings "
-         "(least recently used out first; 0: none)")
+         "(least recently used out first; 0: none)", in_compile_key=False)
 _declare("PJRT_REF_CACHE_DIR", PATH, None,
          "disk cache of numba kernels, of the timed product strategies and of the bytecode the checker "
          "survived", "~/.cache/pjrt_ref/numba")
@@ -302,18 +315,24 @@ _declare("PJRT_REF_PROBE_DIR", PATH, None,
          "(stablehlo-translate's --probe-output-dir)")
 _declare("PJRT_REF_SUITE_PROGRESS", PATH, None,
          "set by `pjrt-ref jax-tests` / `torch-tests` for their pytest runs: the file each test's "
-         "start and outcome is appended to")
+         "start and outcome is appended to", in_compile_key=False)
 _declare("PJRT_REF_RECORD_PLUGIN", PATH, None,
          "set by `pjrt-ref jax-tests --plugin`: the plugin the recording proxy "
-         "(capi_shim/recording_proxy.c) loads and forwards to")
+         "(capi_shim/recording_proxy.c) loads and forwards to", in_compile_key=False)
 _declare("PJRT_REF_RECORD_DIR", PATH, None,
          "set by `pjrt-ref jax-tests --plugin`: the folder the recording proxy writes each compiled "
-         "program and each execution's arguments to")
+         "program and each execution's arguments to", in_compile_key=False)
 _declare("PJRT_REF_RECORD_TEST", Text("text", "a test id"), None,
-         "set by the plugin test kit around each test: the test the recording proxy files executions under")
+         "set by the plugin test kit around each test: the test the recording proxy files executions under",
+         in_compile_key=False)
 _declare("PJRT_REF_JAX_DEVICE_TAG", Text("text", "a device tag"), None,
          "set by `pjrt-ref jax-tests`: a device tag (`cpu`) JAX's test utilities also see on "
-         "pjrt_ref's devices")
+         "pjrt_ref's devices", in_compile_key=False)
+
+# The tests' own switches (tests/), read through this registry like the rest.
+_declare("PJRT_REF_SLOW_TESTS", FLAG, False,
+         "the tests also run their longest cases: 4-process jobs (tests/distributed/test_distributed.py)",
+         in_compile_key=False)
 
 
 # ------------------------------------------------------------------ reading
@@ -347,19 +366,24 @@ def get(name: str):
     return value
 
 
+def compile_key_names() -> tuple[str, ...]:
+    """The settings in the compile key (`Setting.in_compile_key`), in declaration order."""
+    return tuple(name for name, setting in SETTINGS.items() if setting.in_compile_key)
+
+
 def texts() -> tuple[str, ...]:
-    """The text of every declared variable now (override, else environment;
-    "" when unset), in declaration order: what a cache of work that reads
-    settings keys on (pjrt_ref/model/program_cache.py)."""
-    return tuple(_text(name) for name in SETTINGS)
+    """The text of every setting in the compile key now (override, else
+    environment; "" when unset), in declaration order: what the program
+    cache keys on (pjrt_ref/model/program_cache.py)."""
+    return tuple(_text(name) for name in compile_key_names())
 
 
 def fingerprint() -> str:
-    """A short digest of every declared variable's name and text now: what
-    a cache kept across processes keys on, so that work done under other
-    settings is never reused (JAX's persistent compilation cache, through
-    the platform version, pjrt_ref/model/topology.py)."""
-    text = "\0".join(f"{name}={_text(name)}" for name in SETTINGS)
+    """A short digest of the name and text of every setting in the compile
+    key now: what a cache kept across processes keys on, so that work done
+    under other settings is never reused (JAX's persistent compilation
+    cache, through the platform version, pjrt_ref/model/topology.py)."""
+    text = "\0".join(f"{name}={_text(name)}" for name in compile_key_names())
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -416,9 +440,10 @@ def override(**values: str) -> Iterator[None]:
 # ------------------------------------------------------------------ the README's table
 def markdown_table() -> str:
     """The README's table of switches (between its settings-table markers)."""
-    rows = ["| variable | type | default | what it does |", "|---|---|---|---|"]
+    rows = ["| variable | type | default | compile key | what it does |", "|---|---|---|---|---|"]
     for setting in SETTINGS.values():
-        cells = (f"`{setting.name}`", setting.kind.label, setting.shown_default(), setting.help)
+        cells = (f"`{setting.name}`", setting.kind.label, setting.shown_default(),
+                 "yes" if setting.in_compile_key else "no", setting.help)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
 

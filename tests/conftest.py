@@ -1,5 +1,7 @@
+"""What every test shares: the environment its process starts with, and the C API fixtures."""
 import os
-import sys
+
+import pytest
 
 # Tests that compare with XLA use JAX's own cpu backend in this process; the
 # plugin itself is exercised in subprocesses that choose their platforms.
@@ -11,5 +13,21 @@ os.environ.setdefault("PJRT_REF_JIT_BACKGROUND", "0")
 # Where the background thread is on, a loop's kernel is queued at its first
 # run (tests of the hot threshold set their own).
 os.environ.setdefault("PJRT_REF_JIT_HOT_SECONDS", "0")
-# The helpers every folder imports by name (oracle, capi_calls, jax_support, ...).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+
+
+# ------------------------------------------------------------------ the C API, in process
+# One plugin table and one client per test module. Imported inside the
+# fixtures: tests that never call the C API then never load the shim.
+@pytest.fixture(scope="module")
+def api():
+    """The plugin's function table, called as a C host does (tests/support/capi_calls.py)."""
+    from tests.support.capi_calls import Api
+    return Api()
+
+
+@pytest.fixture(scope="module")
+def client(api):
+    """A client with the default options, destroyed after the module's last test."""
+    client = api.client()
+    yield client
+    api.call("PJRT_Client_Destroy", client=client)

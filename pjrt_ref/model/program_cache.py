@@ -13,8 +13,9 @@ The key is everything a compile reads: the program's format and bytes,
 the compile options pjrt-ref takes from CompileOptionsProto (parsed: the
 serialized proto is no key, JAX's debug options hold a map whose entries
 come in a different order each time), and the text of every `PJRT_REF_*`
-setting (planning reads several; a test that changes one between two
-compiles gets a fresh plan). A program that fails to compile is not kept:
+setting in the compile key (`settings.texts`; planning reads several, and a
+test that changes one between two compiles gets a fresh plan; the test
+harnesses' variables and this cache's own size are left out). A program that fails to compile is not kept:
 the next compile fails the same way, with the same error.
 
 Bounded by `PJRT_REF_PROGRAM_CACHE` executables (default 32, 0: none),

@@ -27,7 +27,7 @@ def platform_version() -> str:
     """pjrt-ref's version and the fingerprint of its settings at client
     creation: JAX's persistent compilation cache keys on this text, so an
     entry written by another version or under other `PJRT_REF_*` settings
-    is never loaded."""
+    of the compile key (`settings.fingerprint`) is never loaded."""
     from .. import __version__
     return (f"pjrt-ref {__version__} (StableHLO interpreter on numpy; "
             f"settings {settings.fingerprint()})")

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 import pjrt_ref
-from repo_paths import DATA
+from tests.support.repo_paths import DATA
 
 
 SOURCES = DATA / "c_host"

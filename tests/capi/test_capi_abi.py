@@ -174,7 +174,7 @@ def test_hlo_program_that_is_no_module_is_invalid_argument():
 
 def test_get_pjrt_api_from_threads_without_the_gil():
     """First call races from 8 threads (ctypes drops the GIL): one init, one table."""
-    from jax_support import run_python
+    from tests.support.jax_support import run_python
     run_python("""
         import ctypes, threading
         import pjrt_ref

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capi_calls import PjrtCallError, ffi, lib
+from tests.support.capi_calls import PjrtCallError, ffi, lib
 
 INVALID, PRECONDITION = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_FAILED_PRECONDITION
 UNIMPLEMENTED, ABORTED = lib.PJRT_Error_Code_UNIMPLEMENTED, lib.PJRT_Error_Code_ABORTED

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from capi_calls import PjrtCallError, ffi, lib
+from tests.support.capi_calls import PjrtCallError, ffi, lib
 
 INVALID, NOT_FOUND = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_NOT_FOUND
 PRECONDITION, UNIMPLEMENTED = lib.PJRT_Error_Code_FAILED_PRECONDITION, lib.PJRT_Error_Code_UNIMPLEMENTED

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capi_calls import ffi, lib
+from tests.support.capi_calls import ffi, lib
 from pjrt_ref.capi import cdata
 from pjrt_ref.model import handles
 from pjrt_ref.model.device import AsyncTrackingEvent

@@ -6,7 +6,7 @@ process lives on). Each scenario runs in a child process.
 """
 from __future__ import annotations
 
-from jax_support import run_jax, run_python
+from tests.support.jax_support import run_jax, run_python
 
 PYPJRT_PRELUDE = """
 import array

@@ -9,13 +9,15 @@ and the API log (PJRT_REF_LOG_API=1) must still see every call under JAX.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi, lib
+from tests.support.capi_calls import Api, PjrtCallError, ffi, lib
 from pjrt_ref.model import handles
 from pjrt_ref.capi import fast_paths
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 TWO_RESULTS = """func.func @main(%x: tensor<f32>, %y: tensor<f32>) -> (tensor<f32>, tensor<f32>) {
   %0 = stablehlo.add %x, %y : tensor<f32>
@@ -24,17 +26,31 @@ TWO_RESULTS = """func.func @main(%x: tensor<f32>, %y: tensor<f32>) -> (tensor<f3
 }"""
 
 
-@pytest.fixture(scope="module")
-def api():
-    api = Api()
-    yield api
-    fast_paths.set_enabled(fast_paths.wanted())
+@pytest.fixture(autouse=True)
+def fast_paths_restored(api):
+    """The switch is process-wide and these tests flip it: each test leaves it
+    as it found it, whether it passes or fails (`api` binds the shim first)."""
+    before = fast_paths.enabled
+    try:
+        yield
+    finally:
+        fast_paths.set_enabled(before)
+
+
+@contextlib.contextmanager
+def fast_paths_set(enabled: bool):
+    """The C fast paths on or off for the block, then as they were."""
+    before = fast_paths.enabled
+    fast_paths.set_enabled(enabled)
+    try:
+        yield
+    finally:
+        fast_paths.set_enabled(before)
 
 
 @pytest.fixture(scope="module")
-def objects(api):
-    """A client, an executable with two results, two scalar buffers, a device and a memory."""
-    client = api.client()
+def objects(api, client):
+    """The client, an executable with two results, two scalar buffers, a device and a memory."""
     loaded = api.compile(client, TWO_RESULTS)
     executable = api.call("PJRT_LoadedExecutable_GetExecutable", loaded_executable=loaded).executable
     x, y = _scalar(api, client, 3.0), _scalar(api, client, 4.0)
@@ -56,13 +72,12 @@ def _both_ways(api: Api, name: str, outputs: tuple[str, ...], **fields):
     """(fast, python): each the call's outputs, or its error as (code, message)."""
     results = []
     for enabled in (True, False):
-        fast_paths.set_enabled(enabled)
-        try:
-            args = api.call(name, **fields)
-            results.append(tuple(_value(getattr(args, field)) for field in outputs))
-        except PjrtCallError as error:
-            results.append(("error", error.code, error.message))
-    fast_paths.set_enabled(True)
+        with fast_paths_set(enabled):
+            try:
+                args = api.call(name, **fields)
+                results.append(tuple(_value(getattr(args, field)) for field in outputs))
+            except PjrtCallError as error:
+                results.append(("error", error.code, error.message))
     return results
 
 
@@ -179,16 +194,15 @@ def _record_on_ready(error, user_arg):
 
 def test_on_ready_runs_the_callback_at_once_with_no_error(api, objects):
     for enabled in (True, False):
-        fast_paths.set_enabled(enabled)
-        seen: list = []
-        handle = ffi.new_handle(seen)
-        event = _ready_event(api, objects)
-        api.call("PJRT_Event_OnReady", event=event, callback=_record_on_ready, user_arg=handle)
-        assert seen == [True]
-        with pytest.raises(PjrtCallError, match="callback is NULL"):
-            api.call("PJRT_Event_OnReady", event=event, callback=ffi.NULL, user_arg=handle)
-        api.call("PJRT_Event_Destroy", event=event)
-    fast_paths.set_enabled(True)
+        with fast_paths_set(enabled):
+            seen: list = []
+            handle = ffi.new_handle(seen)
+            event = _ready_event(api, objects)
+            api.call("PJRT_Event_OnReady", event=event, callback=_record_on_ready, user_arg=handle)
+            assert seen == [True], enabled
+            with pytest.raises(PjrtCallError, match="callback is NULL"):
+                api.call("PJRT_Event_OnReady", event=event, callback=ffi.NULL, user_arg=handle)
+            api.call("PJRT_Event_Destroy", event=event)
 
 
 def test_execute_outputs_and_events_then_delete(api, objects):
@@ -219,10 +233,16 @@ def test_execute_outputs_and_events_then_delete(api, objects):
 
 
 def test_error_destroy_of_null_is_a_no_op(api):
+    """PJRT_Error_Destroy(NULL) (a void slot) returns on either path without
+    touching a handle, and errors are made, read and destroyed as before."""
     for enabled in (True, False):
-        fast_paths.set_enabled(enabled)
-        api.raw("PJRT_Error_Destroy", api.args("PJRT_Error_Destroy", error=ffi.NULL))
-    fast_paths.set_enabled(True)
+        with fast_paths_set(enabled):
+            before = handles.count()
+            api.raw("PJRT_Error_Destroy", api.args("PJRT_Error_Destroy", error=ffi.NULL))
+            assert handles.count() == before, enabled
+            code, message = api.error("PJRT_Buffer_IsDeleted", buffer=ffi.NULL)
+            assert code == 3 and "handle" in message, enabled       # INVALID_ARGUMENT
+            assert handles.count() == before, enabled
 
 
 def test_api_log_still_sees_every_call_under_jax():
@@ -259,7 +279,6 @@ def test_buffer_destroys_answered_in_c_are_finished_before_python_looks(api, obj
             api.call("PJRT_Buffer_Destroy", buffer=buffers[-1])
     assert lib.pjrt_ref_destroyed_pending() == 0
     assert handles.count() == before
-    fast_paths.set_enabled(True)
 
 
 def test_fast_paths_are_off_when_every_call_must_be_seen(monkeypatch):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from capi_calls import ffi, lib
+from tests.support.capi_calls import ffi, lib
 
 INVALID, UNIMPLEMENTED = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_UNIMPLEMENTED
 KINDS = [b"device", b"pinned_host", b"unpinned_host"]

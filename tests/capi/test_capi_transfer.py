@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from capi_calls import ffi, lib
+from tests.support.capi_calls import ffi, lib
 from test_capi_errors import PYPJRT_PRELUDE
-from jax_support import run_python
+from tests.support.jax_support import run_python
 
 
 def test_chunked_transfer_then_execute():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from capi_calls import Api, PjrtCallError, extension
+from tests.support.capi_calls import Api, PjrtCallError, extension
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
 

@@ -1,14 +1,13 @@
 """A bounded run of the C API fuzzer (tests/scripts/fuzz_capi.py) in child processes: no crash, no accepted misuse."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-from jax_support import clean_env
-from repo_paths import SCRIPTS
+from tests.support.jax_support import clean_env
+from tests.support.repo_paths import SCRIPTS
 
 FUZZER = str(SCRIPTS / "fuzz_capi.py")
 

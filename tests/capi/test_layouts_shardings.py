@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, assert_layout_matches, extension
-from jax_support import run_jax
+from tests.support.capi_calls import Api, PjrtCallError, assert_layout_matches, extension
+from tests.support.jax_support import run_jax
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
 
@@ -69,9 +69,7 @@ def serialized(api: Api, layout) -> str:
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    api = Api()
-    client = api.client()
+def loaded(api, client):
     executable = api.call("PJRT_LoadedExecutable_GetExecutable",
                           loaded_executable=api.compile(client, PROGRAM)).executable
     return api, client, executable
@@ -127,15 +125,15 @@ module attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
 """
 
 
-def test_a_program_over_partitions_without_results_has_one_output_sharding(monkeypatch):
+def test_a_program_over_partitions_without_results_has_one_output_sharding(api, monkeypatch):
     """As XLA keeps an empty tuple's sharding (one element); jaxlib fails the
     compile on zero ("the output sharding has 0 elements")."""
     from jax._src.lib import xla_client
 
     monkeypatch.setenv("PJRT_REF_NUM_DEVICES", "2")
-    api = Api()
+    two_devices = api.client()          # the module's client has one device; this program needs two
     executable = api.call("PJRT_LoadedExecutable_GetExecutable",
-                          loaded_executable=api.compile(api.client(), NO_RESULTS_ON_2)).executable
+                          loaded_executable=api.compile(two_devices, NO_RESULTS_ON_2)).executable
     outputs = call(api, shardings(), "PJRT_Shardings_PJRT_Executable_OutputShardings", executable=executable)
     parameters = call(api, shardings(), "PJRT_Shardings_PJRT_Executable_ParameterShardings",
                       executable=executable)
@@ -144,6 +142,7 @@ def test_a_program_over_partitions_without_results_has_one_output_sharding(monke
         proto = xla_client.OpSharding()
         proto.ParseFromString(bytes(ffi.buffer(args.shardings[0], args.sharding_sizes[0])))
         assert xla_client.HloSharding.from_proto(proto).is_replicated()
+    api.call("PJRT_Client_Destroy", client=two_devices)
 
 
 def test_bad_handles_and_arguments_are_errors_not_crashes(loaded):

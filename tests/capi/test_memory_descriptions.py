@@ -3,7 +3,7 @@ the kinds of memory a device description offers without a client, and
 JAX's compile-only devices built on it."""
 from __future__ import annotations
 
-from capi_calls import PjrtCallError, extension, ffi, lib
+from tests.support.capi_calls import PjrtCallError, extension, ffi, lib
 from tests.support.jax_support import run_jax
 
 INVALID = lib.PJRT_Error_Code_INVALID_ARGUMENT

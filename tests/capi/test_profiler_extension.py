@@ -17,8 +17,8 @@ import pytest
 
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 from pjrt_ref.errors import ErrorCode
-from capi_calls import assert_layout_matches
-from jax_support import run_jax
+from tests.support.capi_calls import assert_layout_matches
+from tests.support.jax_support import run_jax
 
 abi = pytest.importorskip("pypjrt._abi.pjrt_0_114")
 

@@ -14,17 +14,16 @@ child does that first.
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 
 import pytest
 
-from jax_support import run_python
-from repo_paths import REPO, SUPPORT, TESTS
+from tests.support.jax_support import run_python
+from tests.support.repo_paths import REPO
 
-# The child imports the helpers and test_multi_device's C API steps.
-CHILD_PATH = os.pathsep.join([str(SUPPORT), str(TESTS / "model")])
+# The child imports the test helpers as a package (tests.support), from the repository root.
+CHILD_PATH = str(REPO)
 
 CHILD = r"""
 import ctypes, datetime, sys, threading
@@ -57,8 +56,9 @@ for thread in threads:
     thread.join()
 assert len(seen) == 4 and len(set(seen)) == 1 and seen[0], seen
 
-from capi_calls import Api, ffi
-from test_multi_device import TWO_REPLICAS, _buffer_on, _client, _devices, _execute
+from tests.support.capi_calls import Api, ffi
+from tests.support.multi_device_calls import (TWO_REPLICAS, addressable_devices, buffer_on,
+                                              client_with_devices, execute_on_devices)
 
 class CtypesApi(Api):
     # Every slot called through ctypes: PYFUNCTYPE keeps the GIL, CFUNCTYPE releases it.
@@ -72,15 +72,15 @@ class CtypesApi(Api):
 
 api = CtypesApi()
 assert int(ffi.cast("uintptr_t", api.api)) == seen[0]
-client = _client(api, 2)
+client = client_with_devices(api, 2)
 platform = api.call("PJRT_Client_PlatformName", client=client)
 assert ffi.string(platform.platform_name, platform.platform_name_size) == b"pjrt_ref"
 # Two replicas meet at an all_reduce: one helper thread per device, which need the GIL.
-devices = _devices(api, client)
+devices = addressable_devices(api, client)
 loaded = api.compile(client, TWO_REPLICAS)
 inputs = [np.array([1, 2, 3], np.int32), np.array([10, 20, 30], np.int32)]
-rows = [[_buffer_on(api, client, x, device)] for x, device in zip(inputs, devices)]
-for d, (total, replica) in enumerate(_execute(api, loaded, rows, 2)):
+rows = [[buffer_on(api, client, x, device)] for x, device in zip(inputs, devices)]
+for d, (total, replica) in enumerate(execute_on_devices(api, loaded, rows, 2)):
     np.testing.assert_array_equal(api.to_host(total, np.int32, (3,)), np.sum(inputs, axis=0))
     assert api.to_host(replica, np.uint32, ()) == d
 api.call("PJRT_Client_Destroy", client=client)
@@ -120,7 +120,7 @@ print("api", library.GetPjrtApi())
 
 STALLED_CHILD = r"""
 import ctypes
-from capi_calls import Api, ffi
+from tests.support.capi_calls import Api, ffi
 
 api = Api()
 client = api.client()

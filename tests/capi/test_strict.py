@@ -6,7 +6,7 @@ the `pjrt_ref.strict` log line naming the entry point.
 """
 from __future__ import annotations
 
-from jax_support import run_python
+from tests.support.jax_support import run_python
 
 HARNESS = """
 import numpy as np
@@ -103,7 +103,7 @@ destroy_client()
 
 def test_jax_runs_clean_under_strict_mode():
     """JAX (an older pjrt_c_api.h than ours) uses the API correctly: no violation logged."""
-    from jax_support import run_jax
+    from tests.support.jax_support import run_jax
     proc = run_jax("""
         x = jnp.arange(8.0)
         y = jax.jit(lambda a: jnp.sin(a) * 2, donate_argnums=0)(x)
@@ -244,8 +244,8 @@ def test_fuzzer_under_strict_mode_never_crashes_nor_accepts_misuse():
     import subprocess
     import sys
 
-    from jax_support import clean_env
-    from repo_paths import SCRIPTS
+    from tests.support.jax_support import clean_env
+    from tests.support.repo_paths import SCRIPTS
     fuzzer = SCRIPTS / "fuzz_capi.py"
     proc = subprocess.run([sys.executable, str(fuzzer), "--seed", "7", "--calls", "1500"],
                           env=clean_env(PJRT_REF_STRICT="1"), capture_output=True, text=True, timeout=300)

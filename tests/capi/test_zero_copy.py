@@ -21,10 +21,10 @@ import weakref
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi, lib
+from tests.support.capi_calls import Api, PjrtCallError, ffi, lib
 from pjrt_ref.model import handles
 from pjrt_ref.model.buffer import Buffer
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 BOTH = {"JAX_PLATFORMS": "pjrt_ref,cpu"}
 INVALID, PRECONDITION = lib.PJRT_Error_Code_INVALID_ARGUMENT, lib.PJRT_Error_Code_FAILED_PRECONDITION

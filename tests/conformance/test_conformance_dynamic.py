@@ -18,7 +18,7 @@ from pjrt_ref.conformance import dynamic, oracle
 from pjrt_ref.conformance.runner import main
 from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.types import TensorType
-from repo_paths import DATA
+from tests.support.repo_paths import DATA
 
 DYNAMIC = str(DATA / "conformance" / "dynamic")
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-import repo_paths
+from tests.support import repo_paths
 from pjrt_ref.conformance.runner import main
 
 DATA = str(repo_paths.DATA / "conformance")

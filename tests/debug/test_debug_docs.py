@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-from jax_support import clean_env
-from repo_paths import REPO
+from tests.support.jax_support import clean_env
+from tests.support.repo_paths import REPO
 
 DOC = REPO / "docs" / "debugging.md"
 _FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)```", re.S)

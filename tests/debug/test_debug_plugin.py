@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from jax_support import clean_env
+from tests.support.jax_support import clean_env
 
 SCRIPT = """\
 import jax, jax.numpy as jnp

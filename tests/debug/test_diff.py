@@ -17,8 +17,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jax_support import clean_env
-from repo_paths import SUPPORT
+from tests.support.jax_support import clean_env
+from tests.support.repo_paths import REPO
 
 from pjrt_ref.debug.diff import Differ, Divergence
 from pjrt_ref.debug.diff.compare import Tolerance, compare, ulp_distance
@@ -316,8 +316,8 @@ def test_jax_raises_at_the_planted_op_and_prints_once(model_dir):
 def test_w4_like_training_step_agrees_with_xla_cpu(tmp_path):
     script = textwrap.dedent(f'''\
         import sys, numpy as np, jax
-        sys.path.insert(0, {str(SUPPORT)!r})
-        from jit_support import mlp_training_step
+        sys.path.insert(0, {str(REPO)!r})      # for the test helpers, imported as a package
+        from tests.support.jit_support import mlp_training_step
         step, args = mlp_training_step(np.random.default_rng(0), (784, 512, 512, 10), batch=128)
         open("step.mlir", "w").write(jax.jit(step).lower(*args).as_text(debug_info=True))
         for i, a in enumerate(jax.tree_util.tree_leaves(args)):

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from collective_grid_cases import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
+from tests.support.collective_grid_cases import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
 from pjrt_ref import process_files
 from pjrt_ref.debug.profile import merge
 from pjrt_ref.distributed import LocalStore

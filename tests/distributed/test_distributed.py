@@ -14,19 +14,18 @@ starts 4 JAX processes on a 2-core machine).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
-from distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path, results,
-                                run_job, run_mpiexec_job)
+from pjrt_ref import settings
+from tests.support.distributed_launch import (check_all_succeeded, mpi_missing_reason, mpiexec_path,
+                                              results, run_job, run_mpiexec_job)
 
 pytestmark = [pytest.mark.skipif(mpi_missing_reason() is not None,
                                  reason=f"multi-process pjrt-ref needs the [mpi] extra: {mpi_missing_reason()}"),
               pytest.mark.slow]
 
-SLOW = pytest.mark.skipif(os.environ.get("PJRT_REF_SLOW_TESTS") != "1",
+SLOW = pytest.mark.skipif(not settings.get("PJRT_REF_SLOW_TESTS"),
                           reason="4-process jobs run with PJRT_REF_SLOW_TESTS=1")
 JOBS = [pytest.param(2, 1, id="P2-D1"), pytest.param(2, 2, id="P2-D2"),
         pytest.param(4, 1, id="P4-D1", marks=SLOW), pytest.param(4, 2, id="P4-D2", marks=SLOW)]
@@ -95,18 +94,20 @@ def test_a_job_launched_by_mpiexec_matches_xla_cpu(job, tmp_path):
 
 
 # ------------------------------------------------------------------- faults
+# Promises checked by what each process reports (which wait ended, and why),
+# never by how long a step took on this machine: the only wall-clock facts
+# asserted are that a collective's timeout does not fire before it is due.
 FAULT_TIMEOUT = 5.0      # PJRT_REF_COLLECTIVE_TIMEOUT of the fault jobs, seconds
-SLACK = 8.0              # what a loaded 2-core machine may add to a wait, seconds
+TIMED_OUT = f"timed out after {FAULT_TIMEOUT:g} s"
 
 
-def run_fault(tmp_path, fault: str, late_by: float = 0.0, linger: float = 0.0):
+def run_fault(tmp_path, fault: str):
     """A 2-process job whose process 1 spoils a psum (distributed_programs.fault_program);
-    each process's (exit code, seconds its execution took to fail, output). Process 0
-    hosts JAX's coordinator: it stays `linger` s after failing."""
-    arguments = ["--fault", fault, "--late-by", str(late_by)]
+    each process's (exit code, seconds its execution took to fail, output). The
+    job's 120 s limit is a hang guard only."""
     outcomes = run_job("pjrt_ref", 2, 1, str(tmp_path), timeout=120,
                        env={"PJRT_REF_COLLECTIVE_TIMEOUT": str(FAULT_TIMEOUT)},
-                       extra_arguments={0: arguments + ["--linger", str(linger)], 1: arguments})
+                       extra_arguments={0: ["--fault", fault], 1: ["--fault", fault]})
     return [(o.returncode, _seconds_to_fail(o.output), o.output) for o in outcomes]
 
 
@@ -117,33 +118,44 @@ def _seconds_to_fail(output: str) -> float | None:
     return None
 
 
-def test_a_process_that_dies_fails_its_peer_within_the_timeout(tmp_path):
+def _error_code(output: str) -> str | None:
+    """The code of the error the process's execution failed with ("FAILED after
+    S s: CODE: message"): its own, whatever other process's error it quotes."""
+    for line in output.splitlines():
+        if line.startswith("FAILED after "):
+            return line.split(": ", 2)[1]
+    return None
+
+
+def test_a_process_that_dies_fails_its_peer_at_the_collective_timeout(tmp_path):
     (code, seconds, output), (code_1, _, output_1) = run_fault(tmp_path, "die")
     assert code == 1 and code_1 == 0, output + output_1
-    assert FAULT_TIMEOUT <= seconds < FAULT_TIMEOUT + SLACK, output
-    for part in ("DEADLINE_EXCEEDED", "'stablehlo.all_reduce' at ", "distributed_programs.py",
-                 f"timed out after {FAULT_TIMEOUT:g} s",
+    assert seconds >= FAULT_TIMEOUT, output          # the wait is not cut short
+    for part in ("DEADLINE_EXCEEDED", "'stablehlo.all_reduce' at ", "distributed_programs.py", TIMED_OUT,
                  "waiting for process (0, 1) (replica, partition) on host process 1"):
         assert part in output, (part, output)
 
 
 def test_a_late_process_fails_both(tmp_path):
-    (code_0, seconds_0, output_0), (code_1, seconds_1, output_1) = run_fault(
-        tmp_path, "late", late_by=FAULT_TIMEOUT + 3, linger=10)
+    """Process 1 reaches the psum only after process 0 gave up waiting for it
+    (forced: it waits for process 0's end). Process 0 times out; process 1
+    hears of that failure when it arrives instead of waiting out a timeout."""
+    (code_0, seconds_0, output_0), (code_1, _, output_1) = run_fault(tmp_path, "late")
     assert code_0 == code_1 == 1, output_0 + output_1
-    assert FAULT_TIMEOUT <= seconds_0 < FAULT_TIMEOUT + SLACK, output_0
+    assert seconds_0 >= FAULT_TIMEOUT, output_0
+    assert TIMED_OUT in output_0, output_0
     assert "waiting for process (0, 1) (replica, partition) on host process 1" in output_0, output_0
-    # Process 1 reaches the psum after process 0 gave up: it hears of the failure
-    # as soon as it arrives (its execution took the delay plus a little).
-    assert seconds_1 < FAULT_TIMEOUT + 3 + SLACK, output_1
     assert "another process failed: host process 0" in output_1, output_1
+    assert _error_code(output_0) == "DEADLINE_EXCEEDED", output_0
+    assert _error_code(output_1) not in (None, "DEADLINE_EXCEEDED"), output_1   # it did not wait
 
 
 def test_processes_with_different_shapes_at_one_collective_fail_naming_both(tmp_path):
+    """Both fail on the shapes they bring, not by waiting out the timeout."""
     outcomes = run_fault(tmp_path, "mismatch")
     for code, seconds, output in outcomes:
-        assert code == 1, output
-        assert seconds < FAULT_TIMEOUT, output
+        assert code == 1 and seconds is not None, output
+        assert _error_code(output) not in (None, "DEADLINE_EXCEEDED") and TIMED_OUT not in output, output
     # The devices' argument shards meet first (pjrt_ref/spmd/partitioner.py): that is where
     # the different shapes show.
     message = outcomes[0][2]

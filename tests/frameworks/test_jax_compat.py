@@ -6,7 +6,7 @@ here in a few lines each.
 """
 from __future__ import annotations
 
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 PJRT_REF_AND_CPU = {"JAX_PLATFORMS": "pjrt_ref,cpu"}
 

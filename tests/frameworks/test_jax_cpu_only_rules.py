@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jax_support import run_jax, run_python
+from tests.support.jax_support import run_jax, run_python
 
 IMPORT_ALL_OF_JAX = """
 import importlib, pkgutil, warnings

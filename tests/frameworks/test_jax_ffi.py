@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 HANDLERS_SOURCE = os.path.join(os.path.dirname(__file__), "..", "data", "ffi_handlers", "handlers.cc")
 COMPILER = shutil.which("g++") or shutil.which("c++")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pjrt_ref
 
-from jax_support import run_jax, run_python
+from tests.support.jax_support import run_jax, run_python
 
 
 def test_integration_guide_cases():

@@ -9,7 +9,7 @@ import pytest
 
 import pjrt_ref
 
-from jax_support import run_jax, run_python
+from tests.support.jax_support import run_jax, run_python
 
 
 def test_jnp_add():

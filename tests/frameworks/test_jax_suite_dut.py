@@ -5,7 +5,7 @@ plugin the runner loads into JAX's test runs."""
 from __future__ import annotations
 
 import pytest
-from jax_support import run_python
+from tests.support.jax_support import run_python
 
 DEVICE_TEST = """
 import jax

@@ -18,8 +18,8 @@ import textwrap
 import pytest
 
 import pjrt_ref
-from jax_support import clean_env, run_python
-from repo_paths import REPO
+from tests.support.jax_support import clean_env, run_python
+from tests.support.repo_paths import REPO
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
                                  reason="torch_xla is not installed (pip install -e '.[torch]')"),

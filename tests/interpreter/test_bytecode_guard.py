@@ -11,7 +11,7 @@ import sys
 import tempfile
 import textwrap
 
-from repo_paths import DATA
+from tests.support.repo_paths import DATA
 
 CORPUS = DATA / "fuzz_loader"
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from repo_paths import DATA, SCRIPTS
+from tests.support.repo_paths import DATA, SCRIPTS
 
 CORPUS = DATA / "fuzz_loader"
 FILES = sorted(p for p in CORPUS.iterdir() if p.is_file()) if CORPUS.is_dir() else []

@@ -9,7 +9,7 @@ import io
 import numpy as np
 import pytest
 
-from oracle import assert_same_as_jax  # noqa: F401  (sets JAX to cpu, x64)
+from tests.support.oracle import assert_same_as_jax  # noqa: F401  (sets JAX to cpu, x64)
 from pjrt_ref.errors import InvalidArgument, Unimplemented
 from pjrt_ref.interpreter import load
 
@@ -221,7 +221,7 @@ def test_control_dependencies_run_as_the_program_asks():
     schedule = pytest.importorskip("jax.experimental.control_deps",
                                    reason="this JAX has no control_deps").schedule
 
-    from oracle import lower_to_text
+    from tests.support.oracle import lower_to_text
 
     def f(x):
         a, b = jnp.sin(x @ x), jnp.cos(x * 2)

@@ -14,9 +14,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
-from jit_support import mlp_training_step, product_in_blocks  # noqa: E402
-from products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool  # noqa: E402
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jit_support import mlp_training_step, product_in_blocks  # noqa: E402
+from tests.support.products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -15,11 +15,13 @@ smallest normal to 0; the comparison with XLA allows that.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values, load_with, ordered  # noqa: E402
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jit_support import assert_same_values, load_with, ordered  # noqa: E402
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -195,7 +197,7 @@ def test_large_math_op_alone_compiles(monkeypatch):
 
 def test_threads_give_the_same_bits(monkeypatch):
     """A large loop split across threads equals one call over everything."""
-    from products_support import cpus_said_idle
+    from tests.support.products_support import cpus_said_idle
 
     x = inputs()[:400_001]
     text = program_text("tanh", x.size)
@@ -219,31 +221,52 @@ def test_pieces_cover_the_range_once():
         assert all(start % 64 == 0 for start, _ in ranges)
 
 
-def test_an_error_in_one_piece_reaches_the_caller(monkeypatch):
-    import time
+# How long a forced interleaving may wait for the other thread: a hang guard only.
+HANG_GUARD_SECONDS = 60
 
-    from products_support import cpus_said_idle
+
+def test_an_error_in_one_piece_reaches_the_caller_once_every_piece_has_run(monkeypatch):
+    """run_split raises a piece's error only after every piece has run, a
+    helper's too. The interleaving is forced with events: the caller's
+    first piece fails only once a helper is inside a piece, and that piece
+    ends only after the failure, so the caller must wait for it."""
+    from tests.support.products_support import cpus_said_idle
 
     from pjrt_ref.interpreter.native import threads
 
     monkeypatch.setenv("PJRT_REF_JIT_THREADS", "2")
-    finished = []
+    caller = threading.current_thread()
+    helper_inside, failed = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    started: set[str] = set()                  # "caller", "helper": who has begun a piece
+    finished: list[int] = []
+    outlived_the_failure: list[int] = []
 
     def run_piece(start: int, stop: int) -> None:
-        time.sleep(0.002)
+        side = "caller" if threading.current_thread() is caller else "helper"
+        with lock:
+            first = side not in started
+            started.add(side)
+        if first and side == "helper":
+            helper_inside.set()
+            assert failed.wait(HANG_GUARD_SECONDS), "the caller's piece never failed"
+            outlived_the_failure.append(start)
         finished.append(start)
-        if start == 0:
+        if first and side == "caller":
+            assert helper_inside.wait(HANG_GUARD_SECONDS), "no helper took a piece"
+            failed.set()
             raise ValueError("piece failed")
 
-    with pytest.raises(ValueError, match="piece failed"), cpus_said_idle(1):   # split whatever the load
+    with pytest.raises(ValueError, match="piece failed"), cpus_said_idle(1):   # one helper, whatever the load
         threads.run_split(run_piece, 1 << 20, 1 << 10)
-    count = len(finished)
-    time.sleep(0.05)
-    assert count == 16 and len(finished) == count  # every piece ran, none after the raise
+    every_piece = [start for start, _ in threads.pieces(1 << 20, 1 << 10, 2 * threads.PIECES_PER_THREAD)]
+    assert len(every_piece) == 16
+    assert sorted(finished) == every_piece      # each piece ran once, all before the raise
+    assert len(outlived_the_failure) == 1 and outlived_the_failure[0] in finished
 
 
 def test_no_idle_cpu_means_one_call(monkeypatch):
-    from products_support import cpus_said_idle
+    from tests.support.products_support import cpus_said_idle
 
     from pjrt_ref.interpreter.native import threads
 

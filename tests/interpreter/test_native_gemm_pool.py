@@ -14,8 +14,8 @@ import threading
 import numpy as np
 import pytest
 
-from jit_support import product_in_blocks
-from products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool
+from tests.support.jit_support import product_in_blocks
+from tests.support.products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.interpreter.native import blas, gemm_pool, products
 from pjrt_ref.interpreter.native.gemm_pool import GemmPool

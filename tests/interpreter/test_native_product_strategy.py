@@ -2,9 +2,10 @@
 timing, how a shape of product runs on this machine
 (interpreter/native/product_strategy.py, run by product_probes.py for
 products.py's engine). Timings are never
-asserted: the rules are checked on given times (a fake clock), and the
-integration on whatever this machine measures, both ways a decision can
-go leading to the same promised bits."""
+asserted, and no test takes what this machine's timing decides: the rules
+are checked on given times (a fake clock), and the engine with each
+verdict forced (given times, `GivenTimes`), each leading to the bits it
+promises."""
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ import types
 import numpy as np
 import pytest
 
-from jit_support import product_in_blocks
-from products_support import FixedStrategy, GivenAnswers
+from tests.support.jit_support import product_in_blocks
+from tests.support.products_support import FixedStrategy, GivenAnswers, RecordingPool, RecordingThreads, c_pool
 from pjrt_ref.interpreter.native import blas, openblas, openblas_threads, product_strategy
 from pjrt_ref.interpreter.native.openblas_threads import OpenBlasThreads
 from pjrt_ref.interpreter.native.product_probes import ShapeStrategies
@@ -162,51 +163,93 @@ def test_strategies_are_kept_on_disk_per_machine(fresh_cache, monkeypatch):
     assert product_strategy.lookup("float32 256x256x256 rows,rows c") is None
 
 
-class CountedTimings(ShapeStrategies):
-    """An engine's strategies, each timing appended to `timed` (its blocks)."""
+class GivenTimes:
+    """In place of `product_strategy.measure`: the candidates' best times are
+    `times`, whatever this machine would measure; `calls` counts the timings."""
 
-    def __init__(self, engine, timed: list):
-        super().__init__(engine)
-        self.timed = timed
+    def __init__(self, times: dict[str, float]):
+        self.times = times
+        self.calls = 0
 
-    def measure(self, a, b, blocks, in_c):
-        self.timed.append(blocks)
-        return super().measure(a, b, blocks, in_c)
-
-
-def _timed_engine(timed: list, idle: int) -> blas.ProductEngine:
-    """An engine that sees `idle` CPUs idle and counts its timings in `timed`."""
-    engine = blas.build_engine(idle_cpus=lambda: idle)
-    engine.strategies = CountedTimings(engine, timed)
-    return engine
+    def __call__(self, ours, threaded, quiet) -> dict[str, float]:
+        self.calls += 1
+        return dict(self.times)
 
 
-def test_a_shape_is_timed_once_per_machine(fresh_cache):
-    """The first product of a shape is timed (the other CPUs said idle),
-    later ones and a later process reuse the verdict; whichever way it
-    went, the result is the blocks' bits, or with OpenBLAS's threads the
-    product's value."""
-    blas.limit_blas_threads()
-    idle = len(os.sched_getaffinity(0)) - 1
-    measured = []
-    engine = _timed_engine(measured, idle)
+@pytest.fixture
+def serial_quick_enough(monkeypatch):
+    """The serial candidate's first run counts as quick enough to time
+    (under MAX_PROBED_SECONDS), however loaded this machine is."""
+    monkeypatch.setattr(product_strategy, "serial_seconds", lambda run: 0.0)
+
+
+class RecordedOpenBlas:
+    """OpenBLAS on one thread (so products follow their strategy), its
+    threaded products recorded in `threaded` (thread counts) and computed
+    by one np.matmul call."""
+
+    threads = 1
+
+    def __init__(self):
+        self.threaded: list[int] = []
+
+    def threaded_matmul(self, a, b, threads):
+        self.threaded.append(threads)
+        return np.matmul(a, b)
+
+
+# Each verdict the timing can reach for a shape, by the times that lead to it
+# (test_decide checks the rule), and the strategy with two usable CPUs.
+VERDICTS = {
+    "split": ({"serial": 1.0, "split": 0.6}, Strategy(split=True)),
+    "serial": ({"serial": 1.0, "split": 1.2}, Strategy(split=False)),
+    "openblas threads": ({"serial": 3.5, "split": 1.75, "openblas": 0.56},
+                         Strategy(split=False, openblas_threads=2)),
+}
+
+
+def _engine_with_one_idle_cpu(openblas: RecordedOpenBlas, pool: RecordingPool,
+                              threads: RecordingThreads) -> blas.ProductEngine:
+    """An engine whose products may share their blocks with one helper."""
+    return blas.ProductEngine(openblas, pool, idle_cpus=lambda: 1, python_threads=threads)
+
+
+@pytest.mark.parametrize("verdict", list(VERDICTS))
+def test_a_shape_is_timed_once_per_machine_and_each_verdict_gives_its_bits(
+        verdict, fresh_cache, serial_quick_enough, monkeypatch):
+    """The first product of a shape is timed, later ones and a later
+    process reuse the verdict. Split or not, the result is the blocks'
+    bits, shared with a helper only when split; with OpenBLAS's threads it
+    is one threaded call, the product's value."""
+    times, expected = VERDICTS[verdict]
+    timing = GivenTimes(times)
+    monkeypatch.setattr(product_strategy, "measure", timing)
+    monkeypatch.setattr(product_strategy, "usable_cpus", lambda: 2)
+    monkeypatch.setenv("PJRT_REF_MATMUL_THREADS", "2")
+    openblas, pool, threads = RecordedOpenBlas(), RecordingPool(c_pool()), RecordingThreads()
     a, b = np.random.default_rng(1).standard_normal((2, 256, 256)).astype(np.float32)
+    engine = _engine_with_one_idle_cpu(openblas, pool, threads)
     results = [engine.matmul(a, b) for _ in range(3)]
-    assert len(measured) == 1
-    engine = _timed_engine(measured, idle)
-    product_strategy.forget_all()                        # as a new process
+    engine = _engine_with_one_idle_cpu(openblas, pool, threads)
+    product_strategy.forget_all()                        # as a new process: the verdict is on disk
     results.append(engine.matmul(a, b))
-    assert len(measured) == 1
+    assert timing.calls == 1
     (strategy,) = engine.strategies.known.values()
-    assert strategy.measured_us["serial"] > 0
-    for result in results:
-        if strategy.openblas_threads:
+    assert (strategy.split, strategy.openblas_threads, strategy.fine) == \
+        (expected.split, expected.openblas_threads, expected.fine)
+    helpers = {helpers for _, helpers in pool.entries + threads.entries}
+    if expected.openblas_threads:
+        assert openblas.threaded == [2] * len(results)
+        for result in results:
             np.testing.assert_allclose(result, np.matmul(a, b), rtol=1e-5, atol=1e-4)
-        else:
+    else:
+        assert openblas.threaded == []
+        assert (1 in helpers) == expected.split       # a helper took blocks only when split
+        for result in results:
             np.testing.assert_array_equal(result, product_in_blocks(a, b, 0, 2))
 
 
-def test_busy_machine_uses_the_default_and_writes_nothing(fresh_cache, monkeypatch):
+def test_busy_machine_uses_the_default_and_writes_nothing(fresh_cache, serial_quick_enough, monkeypatch):
     blas.limit_blas_threads()
     monkeypatch.setattr(product_strategy, "QUIET_WAIT_SECONDS", 0)
     monkeypatch.setattr(product_strategy, "usable_cpus", lambda: 2)
@@ -270,7 +313,7 @@ def test_openblas_threads_strategy_makes_one_threaded_call():
 
 
 @pytest.mark.parametrize("same_bits", [True, False])
-def test_fine_blocks_are_timed_only_where_they_give_the_blocks_bits(same_bits, monkeypatch):
+def test_fine_blocks_are_timed_only_where_they_give_the_blocks_bits(same_bits, serial_quick_enough, monkeypatch):
     """The `fine` candidate is offered to the timing only where the check
     on random operands found its bits equal to the shape's blocks' bits."""
     blas.limit_blas_threads()

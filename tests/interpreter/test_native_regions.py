@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit_support import assert_same_values  # noqa: E402
-from oracle import lower_to_text, run_reference_interpreter  # noqa: E402
+from tests.support.jit_support import assert_same_values  # noqa: E402
+from tests.support.oracle import lower_to_text, run_reference_interpreter  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 from pjrt_ref.interpreter import op_index
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from oracle import compare_with_jax  # noqa: F401  (sets up JAX: cpu, x64)
+from tests.support.oracle import compare_with_jax  # noqa: F401  (sets up JAX: cpu, x64)
 import jax  # noqa: E402
 from jax._src import compiler  # noqa: E402
 from jax._src.lib import xla_client  # noqa: E402
@@ -144,7 +144,7 @@ def chlo_program(op: str, *args) -> str:
 def assert_jax_matches(fn, *args, op: str, max_ulp: float = 0, atol: float = 0.0):
     """Lower `fn` with JAX (checking the program really contains `op`), run it
     on pjrt-ref and on XLA CPU, and compare."""
-    from oracle import lower_to_text
+    from tests.support.oracle import lower_to_text
 
     text = lower_to_text(fn, *args)
     assert op in text, f"JAX did not emit {op}:\n{text}"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-import oracle  # noqa: F401  (JAX on cpu with x64)
+from tests.support import oracle  # noqa: F401  (JAX on cpu with x64)
 from pjrt_ref.interpreter import load
 
 RNG = np.random.default_rng(0)

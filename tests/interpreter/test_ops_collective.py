@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import assert_same_as_jax
+from tests.support.oracle import assert_same_as_jax
 
 import jax
 from jax import lax

@@ -15,7 +15,7 @@ import pytest
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.interpreter import load
 
-import oracle
+from tests.support import oracle
 
 _REFERENCE_SCRIPT = r"""
 import sys

@@ -9,9 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import assert_same_as_jax, assert_same_as_reference, run_reference_interpreter
+from tests.support.oracle import assert_same_as_jax, assert_same_as_reference, run_reference_interpreter
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import assert_same_as_jax
-from xla_oracle import assert_close, ours_and_xla
+from tests.support.oracle import assert_same_as_jax
+from tests.support.xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(4)
 
@@ -96,7 +96,7 @@ def test_window_reversal():
 
 def test_dynamic_conv():
     """XLA cannot compile dynamic_conv: the reference interpreter is the oracle."""
-    from oracle import run_reference_interpreter
+    from tests.support.oracle import run_reference_interpreter
     from pjrt_ref.interpreter import load
     x, k = _floats((1, 2, 6)), _floats((3, 2, 3))
     padding = np.array([[2, 1]], np.int64)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import jax
+from tests.support.oracle import jax
 from jax import export, lax
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.interpreter import load

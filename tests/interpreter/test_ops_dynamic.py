@@ -4,7 +4,7 @@ interpreter (which needs static result types, so it runs the same program
 with the result types written out)."""
 from __future__ import annotations
 
-from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
+from tests.support.oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import jax
 import jax.numpy as jnp
 import numpy as np

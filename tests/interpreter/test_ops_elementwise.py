@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import compare_with_jax, run_reference_interpreter
+from tests.support.oracle import compare_with_jax, run_reference_interpreter
 from pjrt_ref.interpreter import load
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import compare_with_jax, run_reference_interpreter
+from tests.support.oracle import compare_with_jax, run_reference_interpreter
 from pjrt_ref.interpreter import load
 from test_ops_elementwise import assert_bits_as_jax, float_sample, integer_sample, same_bits
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import jax.numpy as jnp
 
-from oracle import assert_same_as_jax
+from tests.support.oracle import assert_same_as_jax
 
 RNG = np.random.default_rng(5)
 
@@ -41,7 +41,7 @@ def test_single_precision_is_within_an_ulp_or_two():
     float32 ulp of its row's largest magnitude from the exact (double)
     transform, and within 4 of XLA's (the two round differently from XLA
     0.12 on; they agreed bit for bit with 0.10)."""
-    from oracle import compare_with_jax
+    from tests.support.oracle import compare_with_jax
 
     x = RNG.normal(size=(6, 16, 17)).astype(np.float32)
     (ours,), (theirs,) = compare_with_jax(lambda v: jnp.fft.rfft(v), x)

@@ -2,7 +2,7 @@
 and the StableHLO reference interpreter."""
 from __future__ import annotations
 
-from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
+from tests.support.oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import numpy as np
 from jax import lax
 

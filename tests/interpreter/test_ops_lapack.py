@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 PRELUDE = r'''
 import jax.scipy.linalg as jsl

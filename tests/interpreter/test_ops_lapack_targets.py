@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xla_oracle import run_on_xla_cpu
+from tests.support.xla_oracle import run_on_xla_cpu
 import jax
 import jax.numpy as jnp
 

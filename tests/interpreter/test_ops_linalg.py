@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from xla_oracle import assert_close, ours_and_xla
+from tests.support.xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(6)
 

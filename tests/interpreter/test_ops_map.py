@@ -3,9 +3,9 @@ element-wise computation (run vectorised) and one that is not (run per
 element), over several inputs."""
 import numpy as np
 
-from oracle import run_reference_interpreter
+from tests.support.oracle import run_reference_interpreter
 from pjrt_ref.interpreter import load
-from xla_oracle import assert_close, ours_and_xla
+from tests.support.xla_oracle import assert_close, ours_and_xla
 
 RNG = np.random.default_rng(8)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import run_reference_interpreter
+from tests.support.oracle import run_reference_interpreter
 
 from pjrt_ref.errors import PjrtRefError
 from pjrt_ref.interpreter import load

@@ -11,7 +11,7 @@ import pytest
 from jax import lax
 import jax.numpy as jnp
 
-from oracle import assert_same_as_jax, compare_with_jax, run_reference_interpreter
+from tests.support.oracle import assert_same_as_jax, compare_with_jax, run_reference_interpreter
 from pjrt_ref.interpreter import load
 
 RNG = np.random.default_rng(0)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from oracle import compare_with_jax
-from xla_oracle import assert_close, ours_and_xla
+from tests.support.oracle import compare_with_jax
+from tests.support.xla_oracle import assert_close, ours_and_xla
 from pjrt_ref.interpreter import load
 
 ALGORITHMS = [lax.RandomAlgorithm.RNG_THREE_FRY, lax.RandomAlgorithm.RNG_PHILOX]

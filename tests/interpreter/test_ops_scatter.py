@@ -4,7 +4,7 @@ bodies run through the region, duplicates, out-of-bounds windows, batching
 dims and several inputs."""
 from __future__ import annotations
 
-from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
+from tests.support.oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import ml_dtypes
 import numpy as np
 import pytest

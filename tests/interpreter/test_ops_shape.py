@@ -2,7 +2,7 @@
 reference interpreter where JAX cannot emit the op)."""
 from __future__ import annotations
 
-from oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
+from tests.support.oracle import assert_same_as_jax, run_reference_interpreter  # first: pins JAX to cpu
 import ml_dtypes
 import numpy as np
 import pytest

@@ -8,8 +8,8 @@ import pytest
 import jax.numpy as jnp
 from jax import lax
 
-from oracle import assert_same_as_jax, compare_with_jax
-from xla_oracle import ours_and_xla
+from tests.support.oracle import assert_same_as_jax, compare_with_jax
+from tests.support.xla_oracle import ours_and_xla
 
 RNG = np.random.default_rng(2)
 

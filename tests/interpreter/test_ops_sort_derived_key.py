@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle import assert_same_as_jax, lower_to_text  # noqa: E402
+from tests.support.oracle import assert_same_as_jax  # sets JAX_PLATFORMS=cpu before jax loads
 
-import jax.numpy as jnp  # noqa: E402
-from jax import lax  # noqa: E402
+import jax.numpy as jnp
+from jax import lax
 
 SPECIALS = np.array([0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 1.0, 0.0, -0.0], np.float32)
 

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from oracle import assert_same_as_jax
-from xla_oracle import ours_and_xla
+from tests.support.oracle import assert_same_as_jax
+from tests.support.xla_oracle import ours_and_xla
 
 RNG = np.random.default_rng(1)
 
@@ -173,7 +173,7 @@ def test_padding_holds_the_init_value_as_in_the_spec():
     """With an init that is not the body's identity, padding counts (spec and
     reference interpreter; XLA skips padding instead). The second op is a
     scan, which must not take the tiled-scan shortcut."""
-    from oracle import run_reference_interpreter
+    from tests.support.oracle import run_reference_interpreter
     from pjrt_ref.interpreter import load
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
     ours = load(_PADDED_WITH_INIT)(x)

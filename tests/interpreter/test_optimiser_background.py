@@ -13,8 +13,8 @@ import warnings
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jit_support import assert_same_values
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit_support import assert_same_values, load_with  # noqa: E402
+from tests.support.jit_support import assert_same_values, load_with  # noqa: E402
 
 from pjrt_ref.interpreter.optimiser import preset  # noqa: E402
 

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from edge_values import FLOATS, INTEGERS, NUMPY, SIGNED, edge_values, pairs
-from jit_support import assert_same_values, load_with
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.edge_values import FLOATS, INTEGERS, NUMPY, SIGNED, edge_values, pairs
+from tests.support.jit_support import assert_same_values, load_with
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values, entry_steps, load_with  # noqa: E402
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jit_support import assert_same_values, entry_steps, load_with  # noqa: E402
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -16,7 +16,7 @@ from jax import lax  # noqa: E402
 from pjrt_ref.interpreter import load  # noqa: E402
 from pjrt_ref.interpreter.optimiser import in_place  # noqa: E402
 from pjrt_ref.interpreter.native import blas, gemm_pool  # noqa: E402
-from products_support import FixedStrategy, GivenAnswers, RecordingPool  # noqa: E402
+from tests.support.products_support import FixedStrategy, GivenAnswers, RecordingPool  # noqa: E402
 
 
 def scan_with_stacked_outputs(init, xs):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import entry_steps  # noqa: E402
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jit_support import entry_steps  # noqa: E402
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -17,7 +17,7 @@ from jax import lax  # noqa: E402
 from pjrt_ref.interpreter import load  # noqa: E402
 from pjrt_ref.interpreter.optimiser import invariant_layouts  # noqa: E402
 from pjrt_ref.interpreter.native import blas  # noqa: E402
-from products_support import GivenAnswers  # noqa: E402
+from tests.support.products_support import GivenAnswers  # noqa: E402
 
 RNG = np.random.default_rng(12)
 

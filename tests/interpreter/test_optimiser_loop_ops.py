@@ -11,8 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
-from edge_values import FLOATS, INTEGERS, NUMPY, SIGNED, edge_values, pairs
-from jit_support import assert_same_values
+from tests.support.edge_values import FLOATS, INTEGERS, NUMPY, SIGNED, edge_values, pairs
+from tests.support.jit_support import assert_same_values
 
 from pjrt_ref.interpreter import load
 
@@ -141,7 +141,7 @@ def test_float_remainder_and_is_finite(element, monkeypatch):
 def test_the_loop_that_fell_off_the_compiled_path_is_compiled(monkeypatch):
     """`fori_loop(0, n, lambda i, c: c + (i % 7) + (i // 3), 0)` as JAX lowers it (rem,
     div, compare, select): once interpreted op by op, 254 µs per iteration."""
-    from oracle import lower_to_text
+    from tests.support.oracle import lower_to_text
 
     import jax
     import jax.numpy as jnp

@@ -6,21 +6,17 @@ rounding with the optimiser off (PJRT_REF_OPTIMIZE=0); XLA CPU's within
 float tolerance."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values  # noqa: E402
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
-from repo_paths import REPO  # noqa: E402
+from tests.support.jit_support import assert_same_values
+from tests.support.oracle import lower_to_text  # sets JAX_PLATFORMS=cpu before jax loads
 
-import jax  # noqa: E402
+import jax
 
-from pjrt_ref.interpreter import load  # noqa: E402
+from pjrt_ref.interpreter import load
 
-sys.path.insert(0, str(REPO))
-from benchmarks import models  # noqa: E402
+from benchmarks import models  # the repository root is on sys.path (tests/__init__.py)
 
 SETTINGS = {"optimized": {"PJRT_REF_OPTIMIZE": "1", "PJRT_REF_JIT": "1"},
             "no numba": {"PJRT_REF_OPTIMIZE": "1", "PJRT_REF_JIT": "0"},

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values  # noqa: E402
-from oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
-from jax_support import run_python  # noqa: E402
+from tests.support.jit_support import assert_same_values  # noqa: E402
+from tests.support.oracle import lower_to_text  # noqa: E402  (sets JAX_PLATFORMS=cpu)
+from tests.support.jax_support import run_python  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

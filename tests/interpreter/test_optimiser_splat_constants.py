@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit_support import assert_same_values, entry_steps, load_with
+from tests.support.jit_support import assert_same_values, entry_steps, load_with
 
 N = 1 << 15                      # 128 KB of f32: over the size from which a splat is split
 T = f"tensor<{N}xf32>"

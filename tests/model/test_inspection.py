@@ -10,7 +10,7 @@ import json
 from pjrt_ref.interpreter import load
 from pjrt_ref.interpreter.cost import cost_analysis, temp_bytes
 
-from jax_support import run_jax, run_python
+from tests.support.jax_support import run_jax, run_python
 
 MATMUL = """
 func.func @main(%a: tensor<32x16xf32>, %b: tensor<16x8xf32>) -> tensor<32x8xf32> {

@@ -3,7 +3,8 @@ multi-device programs on them, compared with JAX's cpu backend on 4 forced
 host devices (`--xla_force_host_platform_device_count=4`).
 
 JAX runs in subprocesses (the plugin must be JAX's backend there); the
-C-API checks run in process through the shim (tests/support/capi_calls.py).
+C-API checks run in process through the shim (tests/support/capi_calls.py,
+tests/support/multi_device_calls.py).
 """
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import tempfile
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError
-from collective_grid_cases import MISMATCH
-from jax_support import run_jax, run_python
+from tests.support.capi_calls import Api, PjrtCallError
+from tests.support.collective_grid_cases import MISMATCH
+from tests.support.jax_support import run_jax, run_python
+from tests.support.multi_device_calls import (FOUR_REPLICAS, TWO_REPLICAS, addressable_devices, buffer_on,
+                                              client_with_devices, execute_on_devices, int64_named_values)
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 
 # ------------------------------------------------------------ JAX vs JAX cpu
@@ -147,42 +150,14 @@ def test_default_is_one_device():
 
 
 # ------------------------------------------------------------ the C API
-def _named_values(values: dict):
-    array = ffi.new("PJRT_NamedValue[]", len(values))
-    keep = [array]
-    for item, (name, value) in zip(array, values.items()):
-        c_name = ffi.new("char[]", name.encode())
-        keep.append(c_name)
-        item.struct_size = ffi.sizeof("PJRT_NamedValue")
-        item.name, item.name_size = c_name, len(name)
-        item.type, item.int64_value, item.value_size = lib.PJRT_NamedValue_kInt64, value, 1
-    return array, keep
-
-
-@pytest.fixture
-def api():
-    return Api()
-
-
-def _client(api: Api, num_devices: int):
-    options, keep = _named_values({"num_devices": num_devices})
-    api.keep += keep
-    return api.call("PJRT_Client_Create", create_options=options, num_options=1).client
-
-
-def _devices(api: Api, client) -> list:
-    args = api.call("PJRT_Client_AddressableDevices", client=client)
-    return [args.addressable_devices[i] for i in range(args.num_addressable_devices)]
-
-
 def _device_id(api: Api, device) -> int:
     description = api.call("PJRT_Device_GetDescription", device=device).device_description
     return api.call("PJRT_DeviceDescription_Id", device_description=description).id
 
 
 def test_num_devices_create_option_gives_devices_with_their_own_memory(api):
-    client = _client(api, 3)
-    devices = _devices(api, client)
+    client = client_with_devices(api, 3)
+    devices = addressable_devices(api, client)
     assert [_device_id(api, d) for d in devices] == [0, 1, 2]
     assert api.call("PJRT_Client_Devices", client=client).num_devices == 3
     for i, device in enumerate(devices):
@@ -205,7 +180,7 @@ def test_num_devices_create_option_gives_devices_with_their_own_memory(api):
 def test_bad_device_counts_are_invalid_argument(api):
     for count in (0, -2, 5000):
         with pytest.raises(PjrtCallError) as caught:
-            _client(api, count)
+            client_with_devices(api, count)
         assert caught.value.code == 3 and "num_devices" in caught.value.message
 
 
@@ -213,7 +188,7 @@ def test_default_device_assignment_is_xlas_placement(api):
     # XLA's ComputationPlacer::AssignDevices (xla/service/computation_placer.cc)
     # puts (replica, partition) on device `partition * num_replicas + replica`;
     # PjRtCApiClient reads the array replica-major. For 2 x 2: [[0, 2], [1, 3]].
-    client = _client(api, 4)
+    client = client_with_devices(api, 4)
     out = ffi.new("int[]", 4)
     api.call("PJRT_Client_DefaultDeviceAssignment", client=client, num_replicas=2, num_partitions=2,
              default_assignment_size=4, default_assignment=out)
@@ -224,51 +199,10 @@ def test_default_device_assignment_is_xlas_placement(api):
     api.call("PJRT_Client_Destroy", client=client)
 
 
-FOUR_REPLICAS = """
-module attributes {mhlo.num_replicas = 4 : i32, mhlo.num_partitions = 1 : i32} {
-  func.func @main(%x: tensor<3xi32>) -> (tensor<3xi32>, tensor<ui32>) {
-    %s = "stablehlo.all_reduce"(%x) ({
-      ^bb0(%a: tensor<i32>, %b: tensor<i32>):
-        %t = stablehlo.add %a, %b : tensor<i32>
-        stablehlo.return %t : tensor<i32>
-    }) {replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>} : (tensor<3xi32>) -> tensor<3xi32>
-    %id = stablehlo.replica_id : tensor<ui32>
-    return %s, %id : tensor<3xi32>, tensor<ui32>
-  }
-}
-"""
-
-
-def _execute(api: Api, loaded, rows: list[list], num_outputs: int) -> list[list]:
-    c_rows = [ffi.new("PJRT_Buffer*[]", row) for row in rows]
-    out_rows = [ffi.new("PJRT_Buffer*[]", num_outputs) for _ in rows]
-    events = ffi.new("PJRT_Event*[]", len(rows))
-    options = ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions")})
-    api.keep += [c_rows, out_rows, options, events]
-    api.call("PJRT_LoadedExecutable_Execute", executable=loaded, options=options,
-             argument_lists=ffi.new("PJRT_Buffer**[]", c_rows), num_devices=len(rows),
-             num_args=len(rows[0]), output_lists=ffi.new("PJRT_Buffer**[]", out_rows),
-             device_complete_events=events)
-    for event in events:
-        api.call("PJRT_Event_Await", event=event)
-        api.call("PJRT_Event_Destroy", event=event)
-    return [[row[j] for j in range(num_outputs)] for row in out_rows]
-
-
-def _buffer_on(api: Api, client, array: np.ndarray, device):
-    array = np.ascontiguousarray(array)
-    dims = ffi.new("int64_t[]", list(array.shape))
-    api.keep += [dims, array]
-    from pjrt_ref.model.dtypes import from_numpy
-    return api.call("PJRT_Client_BufferFromHostBuffer", client=client, data=ffi.cast("void*", array.ctypes.data),
-                    type=int(from_numpy(array.dtype)), dims=dims, num_dims=array.ndim, device=device,
-                    host_buffer_semantics=lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall).buffer
-
-
 def test_execute_runs_every_replica_on_its_device_through_the_c_api(api):
     # The same sums as jnp.sum over the replicas' inputs (computed by numpy).
-    client = _client(api, 4)
-    devices = _devices(api, client)
+    client = client_with_devices(api, 4)
+    devices = addressable_devices(api, client)
     loaded = api.compile(client, FOUR_REPLICAS)
     listed = api.call("PJRT_LoadedExecutable_AddressableDevices", executable=loaded)
     assert [listed.addressable_devices[i] for i in range(listed.num_addressable_devices)] == devices
@@ -276,43 +210,39 @@ def test_execute_runs_every_replica_on_its_device_through_the_c_api(api):
     assert [(ids.addressable_device_logical_ids[i].replica, ids.addressable_device_logical_ids[i].partition)
             for i in range(4)] == [(0, 0), (1, 0), (2, 0), (3, 0)]
     inputs = [np.array([1, 2, 3], np.int32) * (10 ** d) for d in range(4)]
-    rows = [[_buffer_on(api, client, x, device)] for x, device in zip(inputs, devices)]
-    outputs = _execute(api, loaded, rows, 2)
+    rows = [[buffer_on(api, client, x, device)] for x, device in zip(inputs, devices)]
+    outputs = execute_on_devices(api, loaded, rows, 2)
     for d, (total, replica) in enumerate(outputs):
         assert api.call("PJRT_Buffer_Device", buffer=total).device == devices[d]
         np.testing.assert_array_equal(api.to_host(total, np.int32, (3,)), np.sum(inputs, axis=0))
         assert api.to_host(replica, np.uint32, ()) == d
     with pytest.raises(PjrtCallError, match="4 device"):
-        _execute(api, loaded, rows[:2], 2)
+        execute_on_devices(api, loaded, rows[:2], 2)
     api.call("PJRT_Client_Destroy", client=client)
 
 
 def test_a_device_that_never_arrives_fails_execute_with_deadline_exceeded(api, monkeypatch):
     # Replica 1 skips the all_reduce replica 0 waits in (see MISMATCH in collective_grid_cases).
     monkeypatch.setenv("PJRT_REF_COLLECTIVE_TIMEOUT", "0.5")
-    client = _client(api, 2)
-    devices = _devices(api, client)
+    client = client_with_devices(api, 2)
+    devices = addressable_devices(api, client)
     loaded = api.compile(client, MISMATCH)
-    rows = [[_buffer_on(api, client, np.ones(3, np.float32), device)] for device in devices]
+    rows = [[buffer_on(api, client, np.ones(3, np.float32), device)] for device in devices]
     with pytest.raises(PjrtCallError) as caught:
-        _execute(api, loaded, rows, 1)
+        execute_on_devices(api, loaded, rows, 1)
     assert caught.value.code == 4                       # DEADLINE_EXCEEDED
     assert "stablehlo.all_reduce" in caught.value.message and "model.py" in caught.value.message
     api.call("PJRT_Client_Destroy", client=client)
 
 
-TWO_REPLICAS = FOUR_REPLICAS.replace("mhlo.num_replicas = 4", "mhlo.num_replicas = 2").replace(
-    "dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>", "dense<[[0, 1]]> : tensor<1x2xi64>")
-
-
 def test_execute_device_runs_one_device_of_a_replicated_executable(api):
     # PyTorch/XLA compiles every computation for all devices as replicas and
     # runs it on one (ExecuteSharded: one argument list plus execute_device).
-    client = _client(api, 3)
-    devices = _devices(api, client)
+    client = client_with_devices(api, 3)
+    devices = addressable_devices(api, client)
     loaded = api.compile(client, TWO_REPLICAS_NO_COLLECTIVES)
     x = np.array([1, 2, 3], np.int32)
-    row = ffi.new("PJRT_Buffer*[]", [_buffer_on(api, client, x, devices[1])])
+    row = ffi.new("PJRT_Buffer*[]", [buffer_on(api, client, x, devices[1])])
     out_row = ffi.new("PJRT_Buffer*[]", 1)
     options = ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions")})
     api.keep += [row, out_row, options]
@@ -348,8 +278,8 @@ def _compile_options(num_replicas: int, num_partitions: int, assignment) -> tupl
 
 
 def test_compile_options_device_assignment_chooses_the_devices(api):
-    client = _client(api, 4)
-    devices = _devices(api, client)
+    client = client_with_devices(api, 4)
+    devices = addressable_devices(api, client)
     options, assignment_proto = _compile_options(2, 1, [[3], [1]])   # replica 0 on 3, replica 1 on 1
     loaded = api.compile(client, TWO_REPLICAS, options)
     listed = api.call("PJRT_LoadedExecutable_AddressableDevices", executable=loaded)
@@ -358,8 +288,8 @@ def test_compile_options_device_assignment_chooses_the_devices(api):
     assert bytes(ffi.buffer(blob.serialized_bytes, blob.serialized_bytes_size)) == assignment_proto
     blob.serialized_device_assignment_deleter(blob.serialized_device_assignment)
     inputs = [np.array([1, 2, 3], np.int32), np.array([10, 20, 30], np.int32)]
-    rows = [[_buffer_on(api, client, inputs[0], devices[3])], [_buffer_on(api, client, inputs[1], devices[1])]]
-    (total0, replica0), (total1, replica1) = _execute(api, loaded, rows, 2)
+    rows = [[buffer_on(api, client, inputs[0], devices[3])], [buffer_on(api, client, inputs[1], devices[1])]]
+    (total0, replica0), (total1, replica1) = execute_on_devices(api, loaded, rows, 2)
     assert api.call("PJRT_Buffer_Device", buffer=total0).device == devices[3]
     np.testing.assert_array_equal(api.to_host(total1, np.int32, (3,)), [11, 22, 33])
     assert (api.to_host(replica0, np.uint32, ()), api.to_host(replica1, np.uint32, ())) == (0, 1)
@@ -367,7 +297,7 @@ def test_compile_options_device_assignment_chooses_the_devices(api):
 
 
 def test_compile_options_that_contradict_the_module_or_client_are_invalid_argument(api):
-    client = _client(api, 2)
+    client = client_with_devices(api, 2)
     for options, match in [(_compile_options(3, 1, None)[0], "3 replicas"),
                            (_compile_options(2, 1, [[0], [7]])[0], "no device with id 7"),
                            (_compile_options(2, 1, [[1], [1]])[0], "uses a device twice")]:
@@ -378,7 +308,7 @@ def test_compile_options_that_contradict_the_module_or_client_are_invalid_argume
 
 
 def test_topology_create_takes_the_device_count_and_gives_coords(api):
-    options, keep = _named_values({"num_devices": 2})
+    options, keep = int64_named_values({"num_devices": 2})
     api.keep += keep
     topology = api.call("PJRT_TopologyDescription_Create", create_options=options, num_options=1).topology
     described = api.call("PJRT_TopologyDescription_GetDeviceDescriptions", topology=topology)

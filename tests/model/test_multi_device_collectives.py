@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collective_grid_cases import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
+from tests.support.collective_grid_cases import ARGS, CASES, LOGICAL_IDS, MISMATCH, P, R, grid_program, run_on_xla_cpu
 from pjrt_ref.errors import DeadlineExceeded
 from pjrt_ref.interpreter import load
 from pjrt_ref.model.multi_device import run_per_device

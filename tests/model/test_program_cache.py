@@ -13,7 +13,7 @@ from pjrt_ref.model.buffer import Buffer
 from pjrt_ref.model.client import Client
 from pjrt_ref.model.compile_options import encode_device_assignment
 
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 SCALE = b"""
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {

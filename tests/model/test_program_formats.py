@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError, ffi
+from tests.support.capi_calls import Api, PjrtCallError, ffi
 
 
 def _hlo_module(fn, *args) -> bytes:
@@ -32,19 +32,16 @@ def _run(api: Api, client, program: bytes, fmt: str, inputs: list[np.ndarray]) -
     return outputs, shapes
 
 
-def test_an_hlo_module_runs_like_jax_cpu():
+def test_an_hlo_module_runs_like_jax_cpu(api, client):
     def fn(x, w):
         return jnp.tanh(x @ w).sum(axis=0), jnp.argmax(x, axis=1)
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
     w = np.linspace(0, 2, 8, dtype=np.float32).reshape(4, 2)
     expected = [np.asarray(r) for r in jax.jit(fn)(x, w)]       # JAX's cpu backend
-    api = Api()
-    client = api.client()
     outputs, shapes = _run(api, client, _hlo_module(fn, x, w), "hlo", [x, w])
     assert shapes == [e.shape for e in expected]
     for buffer, want in zip(outputs, expected):
         np.testing.assert_allclose(api.to_host(buffer, want.dtype, want.shape), want, rtol=1e-6)
-    api.call("PJRT_Client_Destroy", client=client)
 
 
 def _with_buffer_donors(module: bytes, parameters: list[int]) -> bytes:
@@ -61,7 +58,7 @@ def _is_deleted(api: Api, buffer) -> bool:
 
 
 @pytest.mark.parametrize("how", ["input_output_alias", "buffer_donor"])
-def test_an_hlo_modules_donated_parameters_are_deleted_by_execute(how):
+def test_an_hlo_modules_donated_parameters_are_deleted_by_execute(how, api, client):
     # As on JAX's cpu backend: a donated argument's buffer is gone after the
     # execution, the others stay, and the result is the same.
     fn = lambda x, y: x * 2 + y                                           # noqa: E731
@@ -73,21 +70,16 @@ def test_an_hlo_modules_donated_parameters_are_deleted_by_execute(how):
     on_cpu = [jax.device_put(v, jax.devices("cpu")[0]) for v in (x, y)]
     expected = np.asarray(jax.jit(fn, donate_argnums=0)(*on_cpu))
     assert on_cpu[0].is_deleted() and not on_cpu[1].is_deleted()        # XLA CPU's behaviour
-    api = Api()
-    client = api.client()
     arguments = [api.buffer(client, v) for v in (x, y)]
     loaded = api.compile(client, module, fmt="hlo")
     [result] = api.execute(loaded, arguments, 1)
     assert [_is_deleted(api, b) for b in arguments] == [True, False]
     np.testing.assert_array_equal(api.to_host(result, np.float32, (4,)), expected)
-    api.call("PJRT_Client_Destroy", client=client)
 
 
-def test_optimized_program_of_an_hlo_module_is_stablehlo_text():
+def test_optimized_program_of_an_hlo_module_is_stablehlo_text(api, client):
     # PyTorch/XLA reads this after every compile (PjRtCApiExecutable::GetHloModules
     # accepts "mlir" and converts it to HLO with its own XLA).
-    api = Api()
-    client = api.client()
     loaded = api.compile(client, _hlo_module(lambda x: x * 2, np.ones(3, np.float32)), fmt="hlo")
     exe = api.call("PJRT_LoadedExecutable_GetExecutable", loaded_executable=loaded).executable
     program = ffi.new("PJRT_Program*", {"struct_size": ffi.sizeof("PJRT_Program")})
@@ -98,31 +90,25 @@ def test_optimized_program_of_an_hlo_module_is_stablehlo_text():
     assert ffi.string(program.format, program.format_size) == b"mlir"
     assert "stablehlo.multiply" in ffi.string(code, size).decode()
     api.call("PJRT_Executable_Destroy", executable=exe)
-    api.call("PJRT_Client_Destroy", client=client)
 
 
 @pytest.mark.parametrize("fmt, code, says", [
     ("hlo_with_config", 12, "'hlo_with_config' is not accepted"),
     ("tosa", 3, "unknown PJRT_Program format 'tosa'"),
 ])
-def test_other_formats_are_refused_naming_what_is_accepted(fmt, code, says):
-    api = Api()
-    client = api.client()
+def test_other_formats_are_refused_naming_what_is_accepted(fmt, code, says, api, client):
     with pytest.raises(PjrtCallError) as caught:
         api.compile(client, b"\x08\x01", fmt=fmt)
     assert caught.value.code == code and says in caught.value.message
     assert "'mlir' and 'hlo'" in caught.value.message
-    api.call("PJRT_Client_Destroy", client=client)
 
 
-def test_what_xlas_hlo_importer_leaves_in_stablehlo_runs():
+def test_what_xlas_hlo_importer_leaves_in_stablehlo_runs(api, client):
     # HLO's erf has no StableHLO op (the importer writes mhlo.erf), and a
     # transpose into a non-default layout carries a `result_layout` of index
     # type (a physical layout: the logical result is the same). Expected values
     # from JAX's cpu backend.
     x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
-    api = Api()
-    client = api.client()
     erf = _hlo_module(jax.scipy.special.erf, x)
     outputs, _ = _run(api, client, erf, "hlo", [x])
     np.testing.assert_allclose(api.to_host(outputs[0], np.float32, x.shape),
@@ -136,4 +122,3 @@ def test_what_xlas_hlo_importer_leaves_in_stablehlo_runs():
     """
     outputs, _ = _run(api, client, transpose.encode(), "mlir", [x])
     np.testing.assert_array_equal(api.to_host(outputs[0], np.float32, (4, 3)), x.T)
-    api.call("PJRT_Client_Destroy", client=client)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 
 @pytest.mark.slow
@@ -133,7 +133,7 @@ def test_w14_dags_share_operands_and_agree_with_cpu():
     import numpy as np
 
     from benchmarks import compile_scaling
-    from jax_support import run_on_cpu_and_pjrt_ref
+    from tests.support.jax_support import run_on_cpu_and_pjrt_ref
 
     assert [devices for _, devices, _ in compile_scaling.rows()] == [1, 1, 1, 8, 8, 8]
     text = jax.jit(compile_scaling.elementwise_dag(50)).lower(*compile_scaling.arguments()).as_text()

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 README_MAX_LINES = 260
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pjrt_ref.capi import entry_point_table
 from pjrt_ref.capi_shim import entry_points
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 
 def test_every_entry_point_has_an_implementation_with_a_docstring():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tomllib
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 
 def setuptools_config() -> dict:

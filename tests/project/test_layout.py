@@ -24,15 +24,19 @@ recorder and differ), the higher room hands it down (`instrument.plug_in`).
 Inside the interpreter, the same for its three packages: the optimiser
 (`optimiser/`) rewrites plans of ops (`ops/`), and both run compiled and native
 code (`native/`); ops never import the optimiser, native code neither.
+
+The tests import their helpers (tests/support/) as a package, by the same
+rule in code and in the code they run in child processes.
 """
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 # The installed package name of each top-level source folder.
 FOLDERS = {"pjrt_ref": "pjrt_ref", "interpreter": "pjrt_ref.interpreter",
@@ -193,3 +197,31 @@ def private_names_taken_across_rooms() -> list[str]:
 
 def test_no_room_takes_another_rooms_private_names():
     assert private_names_taken_across_rooms() == []
+
+
+# ------------------------------------------------------------------ the tests' own helpers
+TESTS = REPO / "tests"
+HELPERS = sorted(p.stem for p in (TESTS / "support").glob("*.py") if p.stem != "__init__")
+
+
+def bare_helper_imports() -> list[str]:
+    """Lines under tests/ that import a helper of tests/support/ by its bare
+    name, or put tests/support/ itself on sys.path: in code and in the code
+    strings tests hand to child processes alike (so a plain text scan)."""
+    bare = re.compile(rf"^\s*(from|import)\s+({'|'.join(HELPERS)})\b")
+    support_on_path = re.compile(r"sys\.path.*(SUPPORT|[\"']support[\"'])")
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        if "data" in path.relative_to(TESTS).parts:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if bare.match(line) or support_on_path.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    return found
+
+
+def test_tests_import_their_helpers_as_a_package():
+    """`from tests.support.oracle import ...`, never `import oracle` through a
+    sys.path entry for tests/support/ (tests/__init__.py says why)."""
+    assert HELPERS and (TESTS / "support" / "__init__.py").is_file()
+    assert bare_helper_imports() == []

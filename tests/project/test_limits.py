@@ -1,7 +1,6 @@
 """Resource limits (pjrt_ref/limits.py): PJRT_REF_MAX_STEPS, PJRT_REF_MAX_BYTES, Ctrl-C under JAX."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,10 +9,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError
+from tests.support.capi_calls import PjrtCallError
 from pjrt_ref.errors import ErrorCode, ResourceExhausted
 from pjrt_ref.interpreter import load
-from jax_support import clean_env, run_jax
+from tests.support.jax_support import clean_env, run_jax
 
 RESOURCE_EXHAUSTED = int(ErrorCode.RESOURCE_EXHAUSTED)
 
@@ -85,11 +84,6 @@ def test_max_steps_under_jax():
 
 
 # -------------------------------------------------------------- max bytes
-@pytest.fixture()
-def api():
-    return Api()
-
-
 def test_host_transfer_over_the_limit_fails_before_reading(api, monkeypatch):
     """dims claim 8 TiB behind a 4-byte array: refused up front, the pointer is never read."""
     from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 
 def _package(folder, mark: str, *, complete: bool) -> None:

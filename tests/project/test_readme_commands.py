@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 

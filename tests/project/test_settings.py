@@ -1,5 +1,8 @@
 """pjrt_ref/settings.py: every PJRT_REF_* variable declared once, parsed one
-way per type, read only through the registry, and listed in the README."""
+way per type, read only through the registry, listed in the README, and
+marked in or out of the compile key that the program cache and JAX's
+persistent cache use. Product code, benchmarks/ and the tests themselves
+name no variable the registry does not declare."""
 from __future__ import annotations
 
 import ast
@@ -12,13 +15,17 @@ import pytest
 from pjrt_ref import settings
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.settings import SETTINGS, Flag, Integer, InvalidSetting, LogOrFile, Number, OneOf, Setting, Text
-from repo_paths import REPO
+from tests.support.repo_paths import REPO
 
 # Product code whose environment reads must go through the registry. The
 # shim's Python (capi_shim/) writes C macros named PJRT_REF_*, which are no
 # environment variables: it is scanned for reads, not for names.
 NAME_SCANNED = ("pjrt_ref", "interpreter", "conformance")
 READ_SCANNED = NAME_SCANNED + ("capi_shim",)
+# The benchmarks and the tests: every variable they read, or set for a child
+# process, must be declared too (a misspelt one would be silently ignored).
+# This file is left out: it makes up names to test the registry with.
+HARNESS_SCANNED = ("benchmarks", "tests")
 NAME = re.compile(r"PJRT_REF_[A-Z][A-Z0-9_]*")
 TABLE = re.compile(r"<!-- settings-table:start -->\n(.*?)<!-- settings-table:end -->", re.S)
 
@@ -39,10 +46,11 @@ def test_the_readme_table_is_the_generated_one():
 def test_the_table_has_a_row_per_setting_with_its_type_and_default(monkeypatch):
     rows = settings.markdown_table().splitlines()[2:]
     assert [row.split(" | ")[0] for row in rows] == [f"| `{name}`" for name in SETTINGS]
-    assert "| `PJRT_REF_MAX_BYTES` | int ≥ 0 | available memory |" in settings.markdown_table()
-    assert "| `PJRT_REF_STRICT` | bool | 0 |" in settings.markdown_table()
+    assert "| `PJRT_REF_MAX_BYTES` | int ≥ 0 | available memory | yes |" in settings.markdown_table()
+    assert "| `PJRT_REF_STRICT` | bool | 0 | yes |" in settings.markdown_table()
+    assert "| `PJRT_REF_SLOW_TESTS` | bool | 0 | no |" in settings.markdown_table()
     monkeypatch.setitem(SETTINGS, "PJRT_REF_PIPE", Setting("PJRT_REF_PIPE", Text("a|b", "a or b"), None, "x|y"))
-    assert settings.markdown_table().splitlines()[-1] == "| `PJRT_REF_PIPE` | a\\|b | unset | x\\|y |"
+    assert settings.markdown_table().splitlines()[-1] == "| `PJRT_REF_PIPE` | a\\|b | unset | yes | x\\|y |"
 
 
 # ------------------------------------------------------------------ product code
@@ -108,6 +116,53 @@ def test_every_pjrt_ref_name_in_product_code_is_declared():
                   for path in python_files(NAME_SCANNED)
                   for name in NAME.findall(path.read_text(encoding="utf-8")) if name not in SETTINGS}
     assert not undeclared, f"declare these in pjrt_ref/settings.py: {sorted(undeclared)}"
+
+
+# ------------------------------------------------------------------ benchmarks and tests
+def variables_named(source: str) -> list[str]:
+    """The PJRT_REF_* variables `source` names as such: string constants that
+    are a whole name (os.environ reads and writes, settings.get, env dicts
+    for children) and keyword arguments (`run_python(..., PJRT_REF_X="1")`)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.append(node.value)
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.append(node.arg)
+    return [name for name in names if NAME.fullmatch(name)]
+
+
+def test_the_harness_scan_finds_reads_settings_and_names_for_children():
+    source = '''
+import os
+SLOW = os.environ.get("PJRT_REF_A") == "1"
+os.environ.setdefault("PJRT_REF_B", "0")
+run_python("print(1)", PJRT_REF_C="1")
+env = {**os.environ, "PJRT_REF_D": "1"}
+PJRT_REF_AND_CPU = {"JAX_PLATFORMS": "pjrt_ref,cpu"}      # a Python name, no variable
+pattern = r"#define PJRT_REF_MACRO ([0-9.]+)"                # C text, no variable
+'''
+    assert sorted(variables_named(source)) == ["PJRT_REF_A", "PJRT_REF_B", "PJRT_REF_C", "PJRT_REF_D"]
+
+
+def harness_files() -> list[pathlib.Path]:
+    this_file = pathlib.Path(__file__).resolve()
+    return [path for path in python_files(HARNESS_SCANNED)
+            if path.resolve() != this_file and "data" not in path.relative_to(REPO).parts]
+
+
+def test_every_pjrt_ref_variable_in_benchmarks_and_tests_is_declared():
+    assert len(harness_files()) > 100
+    undeclared = {f"{path.relative_to(REPO)}: {name}" for path in harness_files()
+                  for name in variables_named(path.read_text(encoding="utf-8")) if name not in SETTINGS}
+    assert not undeclared, f"declare these in pjrt_ref/settings.py: {sorted(undeclared)}"
+
+
+def test_the_tests_own_switches_are_declared_out_of_the_compile_key():
+    """The test harness's switches change which tests run, never what a
+    compile makes: a slow run must not miss JAX's persistent cache."""
+    for name in ("PJRT_REF_SLOW_TESTS", "PJRT_REF_SUITE_PROGRESS", "PJRT_REF_RECORD_TEST"):
+        assert not settings.declared(name).in_compile_key, name
 
 
 def test_settings_imports_nothing_from_pjrt_ref_but_errors():
@@ -291,14 +346,69 @@ def test_readers_keep_their_meanings_of_zero_and_unset(monkeypatch):
     assert _device_count() == 1
 
 
-def test_the_fingerprint_changes_with_any_setting_and_names_the_platform_version():
+# ------------------------------------------------------------------ the compile key
+def another_text(setting) -> str:
+    """A text `setting` accepts, other than its text now and other than 0
+    (PJRT_REF_PROGRAM_CACHE=0 would turn the cache under test off)."""
+    now = os.environ.get(setting.name, "").strip()
+    return next(text for text, value in accepted_texts(setting)
+                if text.strip() != now and value not in (0, False, None))
+
+
+def keyed_and_unkeyed() -> tuple[list, list]:
+    keyed = [s for s in SETTINGS.values() if s.in_compile_key]
+    return keyed, [s for s in SETTINGS.values() if not s.in_compile_key]
+
+
+def test_the_compile_key_is_the_settings_flagged_for_it():
+    keyed, unkeyed = keyed_and_unkeyed()
+    assert settings.compile_key_names() == tuple(s.name for s in keyed)
+    assert keyed and unkeyed and len(settings.texts()) == len(keyed)
+
+
+def test_the_program_cache_keeps_a_program_per_text_of_each_keyed_setting_only():
+    """A compile under another value of a keyed setting is a fresh one; under
+    another value of any other setting, the kept executable comes back."""
+    from pjrt_ref.model import program_cache
+
+    made = []
+
+    def compile_once():
+        made.append(object())
+        return made[-1]
+
+    def compiled():
+        return program_cache.compiled("mlir", b"module {}", b"", compile_once)
+
+    keyed, unkeyed = keyed_and_unkeyed()
+    program_cache.clear()
+    # Room for a program per keyed setting: none is pushed out while the test runs.
+    try:
+        with settings.override(PJRT_REF_PROGRAM_CACHE=str(len(SETTINGS) + 1)):
+            first = compiled()
+            for setting in unkeyed:
+                with settings.override(**{setting.name: another_text(setting)}):
+                    assert compiled() is first, setting.name
+            for setting in keyed:
+                with settings.override(**{setting.name: another_text(setting)}):
+                    assert compiled() is not first, setting.name
+            assert compiled() is first
+    finally:
+        program_cache.clear()         # the fake executables must not outlive the test
+
+
+def test_the_fingerprint_changes_with_each_keyed_setting_only_and_names_the_platform_version():
     from pjrt_ref.model.topology import platform_version
 
     base = settings.fingerprint()
     assert base == settings.fingerprint() and base in platform_version()
+    keyed, unkeyed = keyed_and_unkeyed()
     seen = {base}
-    for name, text in (("PJRT_REF_OPTIMIZE", "0"), ("PJRT_REF_JIT", "0"), ("PJRT_REF_MAX_STEPS", "7")):
-        with settings.override(**{name: text}):
+    for setting in keyed:
+        with settings.override(**{setting.name: another_text(setting)}):
             seen.add(settings.fingerprint())
             assert settings.fingerprint() in platform_version()
-    assert len(seen) == 4 and settings.fingerprint() == base
+    assert len(seen) == 1 + len(keyed) and settings.fingerprint() == base
+    for setting in unkeyed:
+        with settings.override(**{setting.name: another_text(setting)}):
+            assert settings.fingerprint() == base, setting.name

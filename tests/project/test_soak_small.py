@@ -10,8 +10,8 @@ The time limits are hang guards only (a slow or busy machine must pass).
 """
 from __future__ import annotations
 
-from jax_support import run_python
-from repo_paths import REPO
+from tests.support.jax_support import run_python
+from tests.support.repo_paths import REPO
 
 
 def test_soak_small():

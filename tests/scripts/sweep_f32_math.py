@@ -23,8 +23,9 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
-from jit_support import ordered  # noqa: E402  (tests/support/)
+# Run as a script: the repository root, for the test helpers imported as a package.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
+from tests.support.jit_support import ordered  # noqa: E402
 from pjrt_ref.interpreter.native import vector_math  # noqa: E402
 
 REFERENCES = {

@@ -14,9 +14,9 @@ import struct
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError
+from tests.support.capi_calls import PjrtCallError
 from pjrt_ref.services import serialization
-from jax_support import run_jax
+from tests.support.jax_support import run_jax
 
 INVALID_ARGUMENT = 3
 
@@ -26,18 +26,6 @@ PROGRAM = """func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf
   return %1 : tensor<4xf32>
 }"""
 OPTIONS = b"\x12\x04opts"        # opaque bytes to pjrt-ref; any CompileOptionsProto will do
-
-
-@pytest.fixture(scope="module")
-def api():
-    return Api()
-
-
-@pytest.fixture(scope="module")
-def client(api):
-    client = api.client()
-    yield client
-    api.call("PJRT_Client_Destroy", client=client)
 
 
 @pytest.fixture(scope="module")

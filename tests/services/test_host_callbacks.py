@@ -21,10 +21,10 @@ import sys
 import numpy as np
 import pytest
 
-from capi_calls import Api, PjrtCallError
-from host_callback_programs import LOOP_STEPS
-from jax_support import clean_env, run_python
-from repo_paths import SUPPORT
+from tests.support.capi_calls import Api, PjrtCallError
+from tests.support.host_callback_programs import LOOP_STEPS
+from tests.support.jax_support import clean_env, run_python
+from tests.support.repo_paths import SUPPORT
 
 
 @pytest.fixture(scope="module")
@@ -292,11 +292,6 @@ class CHost:
                  argument_lists=ffi.new("PJRT_Buffer**[]", [row]), num_devices=1, num_args=1,
                  output_lists=ffi.new("PJRT_Buffer**[]", [out_row]))
         return api.to_host(out_row[0], np.float32, (3,))
-
-
-@pytest.fixture(scope="module")
-def api():
-    return Api()
 
 
 @pytest.fixture(scope="module")

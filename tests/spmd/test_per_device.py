@@ -14,7 +14,7 @@ import pytest
 
 from pjrt_ref.interpreter import load
 from pjrt_ref.spmd.partitioner import make_partitioned_runner
-from jax_support import run_on_cpu_and_pjrt_ref
+from tests.support.jax_support import run_on_cpu_and_pjrt_ref
 
 ROWS = '#sdy.sharding<@mesh, [{"x"}, {}]>'
 WHOLE = '#sdy.sharding<@mesh, [{}, {}]>'

@@ -27,7 +27,7 @@ from pjrt_ref.errors import InvalidArgument, Unimplemented
 from pjrt_ref.interpreter import load
 from pjrt_ref.spmd.partitioner import make_partitioned_runner
 from pjrt_ref.spmd.layout import parse_hlo_sharding
-from repo_paths import SUPPORT
+from tests.support.repo_paths import SUPPORT
 
 CASES = ["jit_rows_matmul", "jit_columns_reduce", "jit_mesh_2d", "jit_replicated_in",
          "jit_constraint", "jit_unspecified_out", "jit_unspecified_transposed_out",

@@ -24,7 +24,9 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The repository root: the test helpers are imported as a package (tests.support)
+# by a process started as a script, whose sys.path begins at tests/support/.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_arguments(argv=None) -> argparse.Namespace:
@@ -42,9 +44,6 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--programs", default="all", help="comma-separated names, or all")
     parser.add_argument("--fault", choices=["die", "late", "mismatch"], default=None,
                         help="run the fault program with this fault (tests of failures)")
-    parser.add_argument("--late-by", type=float, default=0.0, help="seconds, for --fault late")
-    parser.add_argument("--linger", type=float, default=0.0,
-                        help="seconds to stay after the fault program, for --fault")
     return parser.parse_args(argv)
 
 
@@ -191,8 +190,8 @@ def training_program(jax, rows: int, steps: int = 3):
     """Data-parallel SGD on tests/support/jit_support.py's MLP: each device's batch
     shard gives gradients, pmean'd over every device (shard_map), then the
     same update everywhere. Returns the loss of each step on each device."""
-    sys.path.insert(0, HERE)
-    from jit_support import mlp_data, mlp_loss
+    sys.path.insert(0, REPO)
+    from tests.support.jit_support import mlp_data, mlp_loss
     from jax import lax
     from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -218,10 +217,33 @@ def training_program(jax, rows: int, steps: int = 3):
 
 
 # ------------------------------------------------------------------- faults
-def fault_program(jax, fault: str, delay: float):
+# How long a process of a fault job waits for its peer's news (`wait_for`):
+# only a hang guard, well inside the test's own limit on the job.
+PEER_WAIT_SECONDS = 90.0
+
+
+def ended_marker(out: str, process_id: int) -> str:
+    """The file process `process_id` of a fault job creates once its
+    execution has ended (failed or not): the processes' order is forced
+    through these, never by sleeping."""
+    return os.path.join(out, f"process{process_id}.ended")
+
+
+def wait_for(path: str) -> None:
+    """Return once `path` exists (another process's event); fail after
+    PEER_WAIT_SECONDS."""
+    deadline = time.monotonic() + PEER_WAIT_SECONDS
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {PEER_WAIT_SECONDS:g} s")
+        time.sleep(0.01)
+
+
+def fault_program(jax, fault: str, out: str):
     """A psum over every device (shard_map) that process 1 spoils (--fault):
     `die`: it exits inside the program, before the psum; `late`: it reaches
-    the psum `delay` s late; `mismatch`: it brings an operand of another shape.
+    the psum only once process 0's execution has ended (process 0 gave up
+    waiting for it); `mismatch`: it brings an operand of another shape.
     Returns (compiled program, its argument)."""
     from jax import lax
     from jax.sharding import NamedSharding, PartitionSpec as P
@@ -232,7 +254,7 @@ def fault_program(jax, fault: str, delay: float):
         if spoiled and fault == "die":
             os._exit(0)
         if spoiled and fault == "late":
-            time.sleep(delay)
+            wait_for(ended_marker(out, 0))
         return v
 
     def body(v):
@@ -250,11 +272,13 @@ def fault_program(jax, fault: str, delay: float):
 
 def run_failing(jax, options) -> None:
     """Run the fault program; print how it failed and how long its execution took,
-    stay `--linger` s (for a late peer to hear of it), then leave at once (JAX's
-    exit would wait for every process at a shutdown barrier)."""
+    mark its end (`ended_marker`); with a late peer, process 0 stays until the
+    peer's execution has ended too (the peer hears of the failure from it);
+    then leave at once (JAX's exit would wait for every process at a shutdown
+    barrier)."""
     from jax._src import distributed
 
-    compiled, x = fault_program(jax, options.fault, options.late_by)
+    compiled, x = fault_program(jax, options.fault, options.out)
     # Start together (JAX's own barrier, through its coordinator): the timeout
     # under test then measures the fault, not how long a process took to compile.
     distributed.global_state.client.wait_at_barrier("fault program compiled", 60_000)
@@ -266,7 +290,10 @@ def run_failing(jax, options) -> None:
     except Exception as error:   # the failure under test
         print(f"FAILED after {time.monotonic() - start:.2f} s: {error}", flush=True)
         code = 1
-    time.sleep(options.linger)
+    process_id = jax.process_index()
+    open(ended_marker(options.out, process_id), "w").close()
+    if options.fault == "late" and process_id == 0:
+        wait_for(ended_marker(options.out, 1))
     os._exit(code)
 
 

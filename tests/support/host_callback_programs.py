@@ -10,7 +10,6 @@ The last stdout line is the JSON report {scenario: {platform: record}}.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import sys

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import oracle  # noqa: F401  (configures jax: cpu platform, x64)
+from tests.support import oracle  # noqa: F401  (configures jax: cpu platform, x64)
 import jax
 from jax._src import xla_bridge
 from jax._src.lib import xla_client

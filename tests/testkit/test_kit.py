@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from jax_support import clean_env
-from planted_plugin import concatenate_planted, planted_plugin, reverse_planted
+from tests.support.jax_support import clean_env
+from tests.support.planted_plugin import concatenate_planted, planted_plugin, reverse_planted
 
 TESTS = '''
 import jax

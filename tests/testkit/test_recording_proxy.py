@@ -7,7 +7,7 @@ import textwrap
 
 import numpy as np
 
-from jax_support import clean_env
+from tests.support.jax_support import clean_env
 
 import pjrt_ref
 from pjrt_ref import recording_proxy_path

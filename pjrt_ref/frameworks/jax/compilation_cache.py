@@ -17,7 +17,7 @@ stays JAX's. For any other backend it calls JAX's function unchanged.
 
 What keeps a stale entry out is JAX's cache key, which hashes the
 backend's `platform_version`: pjrt-ref's names its version and a
-fingerprint of every `PJRT_REF_*` setting (`pjrt_ref.settings.fingerprint`),
+fingerprint of every `PJRT_REF_*` setting in the compile key (`pjrt_ref.settings.fingerprint`),
 so a cache written by another version or under other settings is a miss.
 A damaged entry fails the blob's own checks (frame and SHA-256 digest) with
 INVALID_ARGUMENT, which JAX reports as a warning before compiling afresh.
