@@ -12,7 +12,6 @@ from pjrt_ref.debug.diff.backend import OtherBackendFailed
 from pjrt_ref.interpreter import load
 from pjrt_ref.judge import campaign, corpus, opset, ruling
 from pjrt_ref.judge.command import main as fuzz_main
-from pjrt_ref.judge.oracle import Oracle
 from pjrt_ref.judge.programs import FuzzProgram, Generator, Node
 from pjrt_ref.judge.values import random_array
 
