@@ -166,7 +166,7 @@ def run_campaign(judge: Judge, ops: dict, seconds: float, seed: int, max_ops: in
     tally, start = Tally(), time.monotonic()
     while time.monotonic() - start < seconds:
         program = generator.program()
-        inputs = [random_array(t, program.shape, rng) for t in program.params]
+        inputs = [random_array(t, program.param_shape(i), rng) for i, t in enumerate(program.params)]
         if save is not None:
             save(tally.programs, program, inputs)
         tally.count(program)

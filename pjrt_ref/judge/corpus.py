@@ -73,12 +73,17 @@ def _shown(value) -> str:
 def _as_data(program: FuzzProgram) -> dict:
     return {"shape": list(program.shape), "params": program.params,
             "nodes": [{"op": n.op, "operands": [list(v) for v in n.operands], "element_type": n.element_type,
-                       "direction": n.direction} for n in program.nodes],
-            "outputs": None if program.outputs is None else [list(v) for v in program.outputs]}
+                       "direction": n.direction, "shape": None if n.shape is None else list(n.shape),
+                       "attrs": n.attrs} for n in program.nodes],
+            "outputs": None if program.outputs is None else [list(v) for v in program.outputs],
+            "param_shapes": None if program.param_shapes is None else [list(s) for s in program.param_shapes]}
 
 
 def _from_data(data: dict) -> FuzzProgram:
-    nodes = [Node(n["op"], tuple(tuple(v) for v in n["operands"]), n["element_type"], n["direction"])
+    nodes = [Node(n["op"], tuple(tuple(v) for v in n["operands"]), n["element_type"], n["direction"],
+                  None if n.get("shape") is None else tuple(n["shape"]), n.get("attrs"))
              for n in data["nodes"]]
     outputs = None if data["outputs"] is None else [tuple(v) for v in data["outputs"]]
-    return FuzzProgram(tuple(data["shape"]), list(data["params"]), nodes, outputs)
+    shapes = data.get("param_shapes")
+    return FuzzProgram(tuple(data["shape"]), list(data["params"]), nodes, outputs,
+                       None if shapes is None else [tuple(s) for s in shapes])

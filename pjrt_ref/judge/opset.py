@@ -82,6 +82,11 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in [
     OpSpec("select", 3, ALL[:-1]),         # (i1 predicate, on_true, on_false)
     OpSpec("clamp", 3, INTEGER + ("float",)),
     OpSpec("convert", 1, ALL[:-1]),        # to any element type (complex stays out: its -> real is TBD)
+    # Structural ops (structural.py): element moves are exact; a float sum's order is not.
+    *_unary("transpose reverse slice reshape broadcast_in_dim", ALL),
+    OpSpec("pad", 2, ALL),
+    OpSpec("reduce", 1, ALL[:-1], accuracy="approximate"),
+    OpSpec("sort", 1, ALL[:-2]),
 ]}
 
 COMPARISON_DIRECTIONS = ("EQ", "NE", "GE", "GT", "LE", "LT")

@@ -2,11 +2,13 @@
 
 A `FuzzProgram` is a list of parameters and a list of `Node`s, each one op
 whose operands are earlier values: `("arg", i)` is parameter i (`%a{i}`),
-`("op", j)` node j's result (`%n{j}`). Every value has the program's one shape; the ops
-are elementwise (opset.py), so element k of a result depends only on
-element k of its operands, which is what lets the shrinker cut a program
-down to one element. `mlir()` writes it in MLIR's generic op form; the
-function returns the results of `outputs` (all nodes unless shrunk).
+`("op", j)` node j's result (`%n{j}`). Values have the program's shape
+unless a structural op (structural.py: transpose, slice, pad, reduce,
+sort, ...) gave them another; an elementwise op's operands share one
+shape. A program of elementwise ops on the program's shape can be cut down
+to one element (element k of a result depends only on element k of the
+operands), which the shrinker does. `mlir()` writes the program in MLIR's
+generic op form; its function returns `outputs` (all nodes unless shrunk).
 """
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..interpreter.types import is_float
 from .opset import COMPARISON_DIRECTIONS, ELEMENT_CLASSES, OPS, OpSpec, comparison_type, element_class
+from .structural import SCALAR_OPERAND, STRUCTURAL, init_value
+from .values import dtype_of
 
 Value = tuple[str, int]     # ("arg", i) or ("op", j)
 
@@ -27,10 +32,16 @@ class Node:
     operands: tuple[Value, ...]
     element_type: str                # the result's element type
     direction: str | None = None     # compare's comparison_direction
+    shape: tuple | None = None       # the result's shape (None: the program's)
+    attrs: dict | None = None        # a structural op's attributes (structural.py)
 
     @property
     def spec(self) -> OpSpec:
         return OPS[self.op]
+
+    @property
+    def structural(self) -> bool:
+        return self.op in STRUCTURAL
 
 
 @dataclass
@@ -39,6 +50,7 @@ class FuzzProgram:
     params: list[str]                        # each parameter's element type
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] | None = None       # the values returned (None: every node's)
+    param_shapes: list | None = None         # each parameter's shape (None: all the program's)
 
     def element_type(self, value: Value) -> str:
         kind, index = value
@@ -50,12 +62,24 @@ class FuzzProgram:
     def returned(self) -> list[Value]:
         return [("op", j) for j in range(len(self.nodes))] if self.outputs is None else list(self.outputs)
 
+    def shape_of(self, value: Value) -> tuple:
+        kind, index = value
+        if kind == "arg":
+            return self.shape if self.param_shapes is None else tuple(self.param_shapes[index])
+        node = self.nodes[index]
+        return self.shape if node.shape is None else tuple(node.shape)
+
     def tensor_type(self, value: Value) -> str:
-        return _tensor(self.shape, self.element_type(value))
+        return _tensor(self.shape_of(value), self.element_type(value))
+
+    def elementwise(self) -> bool:
+        """Whether every op is elementwise on the program's one shape (so it can lose elements)."""
+        return all(not n.structural for n in self.nodes) and all(
+            self.shape_of(v) == self.shape for v in self.values())
 
     def mlir(self) -> str:
         """The program as an MLIR module whose `main` returns `returned()`."""
-        args = ", ".join(f"%a{i}: {_tensor(self.shape, t)}" for i, t in enumerate(self.params))
+        args = ", ".join(f"%a{i}: {self.tensor_type(('arg', i))}" for i in range(len(self.params)))
         results = self.returned()
         lines = [f"func.func @main({args}) -> ({', '.join(self.tensor_type(v) for v in results)}) {{"]
         for j, node in enumerate(self.nodes):
@@ -66,6 +90,8 @@ class FuzzProgram:
         return "module {\n" + "\n".join(lines) + "\n}\n"
 
     def _op_line(self, number: int, node: Node) -> str:
+        if node.structural:
+            return self._structural_line(number, node)
         operands = ", ".join(_name(v) for v in node.operands)
         types = ", ".join(self.tensor_type(v) for v in node.operands)
         attributes = ""
@@ -74,13 +100,43 @@ class FuzzProgram:
             attributes = (f" {{comparison_direction = #stablehlo<comparison_direction {node.direction}>, "
                           f"compare_type = #stablehlo<comparison_type {comparison_type(operand_type)}>}}")
         return (f'%n{number} = "{node.spec.mlir_name}"({operands}){attributes} : ({types}) -> '
-                f"{_tensor(self.shape, node.element_type)}")
+                f"{self.tensor_type(('op', number))}")
+
+    def _structural_line(self, number: int, node: Node) -> str:
+        structural = STRUCTURAL[node.op]
+        names = [_name(v) for v in node.operands]
+        types = [self.tensor_type(v) for v in node.operands]
+        prelude = ""
+        if node.op == "reduce":       # its init: the body's identity, a constant
+            init = f"%n{number}_init"
+            scalar = _tensor((), node.element_type)
+            value = init_value(node.attrs["body"], node.element_type, dtype_of(node.element_type))
+            prelude = f"{init} = stablehlo.constant dense<{constant_text(value)}> : {scalar}\n  "
+            names, types = names + [init], types + [scalar]
+        attributes, region = structural.attributes(node.attrs, names, [(t, node.element_type) for t in types])
+        return (f'{prelude}%n{number} = "{structural.mlir_name}"({", ".join(names)}) {region} {attributes} : '
+                f"({', '.join(types)}) -> {self.tensor_type(('op', number))}")
 
     def ops_used(self) -> list[str]:
         return [node.op for node in self.nodes]
 
     def with_shape(self, shape: tuple[int, ...]) -> "FuzzProgram":
-        return replace(self, shape=tuple(shape))
+        """The program on `shape` (an elementwise one: every value has the program's shape)."""
+        return replace(self, shape=tuple(shape), param_shapes=None)
+
+    def param_shape(self, index: int) -> tuple:
+        return self.shape_of(("arg", index))
+
+
+def constant_text(value: np.ndarray) -> str:
+    """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
+    value = np.asarray(value)
+    if value.dtype == np.bool_:
+        return "true" if value else "false"
+    if is_float(value.dtype):
+        bits = value.reshape(1).view(f"u{value.dtype.itemsize}")[0]
+        return f"0x{int(bits):0{2 * value.dtype.itemsize}X}"
+    return str(int(value))
 
 
 def _name(value: Value) -> str:
@@ -99,29 +155,51 @@ class Generator:
         self.rng, self.ops, self.max_ops = rng, list(ops.values()), max_ops
 
     def program(self) -> FuzzProgram:
-        shape = SHAPES[self.rng.integers(len(SHAPES))]
-        program = FuzzProgram(shape, [])
-        for _ in range(int(self.rng.integers(1, self.max_ops + 1))):
-            self._add_node(program)
-        return program
+        """A program of one to `max_ops` ops (an op whose attributes do not suit the
+        operand drawn, a reduce of a 0-d value, is drawn again)."""
+        for _ in range(100):
+            shape = SHAPES[self.rng.integers(len(SHAPES))]
+            program = FuzzProgram(shape, [])
+            for _ in range(int(self.rng.integers(1, self.max_ops + 1))):
+                self._add_node(program)
+            if program.nodes:
+                return program
+        raise ValueError("the ops chosen fit none of the shapes the fuzzer writes")
 
     def _pick(self, choices):
         return choices[int(self.rng.integers(len(choices)))]
 
     def _add_node(self, program: FuzzProgram) -> None:
         spec = self._pick(self.ops)
+        if spec.name in STRUCTURAL:
+            self._add_structural(program, spec)
+            return
         element_type = self._operand_type(program, spec)
+        first = self._value(program, element_type, None)
+        shape = program.shape_of(first)
         if spec.name == "select":
-            operands = (self._value(program, "i1"), self._value(program, element_type),
-                        self._value(program, element_type))
+            operands = (self._value(program, "i1", shape), first, self._value(program, element_type, shape))
         else:
-            operands = tuple(self._value(program, element_type) for _ in range(spec.arity))
+            operands = (first,) + tuple(self._value(program, element_type, shape) for _ in range(spec.arity - 1))
         result = {"same": element_type, "i1": "i1"}.get(spec.result)
         if spec.name == "convert":
             result = self._pick([t for kind in ("bool", "signed", "unsigned", "float")
                                  for t in ELEMENT_CLASSES[kind]])
         direction = self._pick(COMPARISON_DIRECTIONS) if spec.name == "compare" else None
-        program.nodes.append(Node(spec.name, operands, result, direction))
+        program.nodes.append(Node(spec.name, operands, result, direction,
+                                  None if shape == program.shape else shape))
+
+    def _add_structural(self, program: FuzzProgram, spec: OpSpec) -> None:
+        element_type = self._operand_type(program, spec)
+        operand = self._value(program, element_type, None)
+        made = STRUCTURAL[spec.name].make(self.rng, program.shape_of(operand), element_type)
+        if made is None:
+            return
+        attrs, shape = made
+        operands = (operand,)
+        if spec.name in SCALAR_OPERAND:
+            operands += (self._new_param(program, element_type, ()),)
+        program.nodes.append(Node(spec.name, operands, element_type, None, tuple(shape), attrs))
 
     def _operand_type(self, program: FuzzProgram, spec: OpSpec) -> str:
         """An element type the op allows: often one a value already has (so ops chain)."""
@@ -131,10 +209,19 @@ class Generator:
             return self._pick(fitting)
         return self._pick([t for kind in spec.classes for t in ELEMENT_CLASSES[kind]])
 
-    def _value(self, program: FuzzProgram, element_type: str) -> Value:
-        """An existing value of `element_type` (mostly), or a new parameter."""
-        fitting = [v for v in program.values() if program.element_type(v) == element_type]
+    def _value(self, program: FuzzProgram, element_type: str, shape: tuple | None) -> Value:
+        """An existing value of `element_type` (and `shape`, if given) mostly, else a new parameter."""
+        fitting = [v for v in program.values() if program.element_type(v) == element_type
+                   and (shape is None or program.shape_of(v) == shape)]
         if fitting and self.rng.random() < 0.75:
             return self._pick(fitting)
+        return self._new_param(program, element_type, program.shape if shape is None else shape)
+
+    @staticmethod
+    def _new_param(program: FuzzProgram, element_type: str, shape: tuple) -> Value:
+        if shape != program.shape and program.param_shapes is None:
+            program.param_shapes = [program.shape] * len(program.params)
         program.params.append(element_type)
+        if program.param_shapes is not None:
+            program.param_shapes.append(tuple(shape))
         return ("arg", len(program.params) - 1)

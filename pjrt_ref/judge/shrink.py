@@ -54,10 +54,11 @@ def compact(program: FuzzProgram, inputs: list) -> tuple[FuzzProgram, list]:
             op_map[("op", j)] = ("op", len(nodes))
             nodes.append(replace(node, operands=tuple({**arg_map, **op_map}[v] for v in node.operands)))
     renumber = {**arg_map, **op_map}
-    params = [t for i, t in enumerate(program.params) if ("arg", i) in needed]
-    kept_inputs = [x for i, x in enumerate(inputs) if ("arg", i) in needed]
-    return (FuzzProgram(program.shape, params, nodes, [renumber[v] for v in program.returned()]),
-            kept_inputs)
+    kept = [i for i in range(len(program.params)) if ("arg", i) in needed]
+    shapes = None if program.param_shapes is None else [program.param_shapes[i] for i in kept]
+    return (FuzzProgram(program.shape, [program.params[i] for i in kept], nodes,
+                        [renumber[v] for v in program.returned()], shapes),
+            [inputs[i] for i in kept])
 
 
 def as_parameter(program: FuzzProgram, inputs: list, node_index: int, value: np.ndarray) -> tuple:
@@ -66,8 +67,9 @@ def as_parameter(program: FuzzProgram, inputs: list, node_index: int, value: np.
     cut = ("op", node_index)
     nodes = [replace(n, operands=tuple(new if v == cut else v for v in n.operands)) for n in program.nodes]
     outputs = [new if v == cut else v for v in program.returned()]
+    shapes = [program.param_shape(i) for i in range(len(program.params))] + [program.shape_of(cut)]
     widened = FuzzProgram(program.shape, program.params + [program.nodes[node_index].element_type],
-                          nodes, outputs)
+                          nodes, outputs, shapes)
     return compact(widened, inputs + [value])
 
 
@@ -82,7 +84,7 @@ def shrink(program: FuzzProgram, inputs: list, bad: Value, node_values: NodeValu
     """The smallest program and inputs (steps 1-4 above) on which the sides still disagree."""
     program, inputs = compact(replace(program, outputs=[bad]), inputs)
     program, inputs = _cut_ops(program, inputs, node_values, disagrees)
-    if element is not None:
+    if element is not None and program.elementwise():
         program, inputs = _one_element(program, inputs, element, disagrees)
     return _simplest_values(program, inputs, disagrees)
 

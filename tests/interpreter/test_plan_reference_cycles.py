@@ -103,4 +103,4 @@ def test_the_judges_random_programs_leave_no_reference_cycles():
     generator = Generator(rng, opset.OPS, max_ops=5)
     for _ in range(30):
         program = generator.program()
-        _check(program.mlir(), [random_array(t, program.shape, rng) for t in program.params])
+        _check(program.mlir(), [random_array(t, program.param_shape(i), rng) for i, t in enumerate(program.params)])
