@@ -87,6 +87,7 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in [
     OpSpec("pad", 2, ALL),
     OpSpec("reduce", 1, ALL[:-1], accuracy="approximate"),
     OpSpec("sort", 1, ALL[:-2]),
+    *_unary("dynamic_slice case while", ALL),
 ]}
 
 COMPARISON_DIRECTIONS = ("EQ", "NE", "GE", "GT", "LE", "LT")

@@ -136,8 +136,9 @@ def _integer_binary(op: str, a: int, b: int, t: str) -> Answer:
         if amount >= width:
             return Answer(None, f"{op} by the type's width or more", clause)
         unsigned = a % (1 << width)
+        signed = unsigned - (1 << width) if unsigned >> (width - 1) else unsigned   # the bits as two's complement
         shifted = {"shift_left": unsigned << amount, "shift_right_logical": unsigned >> amount,
-                   "shift_right_arithmetic": a >> amount}[op]
+                   "shift_right_arithmetic": signed >> amount}[op]          # fills with the top bit, any type
         return Answer(wrap(shifted, t), None, clause)
     results = {"add": a + b, "subtract": a - b, "multiply": a * b, "maximum": max(a, b),
                "minimum": min(a, b), "and": a & b, "or": a | b, "xor": a ^ b}

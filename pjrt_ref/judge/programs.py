@@ -16,10 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..interpreter.types import is_float
 from .opset import COMPARISON_DIRECTIONS, ELEMENT_CLASSES, OPS, OpSpec, comparison_type, element_class
-from .structural import SCALAR_OPERAND, STRUCTURAL, init_value
-from .values import dtype_of
+from .structural import STRUCTURAL, constant_text
 
 Value = tuple[str, int]     # ("arg", i) or ("op", j)
 
@@ -84,7 +82,7 @@ class FuzzProgram:
         lines = [f"func.func @main({args}) -> ({', '.join(self.tensor_type(v) for v in results)}) {{"]
         for j, node in enumerate(self.nodes):
             lines.append("  " + self._op_line(j, node))
-        lines.append(f"  func.return {', '.join(_name(v) for v in results)} : "
+        lines.append(f"  func.return {', '.join(self._name(v) for v in results)} : "
                      f"{', '.join(self.tensor_type(v) for v in results)}")
         lines.append("}")
         return "module {\n" + "\n".join(lines) + "\n}\n"
@@ -92,7 +90,7 @@ class FuzzProgram:
     def _op_line(self, number: int, node: Node) -> str:
         if node.structural:
             return self._structural_line(number, node)
-        operands = ", ".join(_name(v) for v in node.operands)
+        operands = ", ".join(self._name(v) for v in node.operands)
         types = ", ".join(self.tensor_type(v) for v in node.operands)
         attributes = ""
         if node.op == "compare":
@@ -103,19 +101,15 @@ class FuzzProgram:
                 f"{self.tensor_type(('op', number))}")
 
     def _structural_line(self, number: int, node: Node) -> str:
-        structural = STRUCTURAL[node.op]
-        names = [_name(v) for v in node.operands]
-        types = [self.tensor_type(v) for v in node.operands]
-        prelude = ""
-        if node.op == "reduce":       # its init: the body's identity, a constant
-            init = f"%n{number}_init"
-            scalar = _tensor((), node.element_type)
-            value = init_value(node.attrs["body"], node.element_type, dtype_of(node.element_type))
-            prelude = f"{init} = stablehlo.constant dense<{constant_text(value)}> : {scalar}\n  "
-            names, types = names + [init], types + [scalar]
-        attributes, region = structural.attributes(node.attrs, names, [(t, node.element_type) for t in types])
-        return (f'{prelude}%n{number} = "{structural.mlir_name}"({", ".join(names)}) {region} {attributes} : '
-                f"({', '.join(types)}) -> {self.tensor_type(('op', number))}")
+        return STRUCTURAL[node.op].text(node.attrs, f"%n{number}", [self._name(v) for v in node.operands],
+                                        [self.tensor_type(v) for v in node.operands],
+                                        node.element_type, self.tensor_type(("op", number)))
+
+    def _name(self, value: Value) -> str:
+        """A value's SSA name (a while's first result: `%nJ_loop#0`)."""
+        if value[0] == "op" and self.nodes[value[1]].structural and STRUCTURAL[self.nodes[value[1]].op].results > 1:
+            return f"%n{value[1]}_loop#0"
+        return _name(value)
 
     def ops_used(self) -> list[str]:
         return [node.op for node in self.nodes]
@@ -128,19 +122,11 @@ class FuzzProgram:
         return self.shape_of(("arg", index))
 
 
-def constant_text(value: np.ndarray) -> str:
-    """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
-    value = np.asarray(value)
-    if value.dtype == np.bool_:
-        return "true" if value else "false"
-    if is_float(value.dtype):
-        bits = value.reshape(1).view(f"u{value.dtype.itemsize}")[0]
-        return f"0x{int(bits):0{2 * value.dtype.itemsize}X}"
-    return str(int(value))
-
-
 def _name(value: Value) -> str:
     return f"%a{value[1]}" if value[0] == "arg" else f"%n{value[1]}"
+
+
+__all__ = ["FuzzProgram", "Node", "Generator", "constant_text"]
 
 
 def _tensor(shape: tuple[int, ...], element_type: str) -> str:
@@ -196,9 +182,9 @@ class Generator:
         if made is None:
             return
         attrs, shape = made
-        operands = (operand,)
-        if spec.name in SCALAR_OPERAND:
-            operands += (self._new_param(program, element_type, ()),)
+        operands = (operand,) + tuple(self._new_param(program, extra_type or element_type, tuple(extra_shape))
+                                      for extra_type, extra_shape in STRUCTURAL[spec.name].extra(
+                                          attrs, len(program.shape_of(operand))))
         program.nodes.append(Node(spec.name, operands, element_type, None, tuple(shape), attrs))
 
     def _operand_type(self, program: FuzzProgram, spec: OpSpec) -> str:

@@ -76,8 +76,9 @@ def _elementwise(oracle: Oracle, node, operands: list, types: list, shape: tuple
 def _structural(oracle: Oracle, node, operands: list, types: list, shape: tuple):
     """(result, why the spec is silent) of a structural op (structural.py), whose
     reductions fold with the elementwise oracle."""
-    def apply(op: str, a, b, element_type: str):
-        answer = oracle.evaluate(Node(op, (), element_type), [a, b], [element_type, element_type])
+    def apply(op: str, a, b, element_type: str):      # b None: a unary op
+        operands = [a] if b is None else [a, b]
+        answer = oracle.evaluate(Node(op, (), element_type), operands, [element_type] * len(operands))
         return None if answer.value is None else answer.value
 
     attrs = dict(node.attrs or {}, result_shape=list(shape))
@@ -142,6 +143,8 @@ def _has_subnormal_steps(program: FuzzProgram, inputs: list) -> bool:
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal values, NaN equal to NaN (whatever its sign and payload)."""
     a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    if is_complex(a.dtype) and is_complex(b.dtype):
+        return _same(a.real.copy(), b.real.copy()) and _same(a.imag.copy(), b.imag.copy())
     if is_float(a.dtype):
         wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
         both_nan = np.isnan(wide_a) & np.isnan(wide_b)

@@ -39,11 +39,16 @@ def _indices(shape):
 class Structural:
     name: str
     make: Callable            # (rng, shape, element_type) -> (attrs dict, result shape) or None
-    attributes: Callable      # (attrs, operand names, operand types) -> (attribute text, region text)
+    # (attrs, result name, operand names, operand types, element type, result type) -> the op's lines
+    text: Callable
     # (attrs with "result_shape", operand arrays, element type, the elementwise oracle's
     # apply(op, a, b, element_type)) -> (result array or None, why the spec is silent or None)
     evaluate: Callable
     classes: tuple = ("bool", "signed", "unsigned", "float", "complex")
+    # (attrs, operand rank) -> the parameters it takes besides the operand: (element type, or
+    # None for the operand's, shape) each, drawn like any input (pad's value, start indices).
+    extra: Callable = lambda attrs, rank: []
+    results: int = 1          # while: the loop's counter is a second result
 
     @property
     def mlir_name(self) -> str:
@@ -269,47 +274,176 @@ def _sort(attrs, operands, element_type, apply):
     return result, None
 
 
+# ------------------------------------------------------------ indices and control flow
+def _make_dynamic_slice(rng, shape, element_type):
+    if not shape:
+        return None
+    sizes = [int(rng.integers(0, d + 1)) for d in shape]
+    return {"slice_sizes": sizes}, tuple(sizes)
+
+
+def _dynamic_slice(attrs, operands, element_type, apply):
+    x, *starts = operands
+    sizes = attrs["slice_sizes"]
+    # spec: dynamic_slice (C?): each start is clamped to [0, dim - size].
+    clamped = [min(max(int(s), 0), d - size) for s, d, size in zip(starts, x.shape, sizes)]
+    result = np.empty(tuple(sizes), x.dtype)
+    for index in _indices(tuple(sizes)):
+        result[index] = x[tuple(c + i for c, i in zip(clamped, index))]
+    return result, None
+
+
+# The ops a case branch or a while body applies: each exact for its classes.
+_BRANCH_OPS = {"bool": ("not",), "signed": ("negate", "not", "abs"), "unsigned": ("not", "popcnt"),
+               "float": ("negate", "abs", "floor"), "complex": ("negate",)}
+
+
+def _make_case(rng, shape, element_type):
+    ops = _BRANCH_OPS[element_class(element_type)]
+    branches = [None] + [ops[int(rng.integers(len(ops)))] for _ in range(int(rng.integers(1, 3)))]
+    return {"branches": branches}, tuple(shape)
+
+
+def _apply_each(op, x, element_type, apply):
+    result = np.empty_like(x)
+    for index in _indices(x.shape):
+        value = apply(op, x[index], None, element_type)
+        if value is None:
+            return None
+        result[index] = value
+    return result
+
+
+def _case(attrs, operands, element_type, apply):
+    x, index = operands
+    branches = attrs["branches"]
+    chosen = int(index)
+    op = branches[chosen if 0 <= chosen < len(branches) else len(branches) - 1]   # spec: out of range: the last
+    return (x.copy() if op is None else _apply_each(op, x, element_type, apply)), None
+
+
+def _make_while(rng, shape, element_type):
+    ops = _BRANCH_OPS[element_class(element_type)]
+    return {"body": ops[int(rng.integers(len(ops)))], "trips": int(rng.integers(0, 4))}, tuple(shape)
+
+
+def _while(attrs, operands, element_type, apply):
+    (x,) = operands
+    for _ in range(attrs["trips"]):
+        x = _apply_each(attrs["body"], x, element_type, apply)
+        if x is None:
+            return None, f"{attrs['body']}: a step the spec leaves to the implementation"
+    return x.copy(), None
+
+
 # ------------------------------------------------------------ the text
-def _plain(attrs, names, types):
-    return "", ""
-
-
-def _array_attributes(*keys):
-    def text(attrs, names, types):
-        return "{" + ", ".join(f"{k} = {_i64s(attrs[k])}" for k in keys) + "}", ""
+def _op_line(name: str, attributes: str = "", regions: str = ""):
+    """The text of one op: `result = "stablehlo.name"(operands) regions attributes : types`."""
+    def text(attrs, result, names, types, element_type, result_type):
+        return (f'{result} = "stablehlo.{name}"({", ".join(names)}) {regions} {attributes} : '
+                f"({', '.join(types)}) -> {result_type}")
     return text
 
 
-def _reduce_text(attrs, names, types):
-    element = types[0][1]
-    scalar = _tensor((), element)
-    region = (f'({{\n  ^bb0(%p: {scalar}, %q: {scalar}):\n'
-              f'    %s = "stablehlo.{attrs["body"]}"(%p, %q) : ({scalar}, {scalar}) -> {scalar}\n'
-              f'    "stablehlo.return"(%s) : ({scalar}) -> ()\n  }})')
-    return "{dimensions = " + _i64s(attrs["dimensions"]) + "}", region
+def _with_arrays(name: str, *keys):
+    def text(attrs, result, names, types, element_type, result_type):
+        attributes = "{" + ", ".join(f"{k} = {_i64s(attrs[k])}" for k in keys) + "}"
+        return _op_line(name, attributes)(attrs, result, names, types, element_type, result_type)
+    return text
 
 
-def _sort_text(attrs, names, types):
-    element = types[0][1]
-    scalar = _tensor((), element)
-    region = (f'({{\n  ^bb0(%p: {scalar}, %q: {scalar}):\n'
-              f'    %s = "stablehlo.compare"(%p, %q) {{comparison_direction = '
+def _scalar_region(arguments: int, element_type: str, lines: list[str], returned: str) -> str:
+    scalar = _tensor((), element_type)
+    header = ", ".join(f"%p{k}: {scalar}" for k in range(arguments))
+    body = "".join(f"    {line}\n" for line in lines)
+    return f'{{\n  ^bb0({header}):\n{body}    "stablehlo.return"({returned}) : ({scalar}) -> ()\n  }}'
+
+
+def _reduce_text(attrs, result, names, types, element_type, result_type):
+    scalar = _tensor((), element_type)
+    init = f"{result}_init"
+    from .values import dtype_of
+    value = init_value(attrs["body"], element_type, dtype_of(element_type))
+    region = _scalar_region(2, element_type, [
+        f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
+    return (f"{init} = stablehlo.constant dense<{constant_text(value)}> : {scalar}\n  "
+            f'{result} = "stablehlo.reduce"({names[0]}, {init}) ({region}) '
+            f'{{dimensions = {_i64s(attrs["dimensions"])}}} : ({types[0]}, {scalar}) -> {result_type}')
+
+
+def _sort_text(attrs, result, names, types, element_type, result_type):
+    scalar = _tensor((), element_type)
+    region = (f'{{\n  ^bb0(%p0: {scalar}, %p1: {scalar}):\n'
+              f'    %s = "stablehlo.compare"(%p0, %p1) {{comparison_direction = '
               f'#stablehlo<comparison_direction {attrs["direction"]}>, compare_type = '
               f'#stablehlo<comparison_type {attrs["compare_type"]}>}} : ({scalar}, {scalar}) -> tensor<i1>\n'
-              f'    "stablehlo.return"(%s) : (tensor<i1>) -> ()\n  }})')
-    return f'{{dimension = {attrs["dimension"]} : i64, is_stable = true}}', region
+              f'    "stablehlo.return"(%s) : (tensor<i1>) -> ()\n  }}')
+    return (f'{result} = "stablehlo.sort"({names[0]}) ({region}) '
+            f'{{dimension = {attrs["dimension"]} : i64, is_stable = true}} : ({types[0]}) -> {result_type}')
 
+
+def _unary_lines(op: str | None, operand: str, operand_type: str, out: str) -> list[str]:
+    return [] if op is None else [f'{out} = "stablehlo.{op}"({operand}) : ({operand_type}) -> {operand_type}']
+
+
+def _case_text(attrs, result, names, types, element_type, result_type):
+    branches = []
+    for k, op in enumerate(attrs["branches"]):
+        value = names[0] if op is None else f"{result}_b{k}"
+        lines = _unary_lines(op, names[0], types[0], value)
+        body = "".join(f"    {line}\n" for line in lines)
+        branches.append(f'{{\n{body}    "stablehlo.return"({value}) : ({types[0]}) -> ()\n  }}')
+    return (f'{result} = "stablehlo.case"({names[1]}) ({", ".join(branches)}) : '
+            f"({types[1]}) -> {result_type}")
+
+
+def _while_text(attrs, result, names, types, element_type, result_type):
+    counter = "tensor<i32>"
+    x, t = names[0], types[0]
+    condition = (f'{{\n  ^bb0(%x: {t}, %i: {counter}):\n'
+                 f'    %k = stablehlo.constant dense<{attrs["trips"]}> : {counter}\n'
+                 f'    %c = "stablehlo.compare"(%i, %k) {{comparison_direction = #stablehlo<comparison_direction LT>, '
+                 f'compare_type = #stablehlo<comparison_type SIGNED>}} : ({counter}, {counter}) -> tensor<i1>\n'
+                 f'    "stablehlo.return"(%c) : (tensor<i1>) -> ()\n  }}')
+    step = _unary_lines(attrs["body"], "%x", t, "%y")
+    body = (f'{{\n  ^bb0(%x: {t}, %i: {counter}):\n' + "".join(f"    {line}\n" for line in step) +
+            f'    %one = stablehlo.constant dense<1> : {counter}\n'
+            f'    %j = "stablehlo.add"(%i, %one) : ({counter}, {counter}) -> {counter}\n'
+            f'    "stablehlo.return"(%y, %j) : ({t}, {counter}) -> ()\n  }}')
+    return (f"{result}_zero = stablehlo.constant dense<0> : {counter}\n  "
+            f'{result}_loop:2 = "stablehlo.while"({x}, {result}_zero) ({condition}, {body}) : '
+            f"({t}, {counter}) -> ({result_type}, {counter})")
+
+
+def constant_text(value) -> str:
+    """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
+    from ..interpreter.types import is_float
+
+    value = np.asarray(value)
+    if value.dtype == np.bool_:
+        return "true" if value else "false"
+    if is_float(value.dtype):
+        bits = value.reshape(1).view(f"u{value.dtype.itemsize}")[0]
+        return f"0x{int(bits):0{2 * value.dtype.itemsize}X}"
+    return str(int(value))
+
+
+_ANY = ("bool", "signed", "unsigned", "float", "complex")
+_ORDERED = ("bool", "signed", "unsigned", "float")
 
 STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
-    Structural("transpose", _make_transpose, _array_attributes("permutation"), _transpose),
-    Structural("reverse", _make_reverse, _array_attributes("dimensions"), _reverse),
-    Structural("slice", _make_slice, _array_attributes("start_indices", "limit_indices", "strides"), _slice),
-    Structural("reshape", _make_reshape, _plain, _reshape),
-    Structural("broadcast_in_dim", _make_broadcast, _array_attributes("broadcast_dimensions"), _broadcast),
-    Structural("pad", _make_pad, _array_attributes("edge_padding_low", "edge_padding_high", "interior_padding"),
-               _pad),
-    Structural("reduce", _make_reduce, _reduce_text, _reduce, ("bool", "signed", "unsigned", "float")),
-    Structural("sort", _make_sort, _sort_text, _sort, ("bool", "signed", "unsigned", "float")),
+    Structural("transpose", _make_transpose, _with_arrays("transpose", "permutation"), _transpose),
+    Structural("reverse", _make_reverse, _with_arrays("reverse", "dimensions"), _reverse),
+    Structural("slice", _make_slice, _with_arrays("slice", "start_indices", "limit_indices", "strides"), _slice),
+    Structural("reshape", _make_reshape, _op_line("reshape"), _reshape),
+    Structural("broadcast_in_dim", _make_broadcast, _with_arrays("broadcast_in_dim", "broadcast_dimensions"),
+               _broadcast),
+    Structural("pad", _make_pad, _with_arrays("pad", "edge_padding_low", "edge_padding_high", "interior_padding"),
+               _pad, _ANY, lambda attrs, rank: [(None, ())]),
+    Structural("reduce", _make_reduce, _reduce_text, _reduce, _ORDERED),
+    Structural("sort", _make_sort, _sort_text, _sort, _ORDERED),
+    Structural("dynamic_slice", _make_dynamic_slice, _with_arrays("dynamic_slice", "slice_sizes"),
+               _dynamic_slice, _ANY, lambda attrs, rank: [("i32", ())] * rank),
+    Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, rank: [("i32", ())]),
+    Structural("while", _make_while, _while_text, _while, _ANY, results=2),
 ]}
-# pad's second operand, its padding value: a 0-d parameter (any value of the type).
-SCALAR_OPERAND = ("pad",)

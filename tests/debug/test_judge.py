@@ -214,3 +214,29 @@ def test_structural_programs_round_trip_through_a_corpus(tmp_path):
         again, again_inputs = corpus.load_program(tmp_path / f"{k}")
         assert again.mlir() == program.mlir()
         assert [x.shape for x in again_inputs] == [x.shape for x in inputs]
+
+
+@pytest.mark.parametrize("ops", ["transpose|reverse|slice|reshape|broadcast_in_dim|pad|dynamic_slice",
+                                 "reduce|sort|case|while", "add|multiply|shift|popcnt|convert|compare|select"])
+def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
+    """The oracle recomputes from the spec's formulas; pjrt-ref's kernels must agree
+    wherever the spec leaves nothing open (complex and silent cases aside)."""
+    from pjrt_ref.judge.oracle import Unsupported
+
+    rng = np.random.default_rng(21)
+    generator = Generator(rng, opset.selected(ops), max_ops=3)
+    decided = 0
+    for _ in range(120):
+        program = generator.program()
+        program.outputs = [("op", len(program.nodes) - 1)]
+        inputs = [random_array(t, program.param_shape(i), rng) for i, t in enumerate(program.params)]
+        try:
+            spec, silent, _ = ruling.spec_answer(program, inputs)
+        except Unsupported:
+            continue
+        if spec is None or silent:
+            continue
+        (ours,) = load(program.mlir())(*inputs)
+        assert ruling._same(ours, spec), program.mlir()
+        decided += 1
+    assert decided > 40
