@@ -72,7 +72,7 @@ OP_FAMILIES = {
     'func.call': 'core',
     'interpreter.print': 'checks',
     'interpreter.probe': 'checks',
-    'interpreter.run_parallel': 'collective_grid',
+    'interpreter.run_parallel': 'run_parallel',
     'mhlo.erf': 'chlo_special',
     'sdy.manual_computation': 'sharding',
     'sdy.reshard': 'sharding',

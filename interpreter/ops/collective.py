@@ -9,7 +9,7 @@ A program run on its own is the single process `(0, 0)`: a module that asks
 for more (`mhlo.num_replicas` x `mhlo.num_partitions` > 1) loads, but its
 collectives fail when it is called directly. pjrt-ref runs such a program on
 several devices (`pjrt_ref/model/multi_device.py`), and `interpreter.run_parallel`
-(see `collective_grid`) runs the processes of a grid; either way the
+(see `process_grid`) runs the processes of a grid; either way the
 processes are threads, and every kernel here follows the spec for any group:
 each op splits the grid into process groups with the spec's strategies
 (`cross_replica`, `cross_partition`, `cross_replica_and_partition`,
@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import InvalidArgument, Unimplemented
 from ..quantization import zeros
 from ..registry import register
-from .collective_grid import Process, current_process
+from ..process_grid import Process, current_process
 from .control import as_results
 from .reduce_regions import is_elementwise, tree_reduce
 

@@ -12,7 +12,7 @@ so they fail with UNAVAILABLE unless a host has attached a `HostChannel`:
 for the current thread or task with `attach_host_channel`, or for every
 thread with `set_default_host_channel` (a future PJRT host fills this in;
 nothing in pjrt-ref does yet). Under `interpreter.run_parallel` the process
-grid is the processes' host channel (see `collective_grid`).
+grid is the processes' host channel (see `process_grid`).
 """
 from __future__ import annotations
 

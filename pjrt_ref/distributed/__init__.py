@@ -14,7 +14,7 @@ devices of all processes. Public face:
 
 Below the object model nothing imports this package: the interpreter's
 process grid gets the transport as an object with `send`/`fail`
-(interpreter/ops/collective_hosts.py).
+(interpreter/process_hosts.py).
 """
 from .cluster import Cluster, ProcessState, join
 from .kv_store import KeyValueStore, LocalStore, ScopedStore

@@ -5,6 +5,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ..errors import Internal
+from ..interpreter.process_grid import MailStore
 from .kv_store import KeyValueStore, ScopedStore
 from .topology_exchange import (GlobalDevice, check_same_plugin, exchange_local_topologies,
                                 global_devices)
@@ -56,7 +57,6 @@ def join(store: KeyValueStore, process_index: int, num_processes: int, local_dev
     Called by PJRT_Client_Create when the framework passes a key-value store
     and more than one process (JAX: `node_id`, `num_nodes` options).
     """
-    from ..interpreter.ops.collective_grid import MailStore
     from . import mpi_transport
 
     MPI = mpi_transport.import_mpi()

@@ -140,14 +140,14 @@ def _bounded(work, timeout_seconds: float, what: str):
 
 class MpiTransport:
     """The links of pjrt-ref's multi-host process grids (see
-    `interpreter/ops/collective_hosts.py`) over an MPI communicator."""
+    `interpreter/process_hosts.py`) over an MPI communicator."""
 
     def __init__(self, MPI, comm, store) -> None:
         self.MPI = MPI
         self.comm = comm
         self.this_host = comm.Get_rank()
         self.num_hosts = comm.Get_size()
-        self.store = store                        # a collective_grid.MailStore
+        self.store = store                        # a process_grid.MailStore
         self.broken: BaseException | None = None
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._in_flight: list = []                # (request, bytes) until the send completes

@@ -9,6 +9,7 @@ from . import handles
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from ..errors import AlreadyExists, InvalidArgument, NotFound
+from ..interpreter.process_grid import collective_timeout
 from .executable import Executable, LoadedExecutable
 from .memory import KINDS, Memory, kind_id
 from .topology import PLATFORM_NAME, Topology, device_count, platform_version
@@ -31,7 +32,6 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
                               "the key-value store callbacks of PJRT_Client_Create")
     from ..process_files import set_process_index
     from ..distributed import join
-    from ..interpreter.ops.collective_grid import collective_timeout
 
     cluster = join(kv_store, int(options.get("node_id", 0)), num_nodes, device_count(options),
                    platform_version(), collective_timeout())

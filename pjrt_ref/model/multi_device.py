@@ -12,7 +12,7 @@ per device.
 Running it follows the StableHLO spec's process grid ("Collective ops" in
 docs/spec.md): each device is the process `(replica_id, partition_id)` and
 runs as its own thread; the threads meet in the grid's mailbox at each
-collective (`interpreter/ops/collective_grid.py`). A device that never
+collective (`interpreter/process_grid.py`). A device that never
 reaches a collective its peers wait in fails them with DEADLINE_EXCEEDED
 after PJRT_REF_COLLECTIVE_TIMEOUT seconds (default 120), naming the op, its
 location and the missing process.
@@ -37,6 +37,8 @@ from .buffer import Buffer
 from .compile_options import DeviceAssignment
 from ..interpreter import observer
 from ..errors import Internal, InvalidArgument
+from ..interpreter.process_grid import Process, ProcessGrid, run_processes
+from ..interpreter.process_hosts import HostPlacement
 from .execution_io import delete_donated, donated_indices, output_buffers
 
 
@@ -102,7 +104,7 @@ def execute(loaded, argument_lists: list[list[Buffer]], non_donatable: set[int])
 
 def host_placement(loaded):
     """Where the devices of an execution that spans processes run, and the
-    transport between them (interpreter/ops/collective_hosts.py); None when
+    transport between them (interpreter/process_hosts.py); None when
     every device is in this process.
 
     The execution's grids are named by how many executions over the same
@@ -111,7 +113,6 @@ def host_placement(loaded):
     """
     if not loaded.spans_processes:
         return None
-    from ..interpreter.ops.collective_hosts import HostPlacement
 
     cluster = loaded.client.cluster
     number = cluster.next_execution(frozenset(loaded.hosts.values()))
@@ -145,7 +146,6 @@ def run_per_device(program, num_replicas: int, num_partitions: int,
     `placement`, `ids` are this process's devices and the grid's other
     processes run in other processes.
     """
-    from ..interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
 
     checked = [program.check_arguments(row) for row in arrays]
     function = observer.current.function(program)    # instrumented under jax.profiler.trace

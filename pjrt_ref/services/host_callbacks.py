@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FailedPrecondition, InvalidArgument, Unimplemented
+from ..interpreter.process_grid import current_process
 
 # ChannelHandle types (StableHLO spec "send"/"recv": channel_type).
 DEVICE_TO_HOST = 2
@@ -130,7 +131,7 @@ class DeviceHostTransfers:
     Each device has its own send/recv callbacks (`PJRT_ExecuteOptions`
     gives one list per device, and jaxlib keeps one callback state per
     device that must be called by that device alone, in order). A device's
-    ops run as the grid process with its logical id (`collective_grid`:
+    ops run as the grid process with its logical id (`process_grid`:
     one thread per device, also inside a partitioned program's manual
     regions), so each send/recv goes to the callbacks of the process that
     runs it. Outside any grid (the global part of a partitioned program,
@@ -141,8 +142,6 @@ class DeviceHostTransfers:
         self.by_process = by_process
 
     def _current(self) -> HostTransfers:
-        from ..interpreter.ops.collective_grid import current_process
-
         process_id = tuple(current_process().id)
         transfers = self.by_process.get(process_id)
         if transfers is None:

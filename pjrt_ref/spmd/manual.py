@@ -38,6 +38,8 @@ import numpy as np
 
 from ..errors import Internal, PjrtRefError, Unimplemented
 from ..interpreter.partitioned_run import enter
+from ..interpreter.process_grid import Process, ProcessGrid, current_process, run_processes
+from ..interpreter.process_hosts import share_among_hosts
 from ..interpreter.types import TOKEN, TokenType
 from .gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from .layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
@@ -55,7 +57,7 @@ class PartitionedRun:
         self.per_device = per_device          # the whole program runs on every device
         self.inside_manual = inside_manual    # this thread runs a manual body
         self.devices = range(num_replicas * num_partitions)
-        # Devices spread over processes (collective_hosts.HostPlacement), or None;
+        # Devices spread over processes (process_hosts.HostPlacement), or None;
         # each manual region run gets its own grid, named by how often the
         # program met that op before (the same in every process).
         self.placement = placement
@@ -196,9 +198,7 @@ class PartitionedRun:
     def exchange(self, op, group: list[int], value) -> dict:
         """Every device of `group` shares `value` (this thread is one of them);
         returns {device: its value}. The n-th run of `op` meets the n-th run
-        of its peers, as collectives do (collective_grid's mailbox)."""
-        from ..interpreter.ops.collective_grid import current_process
-
+        of its peers, as collectives do (process_grid's mailbox)."""
         process = current_process()
         grid = process.grid
         # The op by name and location (its MLIR object differs between processes).
@@ -213,15 +213,13 @@ class PartitionedRun:
 def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placement=None,
                 everywhere: bool = False) -> dict:
     """Run `jobs[d]()` as process `divmod(d, num_partitions)` of a fresh grid,
-    one thread each (`collective_grid.run_processes`); {d: its result}.
+    one thread each (`process_grid.run_processes`); {d: its result}.
 
     With a `placement` only this process's devices run here, and the result
     has theirs, or, if `everywhere`, every device's (the processes send
     their results to each other). `op` (or None) names the failure if a job
     raises something other than a pjrt-ref error.
     """
-    from ..interpreter.ops.collective_grid import Process, ProcessGrid, run_processes
-    from ..interpreter.ops.collective_hosts import share_among_hosts
 
     grid = ProcessGrid(num_replicas, num_partitions, placement=placement)
     local = [d for d in range(len(jobs)) if grid.is_local(divmod(d, num_partitions))]
@@ -244,7 +242,6 @@ def run_on_grid(op, num_replicas: int, num_partitions: int, jobs: list, placemen
 
 
 def _this_device(run: PartitionedRun) -> int:
-    from ..interpreter.ops.collective_grid import current_process
 
     replica, partition = current_process().id
     return replica * run.num_partitions + partition

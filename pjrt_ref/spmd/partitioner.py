@@ -98,6 +98,8 @@ from ..interpreter import observer
 from ..interpreter.attributes import convert_attribute
 from ..interpreter.location import describe_location
 from ..interpreter.partitioned_run import current_partitioned_run, run_with
+from ..interpreter.process_grid import ProcessGrid
+from ..interpreter.process_hosts import share_among_hosts
 from .manual import PartitionedRun, run_on_grid
 from .per_device import NotLowered, lower_per_device
 
@@ -526,8 +528,6 @@ class PartitionedRunner:
     def shards_of_every_device(self, shards: dict, placement) -> dict:
         """{device: its argument shards} for every device, from this process's
         (the processes send theirs to each other through the placement's transport)."""
-        from ..interpreter.ops.collective_grid import ProcessGrid
-        from ..interpreter.ops.collective_hosts import share_among_hosts
 
         grid = ProcessGrid(self.num_replicas, self.num_partitions,
                            placement=placement.child("argument shards"))

@@ -1,6 +1,6 @@
 """Process grids spread over several hosts, without MPI (needs no extra).
 
-`interpreter/ops/collective_hosts.py` lets a grid's processes live in
+`interpreter/process_hosts.py` lets a grid's processes live in
 several OS processes; only the transport between them (pjrt-ref's is MPI,
 `pjrt_ref/distributed/mpi_transport.py`) is outside the interpreter. Here
 the "hosts" are threads of this process and the transport posts straight
@@ -25,8 +25,8 @@ from pjrt_ref.distributed import LocalStore
 from pjrt_ref.distributed.topology_exchange import exchange_local_topologies, global_devices
 from pjrt_ref.errors import DeadlineExceeded
 from pjrt_ref.interpreter import load
-from pjrt_ref.interpreter.ops.collective_grid import MailStore
-from pjrt_ref.interpreter.ops.collective_hosts import HostPlacement
+from pjrt_ref.interpreter.process_grid import MailStore
+from pjrt_ref.interpreter.process_hosts import HostPlacement
 from pjrt_ref.model.multi_device import run_per_device
 
 # (replica, partition) -> host: replica 0 on host 0, replica 1 on host 1.

@@ -294,7 +294,7 @@ def _device_count():
 
 
 def _collective_timeout():
-    from pjrt_ref.interpreter.ops.collective_grid import collective_timeout
+    from pjrt_ref.interpreter.process_grid import collective_timeout
     return collective_timeout()
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .collective_grid import Mailbox, ProcessGrid
+from .process_grid import Mailbox, ProcessGrid
 
 
 @dataclass(frozen=True)

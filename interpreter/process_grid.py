@@ -1,4 +1,4 @@
-"""The StableHLO process grid: processes as threads, and `interpreter.run_parallel`.
+"""The StableHLO process grid: processes as threads that exchange values.
 
 Spec section "Collective ops" (docs/spec.md) describes a grid of
 `num_replicas x num_partitions` processes that exchange values. A program
@@ -8,10 +8,15 @@ interpreter's test harness op `interpreter.run_parallel` (openxla/stablehlo
 process; here each process is a thread that knows its `Process` through a
 context variable, and the processes meet in the grid's `Mailbox`.
 
-The grid also serves as the processes' host channel (see `side_effects`):
+The grid also serves as the processes' host channel (ops/side_effects.py):
 `infeed` pops the values made by the functions named in run_parallel's
 `infeed` attribute, `outfeed` collects, and `send`/`recv` pass values through
 one FIFO queue per channel id.
+
+This is runtime, not an op family: the collective ops (ops/collective.py)
+and `interpreter.run_parallel` (ops/run_parallel.py) use it, and so do the
+layers that run programs on several devices (model/multi_device.py, spmd/),
+as StableHLO keeps `Process.h` and `ProcessGrid.h` beside its ops.
 """
 from __future__ import annotations
 
@@ -22,10 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ... import settings
-from ...errors import DeadlineExceeded, InvalidArgument, PjrtRefError
-from ..registry import register
-from .side_effects import attach_host_channel
+from .. import settings
+from ..errors import DeadlineExceeded, InvalidArgument, PjrtRefError
 
 # How long a process waits for its peers before giving up (a program whose
 # processes do not run matching collectives would otherwise hang).
@@ -43,7 +46,7 @@ class MailStore:
 
     One store can serve many grids, each in its own namespace: the grids of
     an OS process whose programs span several processes share the store
-    their transport delivers remote values into (see `collective_hosts`).
+    their transport delivers remote values into (see `process_hosts`).
     A namespace marked failed wakes its readers with that error.
     """
 
@@ -123,7 +126,7 @@ def _error(op, what: str, message: str, cls) -> PjrtRefError:
 class ProcessGrid:
     """`num_replicas x num_partitions` processes and what they share.
 
-    `placement` (see `collective_hosts`) is set when the grid's processes
+    `placement` (see `process_hosts`) is set when the grid's processes
     live in several OS processes ("hosts", JAX's multi-controller mode):
     only this host's processes run here, and values for the others travel
     through the placement's transport. Without it every process is local.
@@ -273,48 +276,3 @@ def run_processes(grid: ProcessGrid, jobs: list[tuple[Process, Callable[[], list
 def first_error(errors: list[BaseException]) -> BaseException:
     """The error that made the grid fail (not a peer's "another process failed")."""
     return next((e for e in errors if "another process failed" not in str(e)), errors[0])
-
-
-def _validate_run_parallel(op) -> None:
-    programs = op.attrs.get("programs") or []
-    if not programs or not programs[0] or any(len(row) != len(programs[0]) for row in programs):
-        raise op.error("`programs` must be a non-empty grid of functions", cls=InvalidArgument)
-    missing = [name for row in programs for name in row if name not in op.module.function_names]
-    if missing:
-        raise op.error(f"no function @{missing[0]} in the program", cls=InvalidArgument)
-
-
-def _run_with_grid_host(grid: ProcessGrid, function, args: list) -> list:
-    """run_parallel's processes use the grid as their host channel (infeed, send/recv)."""
-    with attach_host_channel(grid):
-        return function.run(args)
-
-
-@register("interpreter.run_parallel", validate=_validate_run_parallel)
-def run_parallel(op, *inputs):
-    """`interpreter.run_parallel`: run `programs[r][p]` as process (r, p).
-
-    `inputs` and the results are the processes' arguments and results in
-    row-major process order. Each process runs in its own thread.
-    """
-    programs = op.attrs["programs"]
-    grid = ProcessGrid(len(programs), len(programs[0]))
-    for name in op.attrs.get("infeed") or []:
-        grid.infeed_queue.extend(op.module.function(name).run([]))
-    jobs, remaining = [], list(inputs)
-    for r, row in enumerate(programs):
-        for p, name in enumerate(row):
-            function = op.module.function(name)
-            count = len(function.input_types)
-            jobs.append((Process((r, p), grid), function, remaining[:count]))
-            remaining = remaining[count:]
-    try:
-        outcomes = run_processes(grid, [
-            (process, lambda f=function, a=args: _run_with_grid_host(grid, f, a))
-            for process, function, args in jobs])
-    except PjrtRefError:
-        raise
-    except Exception as first:
-        raise op.error(f"a process failed: {type(first).__name__}: {first}") from first
-    results = [value for outcome in outcomes for value in outcome]
-    return results[0] if len(op.result_types) == 1 else tuple(results)
