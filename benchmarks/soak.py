@@ -15,7 +15,7 @@
 (b) soak: S executes of a small jitted function with device_put and np.asarray
     round trips mixed in. VmRSS (/proc/self/status) is read after W warm-up
     executes and at the end; growth must be below --max-growth (5%). The
-    plugin's live-handle count (`pjrt_ref.model.handles.count()`) must return to its
+    plugin's live-handle count (`pjrt_ref.capi.handles.count()`) must return to its
     pre-soak baseline once the arrays are deleted and garbage-collected.
 (c) mixed soak: --mixed-soak executes of the load mix on one thread, with the
     same RSS and handle checks (catches leaks in while/scatter/reduce paths).
@@ -126,7 +126,7 @@ def load(threads: int, per_thread: int, timeout: float) -> dict:
     placed = {name: [jax.device_put(x, ours) for x in args] for name, (_, args) in progs.items()}
     for name, (fn, _) in progs.items():          # compile once, outside the threads
         jax.block_until_ready(fn(*placed[name]))
-    from pjrt_ref.model import handles
+    from pjrt_ref.capi import handles
     gc.collect()
     handles_before = handles.count()
 
@@ -159,7 +159,7 @@ def kinds():
     """Live plugin handles by object type."""
     from collections import Counter
 
-    from pjrt_ref.model import handles
+    from pjrt_ref.capi import handles
     return Counter(type(o).__name__ for o in handles.live_objects())
 
 
@@ -168,7 +168,7 @@ def soak(total: int, warmup: int) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from pjrt_ref.model import handles
+    from pjrt_ref.capi import handles
 
     ours = jax.devices("pjrt_ref")[0]
     f = jax.jit(lambda x, y: x * 2.0 + y)
@@ -237,7 +237,7 @@ def mixed_soak(total: int, warmup: int) -> dict:
     import jax
     import numpy as np
 
-    from pjrt_ref.model import handles
+    from pjrt_ref.capi import handles
 
     ours = jax.devices("pjrt_ref")[0]
     progs = programs()

@@ -9,7 +9,8 @@ Modules: error, plugin, event, client, device, memory, topology, executable,
 buffer, client_buffers (error, view and alias buffers), transfer;
 `caller_callbacks` holds the functions handed to the caller inside Args;
 `cdata` holds the C data they share (Args access within the caller's
-struct_size, PJRT_Error creation, C memory owned by Python objects), and
+struct_size, PJRT_Error creation, C memory owned by Python objects),
+`handles` the table from C handles to the model's objects, and
 `_boundary` registers them and wraps each into the callback cffi runs.
 """
 from __future__ import annotations

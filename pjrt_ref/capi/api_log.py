@@ -19,7 +19,7 @@ import logging
 import sys
 from typing import Any, Callable
 
-from ..model import handles
+from . import handles
 from .. import settings
 from . import cdata
 from .cdata import Args, text_arg

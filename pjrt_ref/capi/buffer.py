@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import handles, layouts
+from ..model import layouts
+from . import handles
 from ..model.buffer import Buffer, raw_bytes
 from ..model.device import Device
 from ..model.dtypes import BufferType, buffer_type, to_numpy

@@ -7,7 +7,7 @@ needs the other.
 """
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from . import strict
 from ..model.buffer import Buffer
 

@@ -22,7 +22,7 @@ import traceback
 from typing import Any, Callable
 
 from ..errors import Internal, PjrtRefError
-from ..model import handles
+from . import handles
 from ..model.event import Promise
 from . import cdata
 from .cdata import Args, text_arg

@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from ..model import handles
+from . import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 
 ffi: Any = None            # the shim's FFI, set by bind()

@@ -1,7 +1,7 @@
 """PJRT_Client_* entry points (pjrt_c_api.h "Client"), except buffer transfers (buffer.py)."""
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from ..model.client import Client, make_client
 from ..model.executable import Executable
 from ..errors import InvalidArgument

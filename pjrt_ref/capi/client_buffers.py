@@ -12,7 +12,7 @@ import sys
 
 from ..errors import InvalidArgument, PjrtRefError, Unimplemented
 from ..limits import check_allocation, nbytes
-from ..model import handles
+from . import handles
 from ..model.buffer import Buffer, ForeignMemory
 from ..model.client import Client
 from ..model.device import Device

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import InvalidArgument
-from ..model import handles
+from . import handles
 from ..model.device import AsyncTrackingEvent, Device, DeviceDescription
 from ._boundary import entry_point, register_text_queries
 from .cdata import Args, Holder, bytes_arg, caller_status, owned_array, owned_named_values, set_deleter

@@ -1,7 +1,7 @@
 """PJRT_Error_* entry points (pjrt_c_api.h "Errors")."""
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from ._boundary import entry_point
 from .cdata import Args, ErrorObject
 

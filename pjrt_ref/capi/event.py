@@ -1,7 +1,7 @@
 """PJRT_Event_* entry points (pjrt_c_api.h "Events")."""
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from ..errors import InvalidArgument, PjrtRefError
 from ..model.event import Event
 from . import cdata, fast_paths

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..model import handles
+from . import handles
 from ..spmd import partitioner as spmd
 from ..model.buffer import Buffer
 from ..errors import InvalidArgument

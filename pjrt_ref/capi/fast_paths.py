@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import handles
+from . import handles
 from .. import settings
 from . import strict
 from ..model.buffer import Buffer
@@ -95,7 +95,7 @@ def finish_buffer_destroys() -> None:
 
 
 class CFacts:
-    """The hooks `pjrt_ref.model.handles` calls to keep the C table in step with its own."""
+    """The hooks `pjrt_ref.capi.handles` calls to keep the C table in step with its own."""
 
     def settle(self) -> None:
         """Before counting or listing handles: finish the destroys C answered."""

@@ -22,7 +22,7 @@ from ..errors import InvalidArgument
 from ..interpreter.ffi import context as ffi_context
 from ..interpreter.ffi import targets
 from ..interpreter.ffi.bridge import bridge
-from ..model import handles
+from . import handles
 from . import cdata
 from ._boundary import entry_point
 from .cdata import Args, text_arg

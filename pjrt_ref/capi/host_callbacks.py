@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..model import handles
+from . import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 from ..model.event import Event
 from ..services.host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender

@@ -13,7 +13,7 @@ store returns is ours to copy, then to free with the deleter it names.
 """
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from ..errors import ErrorCode, PjrtRefError
 from . import cdata
 from .cdata import ErrorObject

@@ -17,7 +17,8 @@ to read them (see the header), which is where the extension pays.
 from __future__ import annotations
 
 from ..errors import InvalidArgument
-from ..model import handles, layouts
+from ..model import layouts
+from . import handles
 from ..model.dtypes import to_numpy
 from ..model.topology import Topology
 from . import cdata

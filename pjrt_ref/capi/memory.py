@@ -1,7 +1,7 @@
 """PJRT_Memory_* entry points (pjrt_c_api.h "Memory")."""
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from ..model.memory import Memory
 from ._boundary import entry_point, register_text_queries
 from .cdata import Args, owned_array

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from ..model import handles
+from . import handles
 from ..model.memory import DESCRIPTIONS, MemoryDescription
 from ._boundary import entry_point
 from .cdata import Args, owned_array, owned_text

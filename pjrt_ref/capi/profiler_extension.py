@@ -25,7 +25,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from ..model import handles
+from . import handles
 from ..errors import ErrorCode, InvalidArgument, PjrtRefError
 from . import api_log
 from ..debug import live_profile, xspace

@@ -163,7 +163,7 @@ def _check_struct_size(raw, ffi) -> None:
 
 # ----------------------------------------------------------------- handles
 class Watch:
-    """What strict mode remembers about handles (called from pjrt_ref/model/handles.py)."""
+    """What strict mode remembers about handles (called from pjrt_ref/capi/handles.py)."""
 
     instance: "Watch"
 
@@ -213,7 +213,7 @@ def _kind(obj: Any) -> str:
 # -------------------------------------------------------------------- leaks
 def leak_report(client_ptr) -> list[str]:
     """At PJRT_Client_Destroy: log what is still alive; returns the report's lines."""
-    from ..model import handles
+    from . import handles
 
     try:
         client = handles.get(client_ptr, object, "PJRT_Client")
@@ -237,7 +237,7 @@ def exit_report() -> list[str]:
 
 def _leaks(client) -> list[str]:
     """'N KIND never destroyed' lines: `client`'s buffers and executables, every event and error."""
-    from ..model import handles
+    from . import handles
     from ..model.buffer import Buffer
     from ..model.event import Event
     from ..model.executable import LoadedExecutable
@@ -267,7 +267,7 @@ def _record_deletion(delete: Callable) -> Callable:
 
 def enable() -> None:
     """Turn strict mode on (called by `_boundary.bind` when PJRT_REF_STRICT=1)."""
-    from ..model import handles
+    from . import handles
     from ..model.buffer import Buffer
 
     if handles.watch is not None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import InvalidArgument, Unimplemented
-from ..model import handles
+from . import handles
 from ..model.dtypes import BufferType, buffer_type
 from ..model.executable import Executable
 from ..model.topology import Topology, local_topology

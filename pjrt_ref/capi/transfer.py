@@ -1,7 +1,7 @@
 """PJRT_Client_CreateBuffersForAsyncHostToDevice and PJRT_AsyncHostToDeviceTransferManager_*."""
 from __future__ import annotations
 
-from ..model import handles
+from . import handles
 from ..model.device import Device
 from ..model.dtypes import to_numpy
 from ..errors import InvalidArgument

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import handles, layouts
+from . import layouts
 from .dtypes import BufferType, from_numpy
 from ..errors import FailedPrecondition, InvalidArgument, PjrtRefError
 from ..limits import nbytes
@@ -48,6 +48,16 @@ def _read_only(array: np.ndarray, minor_to_major: layouts.MinorToMajor | None = 
         array = array.view()             # our own read-only view; the caller's array stays writable
         array.flags.writeable = False
     return array
+
+
+# Who hears that a buffer's contents went (deleted, donated, destroyed): the
+# C API layer, which keeps its C fast paths' facts in step (capi/handles.py).
+DELETION_LISTENERS: list[Callable[["Buffer"], None]] = []
+
+
+def _announce_deletion(buffer: "Buffer") -> None:
+    for listener in DELETION_LISTENERS:
+        listener(buffer)
 
 
 class Buffer:
@@ -122,7 +132,7 @@ class Buffer:
             if donate:
                 self._array = None
         if donate:
-            handles.facts_changed(self)
+            _announce_deletion(self)
         if contents is not None:
             deliver(contents)
         else:
@@ -178,7 +188,7 @@ class Buffer:
             if self.external_references and self._array is not None:
                 self._pinned = self._array
             self._array = None
-        handles.facts_changed(self)    # PJRT_Buffer_IsDeleted's C fast path reads it
+        _announce_deletion(self)    # (PJRT_Buffer_IsDeleted's C fast path reads it)
 
     def donate(self) -> bool:
         """Give the contents up to an execution (delete), unless external references hold them.
@@ -199,7 +209,7 @@ class Buffer:
             self._array = None
             self.external_references = 0
             self._pinned = None
-        handles.facts_changed(self)
+        _announce_deletion(self)
 
     def acquire_external_reference(self) -> None:
         """PJRT_Buffer_IncreaseExternalReferenceCount: keep the data in place and alive.

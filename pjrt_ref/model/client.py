@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import numpy as np
 
-from . import handles
 from .buffer import Buffer
 from .device import Device, DeviceDescription
 from ..errors import AlreadyExists, InvalidArgument, NotFound
@@ -13,6 +13,11 @@ from ..interpreter.process_grid import collective_timeout
 from .executable import Executable, LoadedExecutable
 from .memory import KINDS, Memory, kind_id
 from .topology import PLATFORM_NAME, Topology, device_count, platform_version
+
+# Where a client finds every object a caller can still reach (the C API layer's
+# handle table, capi/handles.py `live_objects`, once it is bound).
+REACHABLE_SOURCES: list[Callable[[], list]] = []
+
 
 def make_client(options: dict | None = None, kv_store=None) -> "Client":
     """The client PJRT_Client_Create makes.
@@ -184,10 +189,10 @@ class Client:
         """Bytes held by this client's live buffers (not deleted, handle not
         destroyed): all of them, or those on `device`.
 
-        Counted when asked (PJRT_Device_MemoryStats) from the handle table,
-        which holds every buffer the caller can still reach, rather than kept
+        Counted when asked (PJRT_Device_MemoryStats) from REACHABLE_SOURCES (the
+        C API layer's handle table holds every buffer the caller can still reach), rather than kept
         up to date on every buffer's creation and destruction (the Execute
         path would pay for it on each output)."""
-        return sum(obj.nbytes for obj in handles.live_objects()
+        return sum(obj.nbytes for source in REACHABLE_SOURCES for obj in source()
                    if isinstance(obj, Buffer) and not obj.is_deleted
                    and (obj.device is device if device is not None else obj.device.client is self))

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.capi_calls import ffi, lib
 from pjrt_ref.capi import cdata
-from pjrt_ref.model import handles
+from pjrt_ref.capi import handles
 from pjrt_ref.model.device import AsyncTrackingEvent
 from pjrt_ref.model.dtypes import NUMPY_DTYPES, BufferType
 

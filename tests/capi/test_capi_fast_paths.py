@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.support.capi_calls import Api, PjrtCallError, ffi, lib
-from pjrt_ref.model import handles
+from pjrt_ref.capi import handles
 from pjrt_ref.capi import fast_paths
 from tests.support.jax_support import run_jax
 

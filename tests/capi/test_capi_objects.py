@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pjrt_ref.model import handles
+from pjrt_ref.capi import handles
 from pjrt_ref.model.buffer import Buffer
 from pjrt_ref.capi import _boundary
 from pjrt_ref.capi.buffer import array_to_host, host_to_array

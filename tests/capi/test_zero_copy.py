@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.support.capi_calls import Api, PjrtCallError, ffi, lib
-from pjrt_ref.model import handles
+from pjrt_ref.capi import handles
 from pjrt_ref.model.buffer import Buffer
 from tests.support.jax_support import run_jax
 
@@ -160,7 +160,7 @@ def test_views_under_strict_mode_leave_no_reference_behind():
     gone no buffer still counts an external reference or pins memory."""
     proc = run_jax(BIG + """
 import gc
-from pjrt_ref.model import handles
+from pjrt_ref.capi import handles
 from pjrt_ref.model.buffer import Buffer
 y = full(4)
 views = [np.asarray(y), y.__array__(), np.asarray(memoryview(y))]

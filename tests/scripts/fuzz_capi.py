@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from pjrt_ref.model import handles as handle_table
+from pjrt_ref.capi import handles as handle_table
 from pjrt_ref.capi_shim import entry_points
 from pjrt_ref.capi_shim._pjrt_ref_shim import ffi, lib
 

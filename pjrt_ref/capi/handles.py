@@ -7,6 +7,12 @@ a pointer that is not in the table, or that names an object of another kind,
 raises `InvalidArgument` instead of crashing: stale and foreign pointers
 become PJRT errors.
 
+The table belongs to the C API layer: the model knows nothing of handles.
+It announces each buffer whose contents go (`model/buffer.py`
+DELETION_LISTENERS), which `bind` subscribes `facts_changed` to, and a
+client counts its live buffers from what `live_objects` lists (`model/client.py`
+REACHABLE_SOURCES, filled by `bind` too).
+
 Once the shim is bound, `c_facts` (pjrt_ref/capi/fast_paths.py) mirrors
 what the C fast paths need into a C table: facts recorded on `add`,
 forgotten on `remove` (before this table drops the handle, so C never knows
@@ -20,7 +26,8 @@ import threading
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgument
-from .event import COMPLETE
+from ..model import buffer as model_buffer, client as model_client
+from ..model.event import COMPLETE
 
 T = TypeVar("T")
 
@@ -39,10 +46,15 @@ c_facts = None    # the shim's C fact table (pjrt_ref/capi/fast_paths.py CFacts)
 
 
 def bind(ffi) -> None:
-    """Called once by `pjrt_ref.capi.install` with the shim's FFI."""
+    """Called once by `pjrt_ref.capi.install` with the shim's FFI; from then on the
+    model's buffer deletions reach the C facts and its clients count buffers here."""
     global _ffi, _types
     _ffi = ffi
     _types = (ffi.typeof("uintptr_t"), ffi.typeof("uint64_t[2]"), ffi.typeof("void*"))
+    if facts_changed not in model_buffer.DELETION_LISTENERS:
+        model_buffer.DELETION_LISTENERS.append(facts_changed)
+    if live_objects not in model_client.REACHABLE_SOURCES:
+        model_client.REACHABLE_SOURCES.append(live_objects)
 
 
 def address(ptr) -> int:
