@@ -35,8 +35,8 @@ import re
 
 import numpy as np
 
-from ..interpreter.ops.checks import equal_elements, ulp_difference
-from ..interpreter.types import TensorType, is_bool, is_complex, is_float, is_integer
+from pjrt_ref.interpreter.ops.checks import equal_elements, ulp_difference
+from pjrt_ref.interpreter.types import TensorType, is_bool, is_complex, is_float, is_integer
 
 DIMENSION_SIZE = 3
 SEED = 0
@@ -64,7 +64,7 @@ def round_trip(text: str) -> str:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from ..interpreter.loader import make_context
+    from pjrt_ref.interpreter.loader import make_context
 
     version = stablehlo.get_current_version()
     try:

@@ -83,7 +83,7 @@ def _evaluate(text: str, arguments: list, dimensions: int) -> list[np.ndarray]:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from ..interpreter.loader import make_context
+    from pjrt_ref.interpreter.loader import make_context
 
     static = static_module(text, arguments, dimensions)
     with make_context() as context, ir.Location.unknown():
@@ -107,7 +107,7 @@ def static_module(text: str, arguments: list, dimensions: int) -> str:
     from jaxlib import _jax
     from jaxlib.mlir import ir
 
-    from ..interpreter.loader import make_context
+    from pjrt_ref.interpreter.loader import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -245,7 +245,7 @@ def _needs_bits(element: str) -> bool:
 
 def _arrays(results: list, rewritten: list[str]) -> list[np.ndarray]:
     """The results as numpy arrays, undoing `_readable_results`."""
-    from ..interpreter.types import ELEMENT_DTYPES
+    from pjrt_ref.interpreter.types import ELEMENT_DTYPES
 
     plain = iter(np.array(result) for result in results)
     arrays = []

@@ -24,7 +24,7 @@ from collections import deque
 from multiprocessing.connection import wait
 from typing import Callable, Iterable
 
-from . import worker as worker_module
+from pjrt_ref.conformance import worker as worker_module
 
 _CONTEXT = None
 # Modules every worker imports before its first case: the interpreter, and

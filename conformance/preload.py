@@ -21,7 +21,7 @@ ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 for _name in ONE_THREAD:
     os.environ.setdefault(_name, "1")
 
-from .worker import preload  # noqa: E402  (after the thread counts: it imports numpy)
+from pjrt_ref.conformance.worker import preload  # noqa: E402  (after the thread counts: it imports numpy)
 
 # Ctrl-C is the runner's to handle: it stops the workers itself.
 signal.signal(signal.SIGINT, signal.SIG_IGN)

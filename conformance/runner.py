@@ -47,9 +47,9 @@ import sys
 import time
 from collections import Counter
 
-from .pool import WorkerPool
-from .testfile import Case, cases_in_file, find_test_files
-from .worker import ERROR, FAIL, PASS, TIMEOUT, UNSUPPORTED
+from pjrt_ref.conformance.pool import WorkerPool
+from pjrt_ref.conformance.testfile import Case, cases_in_file, find_test_files
+from pjrt_ref.conformance.worker import ERROR, FAIL, PASS, TIMEOUT, UNSUPPORTED
 
 DEFAULT_TIMEOUT = 60.0
 _SUMMARY_KEYS = ((PASS, "passed"), (FAIL, "failed"), (ERROR, "errors"),

@@ -30,10 +30,10 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from ..errors import PjrtRefError, Unimplemented
-from . import dynamic
-from .generic_form import to_generic_form
-from .testfile import read_text, split_chunks
+from pjrt_ref.errors import PjrtRefError, Unimplemented
+from pjrt_ref.conformance import dynamic
+from pjrt_ref.conformance.generic_form import to_generic_form
+from pjrt_ref.conformance.testfile import read_text, split_chunks
 
 PASS, FAIL, ERROR, UNSUPPORTED, TIMEOUT = "pass", "fail", "error", "unsupported", "timeout"
 MAX_MESSAGE = 2000  # characters; MLIR diagnostics can quote whole regions
@@ -81,7 +81,7 @@ class _Contexts:
         self.count = 0
 
     def get(self):
-        from ..interpreter.loader import make_context
+        from pjrt_ref.interpreter.loader import make_context
 
         if self.context is None or self.count >= self.uses:
             self.context = make_context()
@@ -99,8 +99,8 @@ _CONTEXTS = _Contexts()
 
 def _load_chunk(path: str, chunk_index: int):
     """The chunk parsed and ready to plan, or the exception loading raised."""
-    from ..interpreter.loader import parse_module
-    from ..interpreter.plan import ModulePlan
+    from pjrt_ref.interpreter.loader import parse_module
+    from pjrt_ref.interpreter.plan import ModulePlan
 
     try:
         chunks = split_chunks(read_text(path))
@@ -131,7 +131,7 @@ def run_case(task: tuple) -> tuple[str, str, float]:
 
 
 def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
-    from ..interpreter.ops import checks
+    from pjrt_ref.interpreter.ops import checks
 
     loaded = _CACHE.get(path, chunk_index)
     if isinstance(loaded, BaseException):
@@ -160,7 +160,7 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
 def _run_dynamic(source: str, plan) -> tuple[str, str]:
     """A dynamic case (see `dynamic.py`): round trip, run on synthesized
     arguments, compare with the reference interpreter."""
-    from . import oracle
+    from pjrt_ref.conformance import oracle
 
     try:
         version = dynamic.round_trip(source)
@@ -185,7 +185,7 @@ def _run_dynamic(source: str, plan) -> tuple[str, str]:
 
 def classify(error: BaseException) -> tuple[str, str]:
     """(status, message) for an exception a case raised."""
-    from ..interpreter.ops.checks import CheckFailure
+    from pjrt_ref.interpreter.ops.checks import CheckFailure
 
     if isinstance(error, CheckFailure):
         return FAIL, str(error)
@@ -213,7 +213,7 @@ def _message(error: BaseException) -> str:
 
 def preload() -> None:
     """Import the interpreter, jaxlib's MLIR and every op family."""
-    from ..interpreter import ops
+    from pjrt_ref.interpreter import ops
 
     ops.load_all()
     from jaxlib.mlir import ir  # noqa: F401

@@ -17,6 +17,6 @@ def __getattr__(name: str):
     start-up, and those must not load every op family and numba's helpers."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import program, registry
+    from pjrt_ref.interpreter import program, registry
 
     return getattr(program if name in ("Program", "load") else registry, name)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .types import TensorType, convert_type, is_bool, is_complex, is_float
+from pjrt_ref.interpreter.types import TensorType, convert_type, is_bool, is_complex, is_float
 
 # numpy can read these element types straight from the attribute's buffer.
 _BUFFER_SAFE = {"i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64",
@@ -277,7 +277,7 @@ def read_attributes(op, value_types: tuple) -> dict[str, Any]:
         else:
             values[name] = convert_attribute(op.attributes[name])
     if op.name == "stablehlo.custom_call":   # typed as an XLA FFI handler sees them (ffi/attributes.py)
-        from .ffi.attributes import FFI_ATTRIBUTES, custom_call_dictionary, typed_attributes
+        from pjrt_ref.interpreter.ffi.attributes import FFI_ATTRIBUTES, custom_call_dictionary, typed_attributes
         values[FFI_ATTRIBUTES] = typed_attributes(custom_call_dictionary(op.attributes))
     return values
 

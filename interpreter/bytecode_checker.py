@@ -29,10 +29,10 @@ import sys
 
 import numpy as np
 
-from ..errors import PjrtRefError
-from .attributes import splat_array, splat_parts
-from .bytecode_guard import ANSWER_LENGTH, READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
-from .records import read_program
+from pjrt_ref.errors import PjrtRefError
+from pjrt_ref.interpreter.attributes import splat_array, splat_parts
+from pjrt_ref.interpreter.bytecode_guard import ANSWER_LENGTH, READ_ANSWER, REQUEST_HEADER, SURVIVED_ANSWER
+from pjrt_ref.interpreter.records import read_program
 
 
 def _read_exactly(stream, size: int) -> bytes | None:

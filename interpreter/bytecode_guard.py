@@ -52,8 +52,8 @@ import threading
 
 import numpy as np
 
-from .. import package_home, settings
-from ..errors import FailedPrecondition, Internal, InvalidArgument, PjrtRefError
+from pjrt_ref import package_home, settings
+from pjrt_ref.errors import FailedPrecondition, Internal, InvalidArgument, PjrtRefError
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
 # then the entry name and the bytes; the checker answers READ_ANSWER once it
@@ -207,7 +207,7 @@ def _versions() -> bytes:
     if _VERSIONS is None:
         import jaxlib.version
 
-        from .. import __version__
+        from pjrt_ref import __version__
         _VERSIONS = f"pjrt-ref {__version__}, jaxlib {jaxlib.version.__version__}".encode()
     return _VERSIONS
 
@@ -217,7 +217,7 @@ def _digest(entry: str, data: bytes) -> bytes:
 
 
 def _survivor_file(digest: bytes) -> str:
-    from .native.codegen import cache_dir
+    from pjrt_ref.interpreter.native.codegen import cache_dir
 
     return os.path.join(cache_dir(), "bytecode-checked", digest.hex())
 

@@ -294,7 +294,7 @@ def unfused_plan(module_plan, name: str):
 def planning_module(program):
     """A ModulePlan of the program's MLIR again (the program's own plan has
     let its MLIR go): what the unfused plans are made from."""
-    from .plan import ModulePlan
+    from pjrt_ref.interpreter.plan import ModulePlan
 
     return ModulePlan.of_module(program.mlir_module())
 

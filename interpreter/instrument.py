@@ -36,11 +36,11 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from .. import settings
-from ..errors import FailedPrecondition, InvalidArgument
-from ..process_files import per_process
-from ..settings import LogOrFile
-from .types import DTYPE_ELEMENT_NAMES, Token, is_complex, is_float
+from pjrt_ref import settings
+from pjrt_ref.errors import FailedPrecondition, InvalidArgument
+from pjrt_ref.process_files import per_process
+from pjrt_ref.settings import LogOrFile
+from pjrt_ref.interpreter.types import DTYPE_ELEMENT_NAMES, Token, is_complex, is_float
 
 # Ops whose bodies run as ordinary steps (run_block), so their ops can be wrapped too.
 CONTROL_FLOW_OPS = ("stablehlo.while", "stablehlo.if", "stablehlo.case", "sdy.manual_computation")

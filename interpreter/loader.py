@@ -5,7 +5,7 @@ is made per program (contexts are not shared across threads).
 """
 from __future__ import annotations
 
-from ..errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 _REGISTRY = None
 

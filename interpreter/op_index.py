@@ -284,8 +284,8 @@ CUSTOM_CALL_FAMILIES = {
 
 def render() -> str:
     """The two tables as this file writes them, from the families' own registrations."""
-    from . import registry
-    from .ops import load_all
+    from pjrt_ref.interpreter import registry
+    from pjrt_ref.interpreter.ops import load_all
 
     load_all()
     parts = []

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..errors import InvalidArgument, PjrtRefError, Unimplemented
-from ..limits import check_result_types, max_bytes
+from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
+from pjrt_ref.limits import check_result_types, max_bytes
 # Importing ops/ registers every op family for `lookup`; Python's import lock
 # makes a thread that plans at the same time wait until all are registered.
-from . import ops  # noqa: F401
-from .instrument import from_environment as instrument_from_environment
-from .optimiser import optimize_function
-from .quantization import dequantize_op_quantize
-from .records import FunctionRecord, ModuleRecord, OpRecord, RegionRecord, function_ops, read_module
-from .registry import lookup
-from .steps import FunctionPlan, OpInfo, RegionPlan, Step, copy_function
+from pjrt_ref.interpreter import ops  # noqa: F401
+from pjrt_ref.interpreter.instrument import from_environment as instrument_from_environment
+from pjrt_ref.interpreter.optimiser import optimize_function
+from pjrt_ref.interpreter.quantization import dequantize_op_quantize
+from pjrt_ref.interpreter.records import FunctionRecord, ModuleRecord, OpRecord, RegionRecord, function_ops, read_module
+from pjrt_ref.interpreter.registry import lookup
+from pjrt_ref.interpreter.steps import FunctionPlan, OpInfo, RegionPlan, Step, copy_function
 
 
 class ModulePlan:

@@ -27,8 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import settings
-from ..errors import DeadlineExceeded, InvalidArgument, PjrtRefError
+from pjrt_ref import settings
+from pjrt_ref.errors import DeadlineExceeded, InvalidArgument, PjrtRefError
 
 # How long a process waits for its peers before giving up (a program whose
 # processes do not run matching collectives would otherwise hang).

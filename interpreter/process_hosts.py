@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .process_grid import Mailbox, ProcessGrid
+from pjrt_ref.interpreter.process_grid import Mailbox, ProcessGrid
 
 
 @dataclass(frozen=True)

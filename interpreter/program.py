@@ -6,13 +6,13 @@ import weakref
 
 import numpy as np
 
-from ..errors import InvalidArgument
-from .bytecode_guard import read_checked
-from .loader import is_bytecode, make_context, parse_module
-from .optimiser import background
-from .plan import ModulePlan
-from .records import ModuleRecord, function_ops, read_program
-from .types import TensorType, TokenType, TOKEN
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.interpreter.bytecode_guard import read_checked
+from pjrt_ref.interpreter.loader import is_bytecode, make_context, parse_module
+from pjrt_ref.interpreter.optimiser import background
+from pjrt_ref.interpreter.plan import ModulePlan
+from pjrt_ref.interpreter.records import ModuleRecord, function_ops, read_program
+from pjrt_ref.interpreter.types import TensorType, TokenType, TOKEN
 
 
 class Program:

@@ -23,8 +23,8 @@ import dataclasses
 
 import numpy as np
 
-from .registry import Kernel
-from .types import DTYPE_ELEMENT_NAMES, QuantParams, TensorType
+from pjrt_ref.interpreter.registry import Kernel
+from pjrt_ref.interpreter.types import DTYPE_ELEMENT_NAMES, QuantParams, TensorType
 
 # Ops whose result elements are copies of operand elements (or that only
 # carry values around): on quantized tensors they act on the storage values.

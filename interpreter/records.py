@@ -25,12 +25,12 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidArgument, PjrtRefError, Unimplemented
-from . import mesh_axes
-from .attributes import convert_attribute, read_attributes, string_value
-from .loader import make_context, parse_module
-from .location import describe_location
-from .types import convert_type
+from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
+from pjrt_ref.interpreter import mesh_axes
+from pjrt_ref.interpreter.attributes import convert_attribute, read_attributes, string_value
+from pjrt_ref.interpreter.loader import make_context, parse_module
+from pjrt_ref.interpreter.location import describe_location
+from pjrt_ref.interpreter.types import convert_type
 
 TERMINATORS = ("func.return", "stablehlo.return", "mhlo.return", "sdy.return")
 

@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from .op_index import CUSTOM_CALL_FAMILIES, OP_FAMILIES
+from pjrt_ref.interpreter.op_index import CUSTOM_CALL_FAMILIES, OP_FAMILIES
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import InvalidArgument, PjrtRefError
-from .numpy_errors import ERROR_STATE, IGNORE_ALL_ERRORS
-from .types import TensorType
+from pjrt_ref.errors import InvalidArgument, PjrtRefError
+from pjrt_ref.interpreter.numpy_errors import ERROR_STATE, IGNORE_ALL_ERRORS
+from pjrt_ref.interpreter.types import TensorType
 
 
 @dataclass

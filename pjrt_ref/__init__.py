@@ -5,7 +5,7 @@ through the `jax_plugins` entry point, see `pjrt_ref.frameworks.jax`).
 """
 from __future__ import annotations
 
-from . import package_home as _package_home
+from pjrt_ref import package_home as _package_home
 
 __version__ = "0.1.0"
 
@@ -25,7 +25,7 @@ def library_path(runtime: str = "shared") -> str:
     (capi_shim/isolated_runtime.c); "shared", the shim itself, which runs
     in the host's Python.
     """
-    from . import settings
+    from pjrt_ref import settings
 
     if (settings.get("PJRT_REF_RUNTIME") or runtime) == "isolated":
         return _built_library(ISOLATED_RUNTIME_MODULE)

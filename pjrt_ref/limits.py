@@ -31,8 +31,8 @@ from time import monotonic
 
 import numpy as np
 
-from . import settings
-from .errors import ResourceExhausted
+from pjrt_ref import settings
+from pjrt_ref.errors import ResourceExhausted
 
 _MEMINFO = "/proc/meminfo"
 

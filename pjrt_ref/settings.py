@@ -55,7 +55,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 
 class InvalidSetting(InvalidArgument):

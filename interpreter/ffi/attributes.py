@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..attributes import dense_elements_to_numpy
+from pjrt_ref.interpreter.attributes import dense_elements_to_numpy
 
 # The key under which read_attributes keeps a custom call's typed attributes.
 FFI_ATTRIBUTES = "pjrt_ref.ffi_attributes"

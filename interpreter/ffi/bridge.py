@@ -34,8 +34,8 @@ import sys
 import tempfile
 import threading
 
-from ... import settings
-from ...errors import FailedPrecondition
+from pjrt_ref import settings
+from pjrt_ref.errors import FailedPrecondition
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 C_SOURCE = os.path.join(HERE, "xla_ffi_api.c")
@@ -99,7 +99,7 @@ def _build_key() -> str:
 
 
 def _build_dir() -> str:
-    from ..native.codegen import cache_dir
+    from pjrt_ref.interpreter.native.codegen import cache_dir
     return os.path.join(cache_dir(), "xla-ffi", _build_key())
 
 

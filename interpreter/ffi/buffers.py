@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..types import TOKEN, TensorType, TokenType
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.types import TOKEN, TensorType, TokenType
 
 # numpy/ml_dtypes name -> XLA_FFI_DataType member (c_api.h), for the element
 # types that are a whole number of bytes, as XLA lays them out too.

@@ -22,10 +22,10 @@ import weakref
 
 import numpy as np
 
-from ...errors import InvalidArgument, PjrtRefError, Unimplemented
-from . import buffers, context
-from .attributes import FFI_ATTRIBUTES, Unsupported
-from .bridge import bridge
+from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
+from pjrt_ref.interpreter.ffi import buffers, context
+from pjrt_ref.interpreter.ffi.attributes import FFI_ATTRIBUTES, Unsupported
+from pjrt_ref.interpreter.ffi.bridge import bridge
 
 
 class AttributeEncoder:

@@ -18,9 +18,9 @@ and the failure becomes the execution's error.
 """
 from __future__ import annotations
 
-from ...errors import Internal, InvalidArgument
-from . import buffers
-from .bridge import bridge
+from pjrt_ref.errors import Internal, InvalidArgument
+from pjrt_ref.interpreter.ffi import buffers
+from pjrt_ref.interpreter.ffi.bridge import bridge
 
 LEGACY_API_VERSIONS = (1, 2, 3)
 

@@ -37,10 +37,10 @@ from typing import Iterator
 
 import numpy as np
 
-from . import gemm_pool
-from .blocks import COLUMN_BLOCKS, ROW_BLOCKS, Blocks, fine_blocks, product_blocks
-from .openblas_threads import OpenBlasThreads
-from .products import ProductEngine, matmul_threads
+from pjrt_ref.interpreter.native import gemm_pool
+from pjrt_ref.interpreter.native.blocks import COLUMN_BLOCKS, ROW_BLOCKS, Blocks, fine_blocks, product_blocks
+from pjrt_ref.interpreter.native.openblas_threads import OpenBlasThreads
+from pjrt_ref.interpreter.native.products import ProductEngine, matmul_threads
 
 __all__ = ["COLUMN_BLOCKS", "ROW_BLOCKS", "Blocks", "ProductEngine", "accumulate_is_exact",
            "blas_threads", "blocks_are_exact", "build_engine", "engine", "engine_in_use",

@@ -18,8 +18,8 @@ import tempfile
 import threading
 
 
-from ... import settings
-from . import half_precision, hand_back, loop_expressions, own_python, tensor_ops, vector_math
+from pjrt_ref import settings
+from pjrt_ref.interpreter.native import half_precision, hand_back, loop_expressions, own_python, tensor_ops, vector_math
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, object] = {}

@@ -66,10 +66,10 @@ def compiled_matches_interpreter(op_name: str, inputs: np.ndarray, template: str
     `op_name` on every one of `inputs`; NaNs compare as NaNs (their
     payloads are the jit's named exception). The probe behind libm_agrees
     and half_precision.math_agrees."""
-    from .. import registry
-    from ..steps import OpInfo
-    from ..types import TensorType
-    from . import codegen
+    from pjrt_ref.interpreter import registry
+    from pjrt_ref.interpreter.steps import OpInfo
+    from pjrt_ref.interpreter.types import TensorType
+    from pjrt_ref.interpreter.native import codegen
 
     ttype = TensorType(shape=inputs.shape, dtype=inputs.dtype, element_type=element_type)
     op = OpInfo(name=op_name, location="float64_math.compiled_matches_interpreter", attrs={},

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import settings
-from . import openblas
-from .blocks import Blocks
+from pjrt_ref import settings
+from pjrt_ref.interpreter.native import openblas
+from pjrt_ref.interpreter.native.blocks import Blocks
 
 # How long the C pool's threads spin for the next product before sleeping.
 # Long enough to bridge the gap between back-to-back calls (W2 through JAX)
@@ -92,7 +92,7 @@ def load() -> GemmPool | None:
     cblas gemm in numpy's OpenBLAS (gemm_pool.h declares 64-bit integer
     arguments)."""
     try:
-        from . import _gemm_pool
+        from pjrt_ref.interpreter.native import _gemm_pool
     except ImportError:
         return None
     if not all(hasattr(_gemm_pool.lib, name) for name in NAMES):

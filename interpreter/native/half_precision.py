@@ -38,8 +38,8 @@ import functools
 
 import numpy as np
 
-from . import float64_math
-from .scalar_expressions import F32, FLOATS
+from pjrt_ref.interpreter.native import float64_math
+from pjrt_ref.interpreter.native.scalar_expressions import F32, FLOATS
 
 F16 = np.dtype(np.float16)
 BF16 = np.dtype("bfloat16")

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from . import half_precision
+from pjrt_ref.interpreter.native import half_precision
 
 _OPS: dict[str, tuple] = {}
 

@@ -33,7 +33,7 @@ import os
 import platform
 import threading
 
-from ... import settings
+from pjrt_ref import settings
 
 # glibc's <malloc.h>: parameter numbers for mallopt().
 M_TRIM_THRESHOLD = -1

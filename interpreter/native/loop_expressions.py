@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType
-from .scalar_expressions import BOOL, COMPARE, FLOATS, scalar_expression
+from pjrt_ref.interpreter.types import TensorType
+from pjrt_ref.interpreter.native.scalar_expressions import BOOL, COMPARE, FLOATS, scalar_expression
 
 SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))

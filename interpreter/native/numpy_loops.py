@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 
-from .float64_math import F64, probe_inputs
+from pjrt_ref.interpreter.native.float64_math import F64, probe_inputs
 
 # ops whose interpreter kernel is this numpy ufunc on float64 (ops/elementwise_unary.py)
 UFUNCS = {
@@ -103,9 +103,9 @@ def run(function, values: np.ndarray) -> np.ndarray:
 def agrees(op_name: str) -> bool:
     """Whether numpy's loop, called by address, gives the interpreter's
     float64 bits for `op_name` on float64_math's probe inputs (NaNs as NaNs)."""
-    from .. import registry
-    from ..steps import OpInfo
-    from ..types import TensorType
+    from pjrt_ref.interpreter import registry
+    from pjrt_ref.interpreter.steps import OpInfo
+    from pjrt_ref.interpreter.types import TensorType
 
     function = loop_function(op_name)
     if function is None:
@@ -125,7 +125,7 @@ def translate(t, step, operands, key) -> bool:
     """Compute float64 `step` in a compiled loop (Translator `t`) by
     numpy's own loop on the whole operand, into a new array each iteration
     (or a scalar); False if it does not apply here (then it is handed back)."""
-    from .translator import SCALAR
+    from pjrt_ref.interpreter.native.translator import SCALAR
 
     op = step.op
     if op.name not in UFUNCS or len(operands) != 1:

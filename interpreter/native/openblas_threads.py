@@ -28,8 +28,8 @@ import os
 
 import numpy as np
 
-from ... import settings
-from . import openblas
+from pjrt_ref import settings
+from pjrt_ref.interpreter.native import openblas
 
 
 class OpenBlasThreads:

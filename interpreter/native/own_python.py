@@ -18,7 +18,7 @@ import struct
 import sysconfig
 import threading
 
-from ... import settings
+from pjrt_ref import settings
 
 _lock = threading.Lock()
 _done = False

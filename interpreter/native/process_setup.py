@@ -6,7 +6,7 @@ check.
 """
 from __future__ import annotations
 
-from . import blas, heap
+from pjrt_ref.interpreter.native import blas, heap
 
 
 def set_up_process(optimize: bool) -> None:

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import product_strategy
-from .blocks import Blocks, fine_blocks, product_blocks
-from .openblas_threads import thread_local_setter
+from pjrt_ref.interpreter.native import product_strategy
+from pjrt_ref.interpreter.native.blocks import Blocks, fine_blocks, product_blocks
+from pjrt_ref.interpreter.native.openblas_threads import thread_local_setter
 
 if TYPE_CHECKING:
-    from .products import ProductEngine
+    from pjrt_ref.interpreter.native.products import ProductEngine
 
 
 def layout(x: np.ndarray) -> str:

@@ -60,8 +60,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ... import settings
-from . import codegen, openblas
+from pjrt_ref import settings
+from pjrt_ref.interpreter.native import codegen, openblas
 
 # `openblas` must be this many times faster than the better of the others.
 OPENBLAS_MARGIN = 2.0

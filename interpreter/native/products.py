@@ -36,13 +36,13 @@ from typing import Callable
 
 import numpy as np
 
-from ... import settings
-from . import product_strategy
-from .blocks import ROW_BLOCKS, Blocks, fine_blocks, product_blocks
-from .gemm_pool import GemmPool, address
-from .helper_threads import run_shared
-from .openblas_threads import OpenBlasThreads
-from .product_probes import ExactnessProbes, ShapeStrategies
+from pjrt_ref import settings
+from pjrt_ref.interpreter.native import product_strategy
+from pjrt_ref.interpreter.native.blocks import ROW_BLOCKS, Blocks, fine_blocks, product_blocks
+from pjrt_ref.interpreter.native.gemm_pool import GemmPool, address
+from pjrt_ref.interpreter.native.helper_threads import run_shared
+from pjrt_ref.interpreter.native.openblas_threads import OpenBlasThreads
+from pjrt_ref.interpreter.native.product_probes import ExactnessProbes, ShapeStrategies
 
 _THREADS: tuple[int | None, int] | None = None   # (PJRT_REF_MATMUL_THREADS, threads)
 

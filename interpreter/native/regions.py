@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import codegen
-from .scope import jit_enabled
-from .translator import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
+from pjrt_ref.interpreter.native import codegen
+from pjrt_ref.interpreter.native.scope import jit_enabled
+from pjrt_ref.interpreter.native.translator import TYPE_NAMES, NotCompilable, Translator, compilable_tensor
 
 _MISSING = object()
 

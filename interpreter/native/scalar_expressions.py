@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import TensorType
+from pjrt_ref.interpreter.types import TensorType
 
 F32, F64, BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.bool_)
 FLOATS = (F32, F64)

@@ -8,7 +8,7 @@ because the region compiler, which the ops call, imports nothing of optimiser/.
 """
 from __future__ import annotations
 
-from ... import settings
+from pjrt_ref import settings
 
 
 def optimize_enabled() -> bool:

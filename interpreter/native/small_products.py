@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import hand_back, openblas
+from pjrt_ref.interpreter.native import hand_back, openblas
 
 ROW_MAJOR, COLUMN_MAJOR = 101, 102          # CBLAS_ORDER
 NO_TRANSPOSE, TRANSPOSE = 111, 112          # CBLAS_TRANSPOSE
@@ -135,7 +135,7 @@ def operand_layout(lhs_shape, rhs_shape, numbers, dtype) -> tuple | None:
     """((a strides, b strides), (M, K, N)) of the matrices ops/dot.py's
     matrix_product multiplies (blas.matrix_operands) for row-major operands of these shapes, if
     both are views of the operands (no copy) with no batch dimensions; else None."""
-    from .blas import matrix_operands
+    from pjrt_ref.interpreter.native.blas import matrix_operands
 
     if numbers.lhs_batching_dimensions or numbers.rhs_batching_dimensions:
         return None
@@ -160,7 +160,7 @@ def plan(op) -> Call | None:
     one type, no bigger than hand_back.MAX_PRODUCT_OPERAND, a product the
     interpreter makes as one np.matmul call (one block, native/blocks.py),
     laid out as numpy would give it to BLAS directly."""
-    from . import blas
+    from pjrt_ref.interpreter.native import blas
 
     numbers = op.attrs.get("dot_dimension_numbers")
     lhs_type, rhs_type = op.operand_types
@@ -263,7 +263,7 @@ _VERDICTS: dict = {}
 
 
 def _agrees(key, op) -> bool:
-    from .. import registry
+    from pjrt_ref.interpreter import registry
 
     if key in _VERDICTS:
         return _VERDICTS[key]
@@ -291,7 +291,7 @@ def translate(t, step, operands, key) -> None:
     (the op is handed back) where numpy makes another call, the operands
     are one value (numpy may then call ?syrk), no OpenBLAS is found, or the
     probe failed here (`t.handed_back`)."""
-    from .translator import SCALAR, NotCompilable
+    from pjrt_ref.interpreter.native.translator import SCALAR, NotCompilable
 
     op = step.op
     call = plan(op)

@@ -40,8 +40,8 @@ import math
 
 import numpy as np
 
-from . import half_precision, small_products
-from .translator import KeepInterpreted, NotCompilable, type_name
+from pjrt_ref.interpreter.native import half_precision, small_products
+from pjrt_ref.interpreter.native.translator import KeepInterpreted, NotCompilable, type_name
 
 WITH_REGIONS = ("stablehlo.reduce",)
 # Folding ops of a reduce body: exact in any order on integers and i1.
@@ -395,7 +395,7 @@ def fold_orders_agree(dtype) -> bool:
     numpy's add.reduce and multiply.reduce bits on this machine: rows of
     every length up to 300 and some longer ones (several blocks of 128),
     values of mixed sign and magnitude, and rows of zeros of either sign."""
-    from . import codegen
+    from pjrt_ref.interpreter.native import codegen
 
     source = codegen.with_prelude(
         "\n\n@njit(cache=True, error_model=\"numpy\")\n"

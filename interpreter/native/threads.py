@@ -25,8 +25,8 @@ from __future__ import annotations
 import functools
 import os
 
-from ... import settings
-from . import blas, helper_threads
+from pjrt_ref import settings
+from pjrt_ref.interpreter.native import blas, helper_threads
 
 MAX_DEFAULT_THREADS = 8
 # Pieces smaller than this are not worth a thread hand-off.

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..types import TensorType
-from . import float64_math, half_precision, hand_back, numpy_loops
-from .loop_expressions import TYPE_NAMES, element_expression
-from .scalar_expressions import F32, F64
+from pjrt_ref.interpreter.types import TensorType
+from pjrt_ref.interpreter.native import float64_math, half_precision, hand_back, numpy_loops
+from pjrt_ref.interpreter.native.loop_expressions import TYPE_NAMES, element_expression
+from pjrt_ref.interpreter.native.scalar_expressions import F32, F64
 
 SCALAR_DTYPES = tuple(TYPE_NAMES)
 MAX_INLINE_DEPTH = 4
@@ -323,7 +323,7 @@ class Translator:
 
     def step(self, step, keys) -> None:
         """Translate one step (not a call) into lines."""
-        from . import tensor_ops
+        from pjrt_ref.interpreter.native import tensor_ops
 
         op = step.op
         if len(step.results) != 1:
@@ -400,7 +400,7 @@ class Translator:
         float sums and products (tensor_ops.fold_orders_agree), float
         matrix products (small_products.agrees). Each probe is a numba
         build or BLAS calls, so callers ask where they compile."""
-        from . import tensor_ops
+        from pjrt_ref.interpreter.native import tensor_ops
 
         return not self.failed_probes() and \
             all(tensor_ops.fold_orders_agree(dtype) for dtype in sorted(self.fold_checks, key=str))
@@ -409,7 +409,7 @@ class Translator:
         """What fails its probe here: (op name, dtype) transcendentals and
         small_products.probe_key's of products. A translation that hands
         them back (`handed_back`) can still compile."""
-        from . import small_products
+        from pjrt_ref.interpreter.native import small_products
 
         def agrees(name, dtype):
             return float64_math.libm_agrees(name) if dtype == F64 else half_precision.math_agrees(name, dtype)

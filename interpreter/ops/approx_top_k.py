@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register_custom_call
-from ..steps import BoundRegion
-from .sort import stable_order
+from pjrt_ref.interpreter.registry import register_custom_call
+from pjrt_ref.interpreter.steps import BoundRegion
+from pjrt_ref.interpreter.ops.sort import stable_order
 
 
 def _comparator(op) -> BoundRegion:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_float
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_float
 
 
 def _validate(op) -> None:

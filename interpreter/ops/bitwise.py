@@ -16,9 +16,9 @@ import functools
 
 import numpy as np
 
-from ..registry import register
-from .elementwise_support import (PLAIN_INTEGERS, accepts, as_result, bit_width, compute_dtype,
-                                  elementwise, widen)
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.elementwise_support import (PLAIN_INTEGERS, accepts, as_result, bit_width, compute_dtype,
+                                                          elementwise, widen)
 
 
 def bits_of(x: np.ndarray) -> np.ndarray:

@@ -47,10 +47,10 @@ import threading
 
 import numpy as np
 
-from ... import settings
-from ...errors import ErrorCode, PjrtRefError, Unimplemented
-from ..registry import register, register_custom_call
-from ..types import TensorType, is_bool, is_complex, is_float, is_integer
+from pjrt_ref import settings
+from pjrt_ref.errors import ErrorCode, PjrtRefError, Unimplemented
+from pjrt_ref.interpreter.registry import register, register_custom_call
+from pjrt_ref.interpreter.types import TensorType, is_bool, is_complex, is_float, is_integer
 
 # Upstream's defaults: CheckOps.td for the dialect ops, and
 # StablehloTranslateMain.cpp for the custom calls of JAX-generated files.

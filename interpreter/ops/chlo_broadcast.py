@@ -22,9 +22,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..steps import OpInfo
-from ..registry import lookup, register
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.steps import OpInfo
+from pjrt_ref.interpreter.registry import lookup, register
 
 ELEMENTWISE_OP_OF = {
     "chlo.broadcast_add": "stablehlo.add",

@@ -13,12 +13,12 @@ import re
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import lookup, register
-from . import core
-from ..types import is_bool, is_complex, is_float, is_integer
-from .elementwise_compare import total_order_key
-from .elementwise_support import compute_dtype
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import lookup, register
+from pjrt_ref.interpreter.ops import core
+from pjrt_ref.interpreter.types import is_bool, is_complex, is_float, is_integer
+from pjrt_ref.interpreter.ops.elementwise_compare import total_order_key
+from pjrt_ref.interpreter.ops.elementwise_support import compute_dtype
 
 
 @register("chlo.constant")

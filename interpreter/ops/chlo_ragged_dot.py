@@ -24,9 +24,9 @@ import re
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from .dot import dot_general_arrays
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.dot import dot_general_arrays
 
 _FIELDS = ("lhs_batching_dimensions", "rhs_batching_dimensions",
            "lhs_contracting_dimensions", "rhs_contracting_dimensions",

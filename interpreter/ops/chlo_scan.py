@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register
+from pjrt_ref.interpreter.registry import register
 
 
 def _validate_scan(op) -> None:

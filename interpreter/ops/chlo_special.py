@@ -24,10 +24,10 @@ import math
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_float
-from .chlo_numerics import chebyshev, cos, exp, fma, horner, log, log1p, power, sin
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_float
+from pjrt_ref.interpreter.ops.chlo_numerics import chebyshev, cos, exp, fma, horner, log, log1p, power, sin
 
 # ----------------------------------------------------------------------------
 # Precision handling.

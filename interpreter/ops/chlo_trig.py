@@ -37,11 +37,11 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_complex, is_float
-from .chlo_numerics import correctly_rounded, cos, exp, expm1, fma, log, log1p, sin
-from .elementwise_unary import tan_values
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_complex, is_float
+from pjrt_ref.interpreter.ops.chlo_numerics import correctly_rounded, cos, exp, expm1, fma, log, log1p, sin
+from pjrt_ref.interpreter.ops.elementwise_unary import tan_values
 
 atan2 = correctly_rounded(np.arctan2)
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import InvalidArgument, Unimplemented
-from ..quantization import zeros
-from ..registry import register
-from ..process_grid import Process, current_process
-from .control import as_results
-from .reduce_regions import is_elementwise, tree_reduce
+from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.interpreter.quantization import zeros
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.process_grid import Process, current_process
+from pjrt_ref.interpreter.ops.control import as_results
+from pjrt_ref.interpreter.ops.reduce_regions import is_elementwise, tree_reduce
 
 
 def id_groups(ids) -> list[list[int]]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...limits import loop_limit_error, max_steps
-from ..registry import register
+from pjrt_ref.limits import loop_limit_error, max_steps
+from pjrt_ref.interpreter.registry import register
 
 
 def as_results(op, values):

@@ -5,9 +5,9 @@ Spec sections "composite", "async_start" and "async_done" (docs/spec.md).
 """
 from __future__ import annotations
 
-from ...errors import InvalidArgument
-from ..registry import register
-from .control import as_results
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.control import as_results
 
 
 def _validate_composite(op) -> None:

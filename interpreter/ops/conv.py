@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...errors import InvalidArgument, Unimplemented
-from ..native import blas
-from ..registry import register
-from .dot import from_work, to_work, work_dtype
-from .window import pad_and_dilate
+from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.interpreter.native import blas
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.dot import from_work, to_work, work_dtype
+from pjrt_ref.interpreter.ops.window import pad_and_dilate
 
 
 def _validate_conv(op) -> None:

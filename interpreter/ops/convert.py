@@ -21,10 +21,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..registry import register
-from ..types import is_bool, is_complex, is_float, is_integer, is_unsigned
-from .elementwise_support import (accepts, as_result, bit_width, compute_dtype, contiguous,
-                                  elementwise, integer_info, widen)
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_bool, is_complex, is_float, is_integer, is_unsigned
+from pjrt_ref.interpreter.ops.elementwise_support import (accepts, as_result, bit_width, compute_dtype, contiguous,
+                                                          elementwise, integer_info, widen)
 
 _ALL = ("bool", "integer", "float", "complex")
 

@@ -4,10 +4,10 @@ Spec sections: "constant", "custom_call"; and `func.call` (builtin calls).
 """
 from __future__ import annotations
 
-from ...errors import Unimplemented
-from .. import ffi
-from ..attributes import filled
-from ..registry import Kernel, lookup_custom_call, register, register_custom_call
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter import ffi
+from pjrt_ref.interpreter.attributes import filled
+from pjrt_ref.interpreter.registry import Kernel, lookup_custom_call, register, register_custom_call
 
 
 @register("stablehlo.constant")

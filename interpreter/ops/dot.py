@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..native import blas
-from ..native.blas import matrix_operands
-from ..registry import register
-from ..types import is_bool, is_complex, is_float, is_integer
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.native import blas
+from pjrt_ref.interpreter.native.blas import matrix_operands
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_bool, is_complex, is_float, is_integer
 
 
 def work_dtype(*dtypes) -> np.dtype:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from .gather import as_int64
-from .shape import broadcast_to_shape, iota_array, reshape_to
-from .slicing import pad_array
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.gather import as_int64
+from pjrt_ref.interpreter.ops.shape import broadcast_to_shape, iota_array, reshape_to
+from pjrt_ref.interpreter.ops.slicing import pad_array
 
 
 def shape_from_tensor(op, shape_tensor: np.ndarray) -> tuple[int, ...]:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register
-from ..types import is_complex, is_float, is_integer, is_unsigned
-from .elementwise_complex import complex_divide, complex_multiply, complex_power
-from .elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
-                                  widen_for_math)
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_complex, is_float, is_integer, is_unsigned
+from pjrt_ref.interpreter.ops.elementwise_complex import complex_divide, complex_multiply, complex_power
+from pjrt_ref.interpreter.ops.elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
+                                                          widen_for_math)
 
 NUMBERS = ("integer", "float", "complex")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_complex, is_float
-from .elementwise_binary import maximum_values, minimum_values
-from .elementwise_support import accepts, as_result, elementwise, float_bits_dtype, widen
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_complex, is_float
+from pjrt_ref.interpreter.ops.elementwise_binary import maximum_values, minimum_values
+from pjrt_ref.interpreter.ops.elementwise_support import accepts, as_result, elementwise, float_bits_dtype, widen
 
 DIRECTIONS = {
     "EQ": np.equal, "NE": np.not_equal,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .elementwise_support import complex_from_parts
+from pjrt_ref.interpreter.ops.elementwise_support import complex_from_parts
 
 
 _SPLITTER = 2.0 ** 27 + 1  # Veltkamp's constant for float64

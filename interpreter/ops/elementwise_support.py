@@ -18,8 +18,8 @@ import functools
 import ml_dtypes
 import numpy as np
 
-from ...errors import Unimplemented
-from ..types import is_bool, is_complex, is_float, is_integer, is_unsigned
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.types import is_bool, is_complex, is_float, is_integer, is_unsigned
 
 # The 8- to 64-bit integers, whose numpy dtype is the element type itself.
 PLAIN_INTEGERS = frozenset(np.dtype(f"{kind}{size}") for kind in "iu" for size in (1, 2, 4, 8))

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register
-from .elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
-                                  widen_for_math)
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.elementwise_support import (accepts, as_result, complex_from_parts, elementwise, widen,
+                                                          widen_for_math)
 
 FLOATS = ("float",)
 FLOATS_COMPLEX = ("float", "complex")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_complex
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_complex
 
 # fft_type -> the scipy.fft function (imported on first use: importing
 # scipy.fft is slow, and every program's first load would pay it).

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..registry import register
+from pjrt_ref.interpreter.registry import register
 
 _INT64_MAX = np.iinfo(np.int64).max
 

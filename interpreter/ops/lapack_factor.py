@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lapack_targets import (INT, INT_VECTOR, MATRIX, VECTOR, boolean, character, lapack_target,
-                             optimal_lwork, square_matrices)
+from pjrt_ref.interpreter.ops.lapack_targets import (INT, INT_VECTOR, MATRIX, VECTOR, boolean, character, lapack_target,
+                                                     optimal_lwork, square_matrices)
 
 UPLO = character("L", "U")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lapack_targets import (INT, character, complex_dtype, int32, lapack_target, optimal_lwork,
-                             real_dtype, square_matrices)
+from pjrt_ref.interpreter.ops.lapack_targets import (INT, character, complex_dtype, int32, lapack_target, optimal_lwork,
+                                                     real_dtype, square_matrices)
 
 UPLO = character("L", "U")
 JOB = character("N", "V")      # JOBZ, JOBVL, JOBVR, JOBVS: 'V' computes the vectors

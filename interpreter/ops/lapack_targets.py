@@ -42,8 +42,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..registry import register_custom_call
-from ..types import TensorType
+from pjrt_ref.interpreter.registry import register_custom_call
+from pjrt_ref.interpreter.types import TensorType
 
 # LAPACK's type prefix -> element type of the matrices.
 PREFIX_DTYPES = {"s": np.dtype(np.float32), "d": np.dtype(np.float64),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lapack_targets import INT, MATRIX, VECTOR, Target, add_target, lapack_target
+from pjrt_ref.interpreter.ops.lapack_targets import INT, MATRIX, VECTOR, Target, add_target, lapack_target
 
 DIAGONALS_AND_RHS = (VECTOR, VECTOR, VECTOR, MATRIX)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_complex, is_float
-from .linalg_trsm import BLOCK, masked_triangle, solve_by_inverting_blocks, use_direct_solve
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_complex, is_float
+from pjrt_ref.interpreter.ops.linalg_trsm import BLOCK, masked_triangle, solve_by_inverting_blocks, use_direct_solve
 
 
 def _compute_dtype(dtype: np.dtype) -> np.dtype:

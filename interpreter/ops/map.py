@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native.regions import map_applier
-from ..registry import register
-from .reduce_regions import analyse_regions, body_analysis, run_body
+from pjrt_ref.interpreter.native.regions import map_applier
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.reduce_regions import analyse_regions, body_analysis, run_body
 
 
 @register("stablehlo.map", validate=analyse_regions)

@@ -24,7 +24,7 @@ have no layout anyone can observe, so it is the identity too.
 """
 from __future__ import annotations
 
-from ..registry import register_custom_call
+from pjrt_ref.interpreter.registry import register_custom_call
 
 # The memory kinds of pjrt_ref/model/memory.py (the interpreter does not import the object model).
 MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")

@@ -6,9 +6,9 @@ other op accept quantized tensors (`dequantize_op_quantize`).
 """
 from __future__ import annotations
 
-from ...errors import InvalidArgument
-from ..quantization import dequantize, quantize
-from ..registry import register
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.interpreter.quantization import dequantize, quantize
+from pjrt_ref.interpreter.registry import register
 
 
 def _validate_uniform_quantize(op) -> None:

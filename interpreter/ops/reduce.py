@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from .reduce_regions import (analyse_regions, body_analysis, reduce_last_axis, ufunc_dtype,
-                             ufunc_folder)
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.reduce_regions import (analyse_regions, body_analysis, reduce_last_axis, ufunc_dtype,
+                                                     ufunc_folder)
 
 
 def _validate_reduce(op) -> None:

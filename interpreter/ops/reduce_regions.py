@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from ..native.regions import folder
-from ..types import is_bool, is_float
+from pjrt_ref.interpreter.native.regions import folder
+from pjrt_ref.interpreter.types import is_bool, is_float
 
 # Region body op -> the numpy ufunc it computes on two arrays of one dtype
 # (all commutative, so the order of the body's operands does not matter).
@@ -224,7 +224,7 @@ def body_function(ufunc, dtype: np.dtype):
     except float maximum/minimum, whose kernels give the spec's signed zeros
     (numpy's functions return whichever of two equal zeros comes first)."""
     if ufunc in (np.maximum, np.minimum) and is_float(dtype):
-        from .elementwise_binary import maximum_values, minimum_values
+        from pjrt_ref.interpreter.ops.elementwise_binary import maximum_values, minimum_values
 
         return maximum_values if ufunc is np.maximum else minimum_values
     return ufunc

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_bool, is_complex, is_float, is_integer
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_bool, is_complex, is_float, is_integer
 
 _U32 = np.uint32
 _U64 = np.uint64

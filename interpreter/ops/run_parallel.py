@@ -4,10 +4,10 @@ runs a grid of functions, one per process (openxla/stablehlo
 """
 from __future__ import annotations
 
-from ...errors import InvalidArgument, PjrtRefError
-from ..process_grid import Process, ProcessGrid, run_processes
-from ..registry import register
-from .side_effects import attach_host_channel
+from pjrt_ref.errors import InvalidArgument, PjrtRefError
+from pjrt_ref.interpreter.process_grid import Process, ProcessGrid, run_processes
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
 
 
 def _validate_run_parallel(op) -> None:

@@ -32,10 +32,10 @@ import dataclasses
 
 import numpy as np
 
-from ..native.regions import scatter_applier
-from ..registry import register
-from .gather import PointIndexing, batching_positions, index_vectors, row_major_strides
-from .reduce_regions import BODY_UFUNCS
+from pjrt_ref.interpreter.native.regions import scatter_applier
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.gather import PointIndexing, batching_positions, index_vectors, row_major_strides
+from pjrt_ref.interpreter.ops.reduce_regions import BODY_UFUNCS
 
 REPLACE = "replace"
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import Unimplemented
-from ..registry import register
-from ..types import is_complex
-from .elementwise_support import PLAIN_INTEGERS
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_complex
+from pjrt_ref.interpreter.ops.elementwise_support import PLAIN_INTEGERS
 
 
 def broadcast_layout(operand_shape, broadcast_dimensions, rank: int) -> tuple[tuple, tuple]:

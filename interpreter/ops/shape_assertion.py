@@ -18,9 +18,9 @@ import re
 
 import numpy as np
 
-from ...errors import InvalidArgument
-from ..registry import register_custom_call
-from ..types import TensorType, is_bool, is_integer
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.interpreter.registry import register_custom_call
+from pjrt_ref.interpreter.types import TensorType, is_bool, is_integer
 
 _PLACEHOLDER = re.compile(r"\{(\d+)\}")
 

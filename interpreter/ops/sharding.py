@@ -17,9 +17,9 @@ error.
 """
 from __future__ import annotations
 
-from ...errors import Unimplemented
-from ..partitioned_run import current_partitioned_run
-from ..registry import register, register_custom_call
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.partitioned_run import current_partitioned_run
+from pjrt_ref.interpreter.registry import register, register_custom_call
 
 
 @register_custom_call("Sharding", "xla.sdy.FuncResultSharding", "InspectSharding")

@@ -22,10 +22,10 @@ from typing import Protocol
 
 import numpy as np
 
-from ...errors import InvalidArgument, PjrtRefError, Unavailable
-from ..registry import register
-from ..types import TOKEN, TensorType
-from .control import as_results
+from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unavailable
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import TOKEN, TensorType
+from pjrt_ref.interpreter.ops.control import as_results
 
 
 class HostChannel(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register
+from pjrt_ref.interpreter.registry import register
 
 
 def index_value(index: np.ndarray) -> int:

@@ -23,10 +23,10 @@ import functools
 
 import numpy as np
 
-from ..native.regions import sort_order, sort_orderer
-from ..registry import register
-from ..types import is_bool, is_complex, is_float
-from .reduce_regions import is_elementwise, run_body
+from pjrt_ref.interpreter.native.regions import sort_order, sort_orderer
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.types import is_bool, is_complex, is_float
+from pjrt_ref.interpreter.ops.reduce_regions import is_elementwise, run_body
 
 
 def _dimension(op, rank: int) -> int:

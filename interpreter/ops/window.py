@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...errors import Unimplemented
-from ..registry import register
-from .window_scan import is_identity, scan, scan_axis
-from .reduce_regions import (analyse_regions, body_analysis, fold_last_axis, reduce_last_axis,
-                             run_body, ufunc_dtype)
+from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.registry import register
+from pjrt_ref.interpreter.ops.window_scan import is_identity, scan, scan_axis
+from pjrt_ref.interpreter.ops.reduce_regions import (analyse_regions, body_analysis, fold_last_axis, reduce_last_axis,
+                                                     run_body, ufunc_dtype)
 
 
 def _window_attrs(op, rank: int) -> dict:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reduce_regions import ufunc_dtype
+from pjrt_ref.interpreter.ops.reduce_regions import ufunc_dtype
 
 TILE = 16
 

@@ -104,10 +104,10 @@ bit where the bits are kept, else to rounding) and against XLA CPU.
 """
 from __future__ import annotations
 
-from ..native.process_setup import set_up_process
-from ..native.scope import jit_enabled, optimize_enabled
-from . import direct_kernels, dots, fusion, in_place, inline, invariant_layouts, reuse, splat_constants
-from .preset import preset_constants
+from pjrt_ref.interpreter.native.process_setup import set_up_process
+from pjrt_ref.interpreter.native.scope import jit_enabled, optimize_enabled
+from pjrt_ref.interpreter.optimiser import direct_kernels, dots, fusion, in_place, inline, invariant_layouts, reuse, splat_constants
+from pjrt_ref.interpreter.optimiser.preset import preset_constants
 
 
 def optimize_function(plan) -> None:

@@ -49,7 +49,7 @@ import warnings
 from collections import deque
 from typing import Callable
 
-from ... import settings
+from pjrt_ref import settings
 
 Kernel = Callable[..., object]
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.elementwise_compare import DIRECTIONS
-from ..ops.elementwise_support import PLAIN_INTEGERS
-from ..registry import lookup
+from pjrt_ref.interpreter.ops.elementwise_compare import DIRECTIONS
+from pjrt_ref.interpreter.ops.elementwise_support import PLAIN_INTEGERS
+from pjrt_ref.interpreter.registry import lookup
 
 FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 INTEGERS = PLAIN_INTEGERS

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.dot import BLAS_FLOATS, dot_general, matrix_product
-from ..steps import OpInfo, Step
-from ..native.scope import CONTROL_FLOW_OPS
-from .fusion import count_uses
+from pjrt_ref.interpreter.ops.dot import BLAS_FLOATS, dot_general, matrix_product
+from pjrt_ref.interpreter.steps import OpInfo, Step
+from pjrt_ref.interpreter.native.scope import CONTROL_FLOW_OPS
+from pjrt_ref.interpreter.optimiser.fusion import count_uses
 
 
 def fold_transposes(region) -> None:

@@ -8,7 +8,7 @@ lists the member ops, so a trace or profile still says what ran.
 """
 from __future__ import annotations
 
-from ..steps import OpInfo, Step
+from pjrt_ref.interpreter.steps import OpInfo, Step
 
 
 def fused_step(run: list, kernel, inputs: list, input_types: list, outputs: list,

@@ -77,19 +77,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ... import settings
-from ..steps import Step
-from ..native import codegen, threads
-from ..native.loop_expressions import TYPE_NAMES, element_expression, loop_expression
-from ..native.scalar_expressions import FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
-from ..native.scope import CONTROL_FLOW_OPS
-from ..types import TensorType
-from . import background, numpy_runs
-from .fused_step import fused_step
-from .loops import compile_while
+from pjrt_ref import settings
+from pjrt_ref.interpreter.steps import Step
+from pjrt_ref.interpreter.native import codegen, threads
+from pjrt_ref.interpreter.native.loop_expressions import TYPE_NAMES, element_expression, loop_expression
+from pjrt_ref.interpreter.native.scalar_expressions import FLOATS, MATH_F32, VECTOR_MATH_F32, scalar_expression
+from pjrt_ref.interpreter.native.scope import CONTROL_FLOW_OPS
+from pjrt_ref.interpreter.types import TensorType
+from pjrt_ref.interpreter.optimiser import background, numpy_runs
+from pjrt_ref.interpreter.optimiser.fused_step import fused_step
+from pjrt_ref.interpreter.optimiser.loops import compile_while
 
 if TYPE_CHECKING:
-    from .splat_constants import SplatScalars
+    from pjrt_ref.interpreter.optimiser.splat_constants import SplatScalars
 
 # Fusing fewer computing steps than this does not pay for the loop's call,
 # except for ops whose unfused float kernels take several passes (maximum

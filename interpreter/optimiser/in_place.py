@@ -46,13 +46,13 @@ import dataclasses
 
 import numpy as np
 
-from ..native import blas
-from ..native.scope import CONTROL_FLOW_OPS
-from ..ops import control, core, slicing
-from ..native.blas import matrix_operands
-from ..steps import FunctionPlan, OpInfo, RegionPlan, Step, slots_read_by
-from . import direct_kernels, dots
-from .fusion import count_uses
+from pjrt_ref.interpreter.native import blas
+from pjrt_ref.interpreter.native.scope import CONTROL_FLOW_OPS
+from pjrt_ref.interpreter.ops import control, core, slicing
+from pjrt_ref.interpreter.native.blas import matrix_operands
+from pjrt_ref.interpreter.steps import FunctionPlan, OpInfo, RegionPlan, Step, slots_read_by
+from pjrt_ref.interpreter.optimiser import direct_kernels, dots
+from pjrt_ref.interpreter.optimiser.fusion import count_uses
 
 
 def dynamic_update_slice_in_place(op, operand, update, *start_indices):

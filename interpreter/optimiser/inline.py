@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ops import core
-from ..steps import FRAME_REGION_OPS, FunctionPlan, RegionPlan, Step, copy_region
+from pjrt_ref.interpreter.ops import core
+from pjrt_ref.interpreter.steps import FRAME_REGION_OPS, FunctionPlan, RegionPlan, Step, copy_region
 
 # A bigger callee stays a call: copying it to every call site would make
 # planning (and fusion's analysis) grow with callers x callee size.

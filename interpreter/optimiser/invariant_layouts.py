@@ -33,12 +33,12 @@ import dataclasses
 
 import numpy as np
 
-from ..native import blas
-from ..ops import control
-from ..native.blas import matrix_operands
-from ..steps import FunctionPlan, OpInfo, RegionPlan, Step
-from ..types import TensorType
-from . import dots
+from pjrt_ref.interpreter.native import blas
+from pjrt_ref.interpreter.ops import control
+from pjrt_ref.interpreter.native.blas import matrix_operands
+from pjrt_ref.interpreter.steps import FunctionPlan, OpInfo, RegionPlan, Step
+from pjrt_ref.interpreter.types import TensorType
+from pjrt_ref.interpreter.optimiser import dots
 
 
 def copy_transposed_invariants(plan: FunctionPlan) -> None:

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import settings
-from ...limits import loop_limit_error, max_steps
-from ..native import codegen
-from ..native.translator import (ARRAY, SCALAR, NotCompilable, Segment, Translator, compilable_tensor,
-                                 compute_dtype, type_name)
-from ..steps import OpInfo, Step
-from . import background
+from pjrt_ref import settings
+from pjrt_ref.limits import loop_limit_error, max_steps
+from pjrt_ref.interpreter.native import codegen
+from pjrt_ref.interpreter.native.translator import (ARRAY, SCALAR, NotCompilable, Segment, Translator, compilable_tensor,
+                                                    compute_dtype, type_name)
+from pjrt_ref.interpreter.steps import OpInfo, Step
+from pjrt_ref.interpreter.optimiser import background
 
 
 def compile_while(step, fuse_regions=None) -> Step | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..steps import FRAME_REGION_OPS, FunctionPlan, RegionPlan, Step
+from pjrt_ref.interpreter.steps import FRAME_REGION_OPS, FunctionPlan, RegionPlan, Step
 
 
 # A static broadcast_in_dim of a preset value up to this many bytes is

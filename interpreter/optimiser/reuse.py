@@ -22,9 +22,9 @@ import dataclasses
 
 import numpy as np
 
-from ..steps import RegionPlan, Step
-from . import direct_kernels, dots
-from .fusion import count_uses
+from pjrt_ref.interpreter.steps import RegionPlan, Step
+from pjrt_ref.interpreter.optimiser import direct_kernels, dots
+from pjrt_ref.interpreter.optimiser.fusion import count_uses
 
 
 def write_into_dead_products(region: RegionPlan) -> None:

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attributes import splat_parts
-from ..ops import core
-from ..registry import lookup
-from ..steps import FRAME_REGION_OPS, FunctionPlan, OpInfo, RegionPlan, Step
-from ..types import TensorType
-from .fusion import count_uses
-from .preset import PRESET_BROADCAST_BYTES
+from pjrt_ref.interpreter.attributes import splat_parts
+from pjrt_ref.interpreter.ops import core
+from pjrt_ref.interpreter.registry import lookup
+from pjrt_ref.interpreter.steps import FRAME_REGION_OPS, FunctionPlan, OpInfo, RegionPlan, Step
+from pjrt_ref.interpreter.types import TensorType
+from pjrt_ref.interpreter.optimiser.fusion import count_uses
+from pjrt_ref.interpreter.optimiser.preset import PRESET_BROADCAST_BYTES
 
 
 class SplatScalars:

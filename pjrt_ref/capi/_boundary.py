@@ -19,11 +19,11 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from . import strict
-from . import api_log
-from ..errors import ErrorCode
-from . import cdata, fast_paths
-from .cdata import Args, error_from_exception, new_error, owned_text
+from pjrt_ref.capi import strict
+from pjrt_ref.capi import api_log
+from pjrt_ref.errors import ErrorCode
+from pjrt_ref.capi import cdata, fast_paths
+from pjrt_ref.capi.cdata import Args, error_from_exception, new_error, owned_text
 
 REGISTRY: dict[str, Callable[[Args], None]] = {}
 

@@ -3,21 +3,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import layouts
-from . import handles
-from ..model.buffer import Buffer, raw_bytes
-from ..model.device import Device
-from ..model.dtypes import BufferType, buffer_type, to_numpy
-from ..errors import Internal, InvalidArgument, Unimplemented
-from ..limits import check_allocation, nbytes
-from ..model.event import Promise
-from ..model.memory import Memory
-from . import caller_callbacks, cdata
-from ._boundary import entry_point
-from .buffer_destroy import destroy_buffer
-from .cdata import Args, owned_array
-from .client import client_of
-from .event import new_event_handle
+from pjrt_ref.model import layouts
+from pjrt_ref.capi import handles
+from pjrt_ref.model.buffer import Buffer, raw_bytes
+from pjrt_ref.model.device import Device
+from pjrt_ref.model.dtypes import BufferType, buffer_type, to_numpy
+from pjrt_ref.errors import Internal, InvalidArgument, Unimplemented
+from pjrt_ref.limits import check_allocation, nbytes
+from pjrt_ref.model.event import Promise
+from pjrt_ref.model.memory import Memory
+from pjrt_ref.capi import caller_callbacks, cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.buffer_destroy import destroy_buffer
+from pjrt_ref.capi.cdata import Args, owned_array
+from pjrt_ref.capi.client import client_of
+from pjrt_ref.capi.event import new_event_handle
 
 
 def _buffer(args: Args, field: str = "buffer") -> Buffer:

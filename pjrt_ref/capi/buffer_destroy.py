@@ -7,9 +7,9 @@ needs the other.
 """
 from __future__ import annotations
 
-from . import handles
-from . import strict
-from ..model.buffer import Buffer
+from pjrt_ref.capi import handles
+from pjrt_ref.capi import strict
+from pjrt_ref.model.buffer import Buffer
 
 
 def destroy_buffer(key: int) -> None:

@@ -21,11 +21,11 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from ..errors import Internal, PjrtRefError
-from . import handles
-from ..model.event import Promise
-from . import cdata
-from .cdata import Args, text_arg
+from pjrt_ref.errors import Internal, PjrtRefError
+from pjrt_ref.capi import handles
+from pjrt_ref.model.event import Promise
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi.cdata import Args, text_arg
 
 
 class CallerPromise:

@@ -17,8 +17,8 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from . import handles
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError
+from pjrt_ref.capi import handles
+from pjrt_ref.errors import ErrorCode, InvalidArgument, PjrtRefError
 
 ffi: Any = None            # the shim's FFI, set by bind()
 lib: Any = None

@@ -1,16 +1,16 @@
 """PJRT_Client_* entry points (pjrt_c_api.h "Client"), except buffer transfers (buffer.py)."""
 from __future__ import annotations
 
-from . import handles
-from ..model.client import Client, make_client
-from ..model.executable import Executable
-from ..errors import InvalidArgument
-from ..distributed.cluster import ProcessState
-from ..interpreter import bytecode_guard
-from . import cdata
-from .kv_store import CallbackKeyValueStore
-from ._boundary import entry_point
-from .cdata import Args, bytes_arg, owned_array, owned_text, read_named_values, require_array, text_arg
+from pjrt_ref.capi import handles
+from pjrt_ref.model.client import Client, make_client
+from pjrt_ref.model.executable import Executable
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.distributed.cluster import ProcessState
+from pjrt_ref.interpreter import bytecode_guard
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi.kv_store import CallbackKeyValueStore
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, bytes_arg, owned_array, owned_text, read_named_values, require_array, text_arg
 
 
 def client_of(args: Args, field: str = "client") -> Client:

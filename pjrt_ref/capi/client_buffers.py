@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import InvalidArgument, PjrtRefError, Unimplemented
-from ..limits import check_allocation, nbytes
-from . import handles
-from ..model.buffer import Buffer, ForeignMemory
-from ..model.client import Client
-from ..model.device import Device
-from ..model.memory import Memory
-from . import cdata
-from ._boundary import entry_point
-from .buffer import array_shape, register_buffer
-from .cdata import Args, caller_status
-from .client import client_of
+from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
+from pjrt_ref.limits import check_allocation, nbytes
+from pjrt_ref.capi import handles
+from pjrt_ref.model.buffer import Buffer, ForeignMemory
+from pjrt_ref.model.client import Client
+from pjrt_ref.model.device import Device
+from pjrt_ref.model.memory import Memory
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.buffer import array_shape, register_buffer
+from pjrt_ref.capi.cdata import Args, caller_status
+from pjrt_ref.capi.client import client_of
 
 
 def _client_memory(client: Client, ptr) -> Memory:

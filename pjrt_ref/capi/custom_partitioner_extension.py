@@ -15,11 +15,11 @@ partitioner, at compile time) is safe.
 """
 from __future__ import annotations
 
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError
-from ..spmd import custom_partitioning
-from . import cdata
-from ._boundary import entry_point
-from .cdata import Args
+from pjrt_ref.errors import ErrorCode, InvalidArgument, PjrtRefError
+from pjrt_ref.spmd import custom_partitioning
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args
 
 
 @entry_point("PJRT_Register_Custom_Partitioner")

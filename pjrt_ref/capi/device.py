@@ -1,11 +1,11 @@
 """PJRT_Device_* and PJRT_DeviceDescription_* entry points (pjrt_c_api.h "Device")."""
 from __future__ import annotations
 
-from ..errors import InvalidArgument
-from . import handles
-from ..model.device import AsyncTrackingEvent, Device, DeviceDescription
-from ._boundary import entry_point, register_text_queries
-from .cdata import Args, Holder, bytes_arg, caller_status, owned_array, owned_named_values, set_deleter
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.capi import handles
+from pjrt_ref.model.device import AsyncTrackingEvent, Device, DeviceDescription
+from pjrt_ref.capi._boundary import entry_point, register_text_queries
+from pjrt_ref.capi.cdata import Args, Holder, bytes_arg, caller_status, owned_array, owned_named_values, set_deleter
 
 
 def _description(args: Args) -> DeviceDescription:

@@ -27,7 +27,7 @@ END = "<!-- end of generated entry points -->"
 
 def implementations() -> dict:
     """Entry point name -> the Python function that implements it."""
-    from . import _boundary
+    from pjrt_ref.capi import _boundary
 
     for module in MODULES:
         importlib.import_module(f"{__package__}.{module}")
@@ -36,7 +36,7 @@ def implementations() -> dict:
 
 def rows() -> list[tuple[str, str, str, str]]:
     """(entry point, where it lives, who answers, what it does) for every entry point."""
-    from ..capi_shim import entry_points as table
+    from pjrt_ref.capi_shim import entry_points as table
 
     found = implementations()
     groups = [("table", table.SLOTS), ("Layouts extension", table.LAYOUTS_FUNCTIONS),
@@ -60,7 +60,7 @@ def summary(name: str, function) -> str:
 
 
 def markdown() -> str:
-    from ..capi_shim import entry_points as table
+    from pjrt_ref.capi_shim import entry_points as table
 
     lines = [BEGIN,
              f"PJRT C API {table.API_MAJOR}.{table.API_MINOR}: {len(table.SLOTS)} slots in the table, "

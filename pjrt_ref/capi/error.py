@@ -1,9 +1,9 @@
 """PJRT_Error_* entry points (pjrt_c_api.h "Errors")."""
 from __future__ import annotations
 
-from . import handles
-from ._boundary import entry_point
-from .cdata import Args, ErrorObject
+from pjrt_ref.capi import handles
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, ErrorObject
 
 
 @entry_point("PJRT_Error_Destroy")

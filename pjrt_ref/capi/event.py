@@ -1,12 +1,12 @@
 """PJRT_Event_* entry points (pjrt_c_api.h "Events")."""
 from __future__ import annotations
 
-from . import handles
-from ..errors import InvalidArgument, PjrtRefError
-from ..model.event import Event
-from . import cdata, fast_paths
-from ._boundary import entry_point
-from .cdata import Args, error_from_exception, text_arg
+from pjrt_ref.capi import handles
+from pjrt_ref.errors import InvalidArgument, PjrtRefError
+from pjrt_ref.model.event import Event
+from pjrt_ref.capi import cdata, fast_paths
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, error_from_exception, text_arg
 
 
 def new_event_handle(event: Event | None = None):

@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import contextlib
 
-from . import handles
-from ..spmd import partitioner as spmd
-from ..model.buffer import Buffer
-from ..errors import InvalidArgument
-from ..model.executable import Executable, LoadedExecutable
-from . import cdata
-from ._boundary import entry_point
-from .cdata import Args, hand_out_blob, owned, owned_array, owned_named_values, owned_text, require_array
-from .event import new_event_handle
-from .ffi_extension import ExecuteContext, attached_ffi_context
-from .host_callbacks import attached_device_host_transfers, attached_host_transfers
+from pjrt_ref.capi import handles
+from pjrt_ref.spmd import partitioner as spmd
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.model.executable import Executable, LoadedExecutable
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, hand_out_blob, owned, owned_array, owned_named_values, owned_text, require_array
+from pjrt_ref.capi.event import new_event_handle
+from pjrt_ref.capi.ffi_extension import ExecuteContext, attached_ffi_context
+from pjrt_ref.capi.host_callbacks import attached_device_host_transfers, attached_host_transfers
 
 
 def _executable(args: Args) -> Executable:
@@ -26,13 +26,13 @@ def _loaded(args: Args, field: str = "executable") -> LoadedExecutable:
 
 def _cost_analysis(exe: Executable) -> dict:
     """The per-op cost model's properties (interpreter/cost.py), computed once per executable."""
-    from ..interpreter.cost import cost_analysis
+    from pjrt_ref.interpreter.cost import cost_analysis
     return owned(exe, "cost_properties", lambda: cost_analysis(exe.program))
 
 
 def _temp_bytes(exe: Executable) -> int:
     """Peak live intermediate bytes (interpreter/cost.py), computed once per executable."""
-    from ..interpreter.cost import temp_bytes
+    from pjrt_ref.interpreter.cost import temp_bytes
     return owned(exe, "temp_bytes", lambda: [temp_bytes(exe.program)])[0]
 
 

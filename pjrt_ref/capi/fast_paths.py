@@ -35,16 +35,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import handles
-from .. import settings
-from . import strict
-from ..model.buffer import Buffer
-from ..errors import InvalidArgument, PjrtRefError
-from ..model.event import COMPLETE, Event
-from ..model.executable import Executable
-from ..model.memory import Memory
-from .buffer_destroy import destroy_buffer
-from .cdata import owned_text
+from pjrt_ref.capi import handles
+from pjrt_ref import settings
+from pjrt_ref.capi import strict
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.errors import InvalidArgument, PjrtRefError
+from pjrt_ref.model.event import COMPLETE, Event
+from pjrt_ref.model.executable import Executable
+from pjrt_ref.model.memory import Memory
+from pjrt_ref.capi.buffer_destroy import destroy_buffer
+from pjrt_ref.capi.cdata import owned_text
 
 ffi: Any = None
 lib: Any = None

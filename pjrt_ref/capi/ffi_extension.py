@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import functools
 
-from ..errors import InvalidArgument
-from ..interpreter.ffi import context as ffi_context
-from ..interpreter.ffi import targets
-from ..interpreter.ffi.bridge import bridge
-from . import handles
-from . import cdata
-from ._boundary import entry_point
-from .cdata import Args, text_arg
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.interpreter.ffi import context as ffi_context
+from pjrt_ref.interpreter.ffi import targets
+from pjrt_ref.interpreter.ffi.bridge import bridge
+from pjrt_ref.capi import handles
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, text_arg
 
 
 class ExecuteContext:

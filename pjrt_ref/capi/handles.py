@@ -25,9 +25,9 @@ import collections
 import threading
 from typing import Any, TypeVar
 
-from ..errors import InvalidArgument
-from ..model import buffer as model_buffer, client as model_client
-from ..model.event import COMPLETE
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.model import buffer as model_buffer, client as model_client
+from pjrt_ref.model.event import COMPLETE
 
 T = TypeVar("T")
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import contextlib
 
-from . import handles
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError
-from ..model.event import Event
-from ..services.host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
-from . import cdata
-from ._boundary import entry_point
-from .cdata import Args, ErrorObject, require_array
-from .event import new_event_handle
+from pjrt_ref.capi import handles
+from pjrt_ref.errors import ErrorCode, InvalidArgument, PjrtRefError
+from pjrt_ref.model.event import Event
+from pjrt_ref.services.host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, ErrorObject, require_array
+from pjrt_ref.capi.event import new_event_handle
 
 _CALLBACK_ERROR = None     # PJRT_CallbackError* handed to every send callback
 
@@ -133,7 +133,7 @@ def attached_host_transfers(options, device_index: int):
     transfers = host_transfers_for(options, device_index)
     if transfers is None:
         return _NO_CALLBACKS
-    from ..interpreter.ops.side_effects import attach_host_channel
+    from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
     return attach_host_channel(transfers)
 
 
@@ -147,7 +147,7 @@ def attached_device_host_transfers(options, logical_ids: list[tuple[int, int]]):
         if transfers is None:
             return _NO_CALLBACKS
         by_process[tuple(logical_id)] = transfers
-    from ..interpreter.ops.side_effects import attach_host_channel
+    from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
     return attach_host_channel(DeviceHostTransfers(by_process))
 
 

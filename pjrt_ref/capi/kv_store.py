@@ -13,11 +13,11 @@ store returns is ours to copy, then to free with the deleter it names.
 """
 from __future__ import annotations
 
-from . import handles
-from ..errors import ErrorCode, PjrtRefError
-from . import cdata
-from .cdata import ErrorObject
-from .host_callbacks import callback_error_pointer
+from pjrt_ref.capi import handles
+from pjrt_ref.errors import ErrorCode, PjrtRefError
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi.cdata import ErrorObject
+from pjrt_ref.capi.host_callbacks import callback_error_pointer
 
 
 class CallbackKeyValueStore:

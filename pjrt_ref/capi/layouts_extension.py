@@ -16,17 +16,17 @@ to read them (see the header), which is where the extension pays.
 """
 from __future__ import annotations
 
-from ..errors import InvalidArgument
-from ..model import layouts
-from . import handles
-from ..model.dtypes import to_numpy
-from ..model.topology import Topology
-from . import cdata
-from ._boundary import entry_point
-from .buffer import _buffer
-from .cdata import Args, owned_array
-from .client import client_of
-from .executable import _executable
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.model import layouts
+from pjrt_ref.capi import handles
+from pjrt_ref.model.dtypes import to_numpy
+from pjrt_ref.model.topology import Topology
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.buffer import _buffer
+from pjrt_ref.capi.cdata import Args, owned_array
+from pjrt_ref.capi.client import client_of
+from pjrt_ref.capi.executable import _executable
 
 
 class MemoryLayout:

@@ -1,10 +1,10 @@
 """PJRT_Memory_* entry points (pjrt_c_api.h "Memory")."""
 from __future__ import annotations
 
-from . import handles
-from ..model.memory import Memory
-from ._boundary import entry_point, register_text_queries
-from .cdata import Args, owned_array
+from pjrt_ref.capi import handles
+from pjrt_ref.model.memory import Memory
+from pjrt_ref.capi._boundary import entry_point, register_text_queries
+from pjrt_ref.capi.cdata import Args, owned_array
 
 
 def _memory(args: Args) -> Memory:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 
-from . import handles
-from ..model.memory import DESCRIPTIONS, MemoryDescription
-from ._boundary import entry_point
-from .cdata import Args, owned_array, owned_text
-from .device import _description
+from pjrt_ref.capi import handles
+from pjrt_ref.model.memory import DESCRIPTIONS, MemoryDescription
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, owned_array, owned_text
+from pjrt_ref.capi.device import _description
 
 _HANDLES: list = []
 _LOCK = threading.Lock()

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ._boundary import entry_point
-from .cdata import Args, owned_named_values
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, owned_named_values
 
 
 class _Plugin:

@@ -25,10 +25,10 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from . import handles
-from ..errors import ErrorCode, InvalidArgument, PjrtRefError
-from . import api_log
-from ..debug import live_profile, xspace
+from pjrt_ref.capi import handles
+from pjrt_ref.errors import ErrorCode, InvalidArgument, PjrtRefError
+from pjrt_ref.capi import api_log
+from pjrt_ref.debug import live_profile, xspace
 
 _ffi: Any = None
 _lib: Any = None

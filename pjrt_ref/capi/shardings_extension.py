@@ -13,12 +13,12 @@ which `jax._src.lib.xla_client` re-exports).
 """
 from __future__ import annotations
 
-from ..model.executable import Executable
-from ..spmd import partitioner as spmd
-from . import cdata
-from ._boundary import entry_point
-from .cdata import Args, owned
-from .executable import _executable
+from pjrt_ref.model.executable import Executable
+from pjrt_ref.spmd import partitioner as spmd
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, owned
+from pjrt_ref.capi.executable import _executable
 
 
 def _serialized(texts: list[str]) -> list[bytes]:

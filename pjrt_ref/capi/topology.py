@@ -1,16 +1,16 @@
 """PJRT_TopologyDescription_* entry points and PJRT_Compile (pjrt_c_api.h "Topology")."""
 from __future__ import annotations
 
-from ..errors import InvalidArgument, Unimplemented
-from . import handles
-from ..model.dtypes import BufferType, buffer_type
-from ..model.executable import Executable
-from ..model.topology import Topology, local_topology
-from . import cdata
-from ._boundary import entry_point
-from .buffer import int_list
-from .cdata import (Args, bytes_arg, hand_out_blob, hand_out_bytes, owned_array, owned_named_values, owned_text,
-                    read_named_values)
+from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.capi import handles
+from pjrt_ref.model.dtypes import BufferType, buffer_type
+from pjrt_ref.model.executable import Executable
+from pjrt_ref.model.topology import Topology, local_topology
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.buffer import int_list
+from pjrt_ref.capi.cdata import (Args, bytes_arg, hand_out_blob, hand_out_bytes, owned_array, owned_named_values, owned_text,
+                                 read_named_values)
 
 
 def _topology(args: Args) -> Topology:
@@ -149,7 +149,7 @@ def _check_row_major(layout, rank: int) -> None:
 @entry_point("PJRT_Compile")
 def compile_for_topology(args: Args) -> None:
     """PJRT_Compile: ahead-of-time compile; load it with PJRT_Client_Load."""
-    from .client import read_program
+    from pjrt_ref.capi.client import read_program
     _topology(args)
     code, fmt = read_program(args.program)
     options = bytes_arg(args.compile_options, args.compile_options_size)

@@ -1,19 +1,19 @@
 """PJRT_Client_CreateBuffersForAsyncHostToDevice and PJRT_AsyncHostToDeviceTransferManager_*."""
 from __future__ import annotations
 
-from . import handles
-from ..model.device import Device
-from ..model.dtypes import to_numpy
-from ..errors import InvalidArgument
-from ..model.memory import Memory
-from ..model.transfer import TransferManager
-from . import cdata
-from ._boundary import entry_point
-from .cdata import Args, bytes_arg, read_named_values, text_arg
-from .buffer import (array_shape, check_dense_device_layout, host_to_array, int_list, register_buffer,
-                     strides_from_layout)
-from .client import client_of
-from .event import new_event_handle
+from pjrt_ref.capi import handles
+from pjrt_ref.model.device import Device
+from pjrt_ref.model.dtypes import to_numpy
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.model.memory import Memory
+from pjrt_ref.model.transfer import TransferManager
+from pjrt_ref.capi import cdata
+from pjrt_ref.capi._boundary import entry_point
+from pjrt_ref.capi.cdata import Args, bytes_arg, read_named_values, text_arg
+from pjrt_ref.capi.buffer import (array_shape, check_dense_device_layout, host_to_array, int_list, register_buffer,
+                                  strides_from_layout)
+from pjrt_ref.capi.client import client_of
+from pjrt_ref.capi.event import new_event_handle
 
 
 def _manager(args: Args) -> TransferManager:

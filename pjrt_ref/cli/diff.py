@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import settings
-from .run_file import ArgumentCountError, build_parser, program_arguments
-from .user_errors import USER_INPUT_ERRORS, describe
-from ..debug.diff.backend import DEFAULT_TIMEOUT
-from ..debug.diff.differ import Divergence
+from pjrt_ref import settings
+from pjrt_ref.cli.run_file import ArgumentCountError, build_parser, program_arguments
+from pjrt_ref.cli.user_errors import USER_INPUT_ERRORS, describe
+from pjrt_ref.debug.diff.backend import DEFAULT_TIMEOUT
+from pjrt_ref.debug.diff.differ import Divergence
 
 _DESCRIPTION = ("Run a StableHLO program on pjrt-ref and each of its ops on another backend too, "
                 "with the reference's own operand values; stop at the first op whose result differs.")
@@ -100,7 +100,7 @@ def save_op(difference: Divergence, directory: str) -> str:
 
 def run(options) -> str:
     """Load and run the program with PJRT_REF_DIFF on; the differ's summary."""
-    from ..interpreter import load
+    from pjrt_ref.interpreter import load
 
     with open(options.program, "rb") as handle:
         program = load(handle.read(), entry=options.entry)

@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .user_errors import USER_INPUT_ERRORS, describe
+from pjrt_ref.cli.user_errors import USER_INPUT_ERRORS, describe
 
 
 def _run_command(argv: list[str]) -> int:
-    from .run_file import main as run_main
+    from pjrt_ref.cli.run_file import main as run_main
 
     return run_main(argv)
 
@@ -33,8 +33,8 @@ def _trace_command(argv: list[str]) -> int:
 
     The setting is overridden for the run, not written to os.environ: that
     would outlive the command in a process that called `main`."""
-    from .. import settings
-    from .run_file import main as run_main
+    from pjrt_ref import settings
+    from pjrt_ref.cli.run_file import main as run_main
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--jsonl", metavar="FILE")
@@ -45,19 +45,19 @@ def _trace_command(argv: list[str]) -> int:
 
 
 def _diff_command(argv: list[str]) -> int:
-    from .diff import main as diff_main
+    from pjrt_ref.cli.diff import main as diff_main
 
     return diff_main(argv)
 
 
 def _fuzz_command(argv: list[str]) -> int:
-    from ..judge.command import main as fuzz_main
+    from pjrt_ref.judge.command import main as fuzz_main
 
     return fuzz_main(argv)
 
 
 def _explain_command(argv: list[str]) -> int:
-    from ..debug.explain import main as explain_main
+    from pjrt_ref.debug.explain import main as explain_main
 
     return explain_main(argv)
 
@@ -65,7 +65,7 @@ def _explain_command(argv: list[str]) -> int:
 def _profile_command(argv: list[str]) -> int:
     import json
 
-    from ..debug.profile import merge, report
+    from pjrt_ref.debug.profile import merge, report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref profile",
                                      description="Top ops and source lines of PJRT_REF_PROFILE files; "
@@ -90,9 +90,9 @@ def _profile_command(argv: list[str]) -> int:
 
 def _cost_command(argv: list[str]) -> int:
     """Flops, transcendentals and bytes accessed per op (what JAX's cost_analysis() reports)."""
-    from .. import debug  # noqa: F401  (loads PJRT_REF_PROFILE's and _DIFF's sinks, as `run` does)
-    from ..interpreter import load
-    from ..interpreter.cost import report
+    from pjrt_ref import debug  # noqa: F401  (loads PJRT_REF_PROFILE's and _DIFF's sinks, as `run` does)
+    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.cost import report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref cost", description=_cost_command.__doc__)
     parser.add_argument("program", help="a StableHLO program (text, bytecode or portable artifact)")
@@ -113,13 +113,13 @@ def _conformance_command(argv: list[str]) -> int:
 
 
 def _jax_tests_command(argv: list[str]) -> int:
-    from ..testkit.command import main as suite_main       # the runner, and --plugin
+    from pjrt_ref.testkit.command import main as suite_main       # the runner, and --plugin
 
     return suite_main(argv)
 
 
 def _torch_tests_command(argv: list[str]) -> int:
-    from ..frameworks.torch.suite import main as suite_main
+    from pjrt_ref.frameworks.torch.suite import main as suite_main
 
     return suite_main(argv)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import PjrtRefError
+from pjrt_ref.errors import PjrtRefError
 
 USER_INPUT_ERRORS = (OSError, json.JSONDecodeError, UnicodeDecodeError, PjrtRefError)
 

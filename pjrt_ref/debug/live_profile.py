@@ -23,10 +23,10 @@ import threading
 import time
 import weakref
 
-from .. import settings
-from ..interpreter import observer
-from .profile import from_environment, op_args
-from .xspace import Slice
+from pjrt_ref import settings
+from pjrt_ref.interpreter import observer
+from pjrt_ref.debug.profile import from_environment, op_args
+from pjrt_ref.debug.xspace import Slice
 
 ACTIVE = False                       # some session is started
 _LOCK = threading.Lock()
@@ -118,8 +118,8 @@ def traced_plan(program):
 
 
 def _plan_instrumented(program):
-    from ..interpreter.instrument import Instrument
-    from ..interpreter.plan import ModulePlan
+    from pjrt_ref.interpreter.instrument import Instrument
+    from pjrt_ref.interpreter.plan import ModulePlan
 
     module_plan = ModulePlan.of_module(program.mlir_module())
     # Keep the environment's other switches (PJRT_REF_CHECK_NANS, _TRACE) in force.

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 
-from .. import settings
+from pjrt_ref import settings
 
 _RECORDERS: dict[str, "Recorder"] = {}
 _LOCK = threading.Lock()
@@ -37,7 +37,7 @@ class Recorder:
     """
 
     def __init__(self, path: str) -> None:
-        from ..process_files import process_index
+        from pjrt_ref.process_files import process_index
 
         self.path = path
         self.events: list[dict] = []
@@ -77,7 +77,7 @@ class Recorder:
 
 def op_args(op, operands, results) -> dict:
     """An op slice's arguments: full op name, MLIR location, operand and result types."""
-    from ..interpreter.instrument import type_text
+    from pjrt_ref.interpreter.instrument import type_text
 
     return {"op": op.name, "location": op.location,
             "operands": [type_text(v) for v in operands],
@@ -92,7 +92,7 @@ def _metadata(kind: str, pid, tid, name: str) -> dict:
 def recorder(path: str) -> Recorder:
     """The process's recorder for `path` (one per file, shared by programs; in a
     multi-process job, process i writes `path` with `.process<i>` added)."""
-    from ..process_files import per_process
+    from pjrt_ref.process_files import per_process
 
     path = per_process(path)
     with _LOCK:

@@ -16,9 +16,9 @@ Below the object model nothing imports this package: the interpreter's
 process grid gets the transport as an object with `send`/`fail`
 (interpreter/process_hosts.py).
 """
-from .cluster import Cluster, ProcessState, join
-from .kv_store import KeyValueStore, LocalStore, ScopedStore
-from .topology_exchange import GlobalDevice
+from pjrt_ref.distributed.cluster import Cluster, ProcessState, join
+from pjrt_ref.distributed.kv_store import KeyValueStore, LocalStore, ScopedStore
+from pjrt_ref.distributed.topology_exchange import GlobalDevice
 
 __all__ = ["Cluster", "GlobalDevice", "KeyValueStore", "LocalStore", "ProcessState",
            "ScopedStore", "join"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ..errors import Internal
-from ..interpreter.process_grid import MailStore
-from .kv_store import KeyValueStore, ScopedStore
-from .topology_exchange import (GlobalDevice, check_same_plugin, exchange_local_topologies,
-                                global_devices)
+from pjrt_ref.errors import Internal
+from pjrt_ref.interpreter.process_grid import MailStore
+from pjrt_ref.distributed.kv_store import KeyValueStore, ScopedStore
+from pjrt_ref.distributed.topology_exchange import (GlobalDevice, check_same_plugin, exchange_local_topologies,
+                                                    global_devices)
 
 # The n-th multi-process client a process creates uses keys under
 # `pjrt_ref/client{n}/`: every process creates its clients in the same order.
@@ -57,7 +57,7 @@ def join(store: KeyValueStore, process_index: int, num_processes: int, local_dev
     Called by PJRT_Client_Create when the framework passes a key-value store
     and more than one process (JAX: `node_id`, `num_nodes` options).
     """
-    from . import mpi_transport
+    from pjrt_ref.distributed import mpi_transport
 
     MPI = mpi_transport.import_mpi()
     scoped = ScopedStore(store, f"pjrt_ref/client{next(_CLIENT_NUMBERS)}/")

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Protocol
 
-from ..errors import DeadlineExceeded
+from pjrt_ref.errors import DeadlineExceeded
 
 
 class KeyValueStore(Protocol):

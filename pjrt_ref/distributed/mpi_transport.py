@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 
-from ..errors import DeadlineExceeded, FailedPrecondition, Internal, Unavailable
+from pjrt_ref.errors import DeadlineExceeded, FailedPrecondition, Internal, Unavailable
 
 # Every message of the transport carries this tag on its communicator.
 _TAG = 1606

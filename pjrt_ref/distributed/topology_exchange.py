@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..errors import InvalidArgument
-from .kv_store import KeyValueStore
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.distributed.kv_store import KeyValueStore
 
 
 @dataclass(frozen=True)

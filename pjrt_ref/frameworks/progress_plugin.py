@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
-from .. import settings
-from .suite_runner import XDIST_HEADER
+from pjrt_ref import settings
+from pjrt_ref.frameworks.suite_runner import XDIST_HEADER
 
 
 def _write(record: dict) -> None:

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..debug.diff.backend import OtherBackend, OtherBackendFailed
-from ..debug.diff.compare import Tolerance, compare
-from ..errors import PjrtRefError
-from ..interpreter import load
-from . import ruling
-from .opset import OPS
-from .programs import FuzzProgram, Generator
-from .shrink import shrink
-from .values import random_array
+from pjrt_ref.debug.diff.backend import OtherBackend, OtherBackendFailed
+from pjrt_ref.debug.diff.compare import Tolerance, compare
+from pjrt_ref.errors import PjrtRefError
+from pjrt_ref.interpreter import load
+from pjrt_ref.judge import ruling
+from pjrt_ref.judge.opset import OPS
+from pjrt_ref.judge.programs import FuzzProgram, Generator
+from pjrt_ref.judge.shrink import shrink
+from pjrt_ref.judge.values import random_array
 
 EXACT = Tolerance(0.0, 0.0)
 
@@ -97,7 +97,7 @@ class Judge:
     @staticmethod
     def tolerance(program: FuzzProgram, value) -> Tolerance:
         """Exact for a result only exact ops lead to; the type's default otherwise."""
-        from .shrink import ancestors
+        from pjrt_ref.judge.shrink import ancestors
 
         ops = [program.nodes[v[1]].op for v in ancestors(program, [value]) if v[0] == "op"]
         return EXACT if all(OPS[op].accuracy == "exact" for op in ops) else Tolerance()

@@ -6,9 +6,9 @@ import pathlib
 import sys
 import time
 
-from ..debug.diff.backend import OtherBackend
-from . import corpus, opset
-from .campaign import Judge, Tally, run_campaign
+from pjrt_ref.debug.diff.backend import OtherBackend
+from pjrt_ref.judge import corpus, opset
+from pjrt_ref.judge.campaign import Judge, Tally, run_campaign
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:

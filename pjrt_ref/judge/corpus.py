@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from .programs import FuzzProgram, Node
-from .values import dtype_of
+from pjrt_ref.judge.programs import FuzzProgram, Node
+from pjrt_ref.judge.values import dtype_of
 
 _PROGRAM = "program.json"
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .opset import COMPARISON_DIRECTIONS, ELEMENT_CLASSES, OPS, OpSpec, comparison_type, element_class
-from .structural import STRUCTURAL, constant_text
+from pjrt_ref.judge.opset import COMPARISON_DIRECTIONS, ELEMENT_CLASSES, OPS, OpSpec, comparison_type, element_class
+from pjrt_ref.judge.structural import STRUCTURAL, constant_text
 
 Value = tuple[str, int]     # ("arg", i) or ("op", j)
 

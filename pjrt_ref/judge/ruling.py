@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from ..debug.diff.compare import Tolerance, compare, ulp_distance
-from ..interpreter.types import is_complex, is_float
-from ..conformance.oracle import OracleUnavailable, reference_results
-from .oracle import Oracle, Unsupported
-from .programs import FuzzProgram, Node
-from .structural import STRUCTURAL
-from .values import dtype_of
+from pjrt_ref.debug.diff.compare import Tolerance, compare, ulp_distance
+from pjrt_ref.interpreter.types import is_complex, is_float
+from pjrt_ref.conformance.oracle import OracleUnavailable, reference_results
+from pjrt_ref.judge.oracle import Oracle, Unsupported
+from pjrt_ref.judge.programs import FuzzProgram, Node
+from pjrt_ref.judge.structural import STRUCTURAL
+from pjrt_ref.judge.values import dtype_of
 
 VERDICTS = ("pjrt-ref wrong", "other backend wrong", "both wrong", "spec silent", "tolerance",
             "undecided", "other backend failed")

@@ -20,8 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from .programs import FuzzProgram, Value
-from .values import dtype_of
+from pjrt_ref.judge.programs import FuzzProgram, Value
+from pjrt_ref.judge.values import dtype_of
 
 # `disagrees(program, inputs)`: whether the two sides still disagree on the program's one result.
 Check = Callable[[FuzzProgram, list], bool]

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .opset import comparison_type, element_class
+from pjrt_ref.judge.opset import comparison_type, element_class
 
 
 def _tensor(shape, element_type: str) -> str:
@@ -362,7 +362,7 @@ def _scalar_region(arguments: int, element_type: str, lines: list[str], returned
 def _reduce_text(attrs, result, names, types, element_type, result_type):
     scalar = _tensor((), element_type)
     init = f"{result}_init"
-    from .values import dtype_of
+    from pjrt_ref.judge.values import dtype_of
     value = init_value(attrs["body"], element_type, dtype_of(element_type))
     region = _scalar_region(2, element_type, [
         f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
@@ -417,7 +417,7 @@ def _while_text(attrs, result, names, types, element_type, result_type):
 
 def constant_text(value) -> str:
     """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
-    from ..interpreter.types import is_float
+    from pjrt_ref.interpreter.types import is_float
 
     value = np.asarray(value)
     if value.dtype == np.bool_:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..interpreter.types import ELEMENT_DTYPES
-from .opset import element_class
+from pjrt_ref.interpreter.types import ELEMENT_DTYPES
+from pjrt_ref.judge.opset import element_class
 
 EDGE_SHARE = 0.7        # the share of elements drawn from the edge values
 

@@ -28,11 +28,11 @@ from typing import Callable
 
 import numpy as np
 
-from . import layouts
-from .dtypes import BufferType, from_numpy
-from ..errors import FailedPrecondition, InvalidArgument, PjrtRefError
-from ..limits import nbytes
-from .event import COMPLETE, Event, Promise, join
+from pjrt_ref.model import layouts
+from pjrt_ref.model.dtypes import BufferType, from_numpy
+from pjrt_ref.errors import FailedPrecondition, InvalidArgument, PjrtRefError
+from pjrt_ref.limits import nbytes
+from pjrt_ref.model.event import COMPLETE, Event, Promise, join
 
 
 def _read_only(array: np.ndarray, minor_to_major: layouts.MinorToMajor | None = None) -> np.ndarray:

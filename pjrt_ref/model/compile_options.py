@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 DeviceAssignment = list[list[int]]   # assignment[replica][partition] = device id
 

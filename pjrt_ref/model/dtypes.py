@@ -10,7 +10,7 @@ import enum
 import ml_dtypes
 import numpy as np
 
-from ..errors import InvalidArgument, Unimplemented
+from pjrt_ref.errors import InvalidArgument, Unimplemented
 
 
 class BufferType(enum.IntEnum):

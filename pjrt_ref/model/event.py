@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from ..errors import PjrtRefError
+from pjrt_ref.errors import PjrtRefError
 
 
 class Event:

@@ -17,15 +17,15 @@ import time
 
 import numpy as np
 
-from . import layouts, memory, multi_device, program_cache, program_formats
-from ..services import dumps, serialization
-from ..interpreter import observer
-from .buffer import Buffer
-from .compile_options import encode_device_assignment, parse_compile_options, resolve_count
-from .dtypes import BufferType
-from ..errors import InvalidArgument
-from .execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
-from .xla_options import check_option_overrides
+from pjrt_ref.model import layouts, memory, multi_device, program_cache, program_formats
+from pjrt_ref.services import dumps, serialization
+from pjrt_ref.interpreter import observer
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.model.compile_options import encode_device_assignment, parse_compile_options, resolve_count
+from pjrt_ref.model.dtypes import BufferType
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.model.execution_io import buffer_type_of, delete_donated, donated_indices, output_buffers
+from pjrt_ref.model.xla_options import check_option_overrides
 
 
 
@@ -64,7 +64,7 @@ class Executable:
     """A compiled (planned) program; shared by its loaded executables."""
 
     def __init__(self, code: bytes, compile_options: bytes = b"") -> None:
-        from ..interpreter import load
+        from pjrt_ref.interpreter import load
 
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
@@ -273,7 +273,7 @@ def _limit_blas_threads() -> None:
     """Apply the interpreter's OpenBLAS thread setting before the first
     program is loaded. Once per process, whether or not the optimiser is on
     (the setting decides a product's bits)."""
-    from ..interpreter.native import blas
+    from pjrt_ref.interpreter.native import blas
 
     blas.limit_blas_threads()
 
@@ -289,7 +289,7 @@ def _uses_host_channel(program) -> bool:
 
 def _static_signature(input_types) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
     """[(dtype, shape)] of the entry function's parameters, or None unless all are static tensors."""
-    from ..interpreter.types import TensorType
+    from pjrt_ref.interpreter.types import TensorType
     signature = []
     for ttype in input_types:
         if type(ttype) is not TensorType or any(d is None for d in ttype.shape):

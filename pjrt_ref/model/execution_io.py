@@ -9,9 +9,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .buffer import Buffer
-from .dtypes import BufferType, from_numpy
-from ..errors import Internal, InvalidArgument
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.model.dtypes import BufferType, from_numpy
+from pjrt_ref.errors import Internal, InvalidArgument
 
 
 def donated_indices(exe, arguments: list[Buffer], non_donatable: set[int]) -> list[int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 MinorToMajor = tuple[int, ...]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 DEVICE_KIND = "device"
 PINNED_HOST_KIND = "pinned_host"

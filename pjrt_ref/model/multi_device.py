@@ -33,13 +33,13 @@ from typing import Callable
 
 import numpy as np
 
-from .buffer import Buffer
-from .compile_options import DeviceAssignment
-from ..interpreter import observer
-from ..errors import Internal, InvalidArgument
-from ..interpreter.process_grid import Process, ProcessGrid, run_processes
-from ..interpreter.process_hosts import HostPlacement
-from .execution_io import delete_donated, donated_indices, output_buffers
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.model.compile_options import DeviceAssignment
+from pjrt_ref.interpreter import observer
+from pjrt_ref.errors import Internal, InvalidArgument
+from pjrt_ref.interpreter.process_grid import Process, ProcessGrid, run_processes
+from pjrt_ref.interpreter.process_hosts import HostPlacement
+from pjrt_ref.model.execution_io import delete_donated, donated_indices, output_buffers
 
 
 # ------------------------------------------------------------- placement
@@ -127,7 +127,7 @@ Runner = Callable[[list[list[np.ndarray]], list[tuple[int, int]], object], list[
 def runner_for(exe) -> Runner:
     """How `exe` runs across devices: partitioned (an annotated program with
     several partitions, pjrt_ref/spmd/partitioner.py), else the program on every device."""
-    from ..spmd import partitioner as spmd
+    from pjrt_ref.spmd import partitioner as spmd
 
     partitioned = spmd.runner_for_executable(exe)       # made once per executable
     if partitioned is not None:

@@ -29,9 +29,9 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
-from .. import settings
-from ..errors import PjrtRefError
-from .compile_options import parse_compile_options
+from pjrt_ref import settings
+from pjrt_ref.errors import PjrtRefError
+from pjrt_ref.model.compile_options import parse_compile_options
 
 # Programs bigger than this are compiled each time rather than kept alive.
 MAX_KEPT_BYTES = 64 << 20

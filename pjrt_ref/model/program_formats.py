@@ -25,9 +25,9 @@ import io
 import re
 from dataclasses import dataclass
 
-from .compile_options import packed_varints, wire_fields
-from .legacy_hlo import rewrite_legacy_forms
-from ..errors import InvalidArgument, PjrtRefError, Unimplemented
+from pjrt_ref.model.compile_options import packed_varints, wire_fields
+from pjrt_ref.model.legacy_hlo import rewrite_legacy_forms
+from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
 
 MLIR = "mlir"                          # pjrt_c_api.h: PJRT_Program format "mlir"
 HLO = "hlo"                            # a serialized HloModuleProto
@@ -146,7 +146,7 @@ def _mark_donors(stablehlo: bytes, donated: DonatedParameters) -> bytes:
     `input_output_alias` and `buffer_donor`)."""
     from jaxlib.mlir import ir
 
-    from ..interpreter.loader import make_context, parse_module
+    from pjrt_ref.interpreter.loader import make_context, parse_module
 
     context = make_context()
     module = parse_module(stablehlo, context)

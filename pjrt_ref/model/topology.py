@@ -9,12 +9,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import settings
-from .compile_options import bytes_field, packed_field, varint_field
-from .device import DeviceDescription
-from .dtypes import XLA_PRIMITIVE_TYPES, BufferType
-from .memory import KIND_IDS
-from ..errors import InvalidArgument
+from pjrt_ref import settings
+from pjrt_ref.model.compile_options import bytes_field, packed_field, varint_field
+from pjrt_ref.model.device import DeviceDescription
+from pjrt_ref.model.dtypes import XLA_PRIMITIVE_TYPES, BufferType
+from pjrt_ref.model.memory import KIND_IDS
+from pjrt_ref.errors import InvalidArgument
 
 PLATFORM_NAME = "pjrt_ref"
 # How many virtual devices a client has: the `num_devices` create option
@@ -28,7 +28,7 @@ def platform_version() -> str:
     creation: JAX's persistent compilation cache keys on this text, so an
     entry written by another version or under other `PJRT_REF_*` settings
     of the compile key (`settings.fingerprint`) is never loaded."""
-    from .. import __version__
+    from pjrt_ref import __version__
     return (f"pjrt-ref {__version__} (StableHLO interpreter on numpy; "
             f"settings {settings.fingerprint()})")
 

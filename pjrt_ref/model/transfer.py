@@ -12,8 +12,8 @@ import threading
 
 import numpy as np
 
-from .buffer import Buffer
-from ..errors import InvalidArgument, PjrtRefError
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.errors import InvalidArgument, PjrtRefError
 
 
 class TransferManager:

@@ -25,8 +25,8 @@ import glob
 import mmap
 import os
 
-from .compile_options import wire_fields
-from ..errors import InvalidArgument
+from pjrt_ref.model.compile_options import wire_fields
+from pjrt_ref.errors import InvalidArgument
 
 # The start of the serialized FileDescriptorProto: 1: name "xla/xla.proto", 2: package "xla".
 _DESCRIPTOR_START = b"\n\rxla/xla.proto\x12\x03xla"

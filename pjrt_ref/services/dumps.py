@@ -29,7 +29,7 @@ import os
 import re
 import threading
 
-from ..errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 _NUMBERS = itertools.count()
 _LOCK = threading.Lock()

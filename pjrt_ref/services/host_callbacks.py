@@ -41,8 +41,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import FailedPrecondition, InvalidArgument, Unimplemented
-from ..interpreter.process_grid import current_process
+from pjrt_ref.errors import FailedPrecondition, InvalidArgument, Unimplemented
+from pjrt_ref.interpreter.process_grid import current_process
 
 # ChannelHandle types (StableHLO spec "send"/"recv": channel_type).
 DEVICE_TO_HOST = 2

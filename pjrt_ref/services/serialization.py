@@ -39,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from ..errors import InvalidArgument
+from pjrt_ref.errors import InvalidArgument
 
 MAGIC = b"PJRTREF\x00"
 VERSION = 2

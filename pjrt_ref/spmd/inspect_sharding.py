@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from ..errors import InvalidArgument
-from .gspmd import custom_call_target, walk
+from pjrt_ref.errors import InvalidArgument
+from pjrt_ref.spmd.gspmd import custom_call_target, walk
 
 TARGET = "InspectSharding"
 

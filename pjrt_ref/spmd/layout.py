@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidArgument, Unimplemented
+from pjrt_ref.errors import InvalidArgument, Unimplemented
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ still add up to the value. Such a constraint gets `pjrt_ref.unreduce_axes`.
 """
 from __future__ import annotations
 
-from .gspmd import attribute_text
-from .layout import parse_sharding_per_value, parse_tensor_sharding
+from pjrt_ref.spmd.gspmd import attribute_text
+from pjrt_ref.spmd.layout import parse_sharding_per_value, parse_tensor_sharding
 
 REDUCE_AXES_ATTR = "pjrt_ref.reduce_axes"
 UNREDUCE_AXES_ATTR = "pjrt_ref.unreduce_axes"

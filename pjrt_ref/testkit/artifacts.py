@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .records import Execution, Program, Records
-from .replay import program_text
+from pjrt_ref.testkit.records import Execution, Program, Records
+from pjrt_ref.testkit.replay import program_text
 
 
 @dataclass

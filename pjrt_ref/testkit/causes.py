@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .replay import Replay
+from pjrt_ref.testkit.replay import Replay
 
 # (kind, pattern with the subject as group 1), tried in order on the error text.
 _ERROR_PATTERNS = (

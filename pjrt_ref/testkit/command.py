@@ -12,10 +12,10 @@ import argparse
 import dataclasses
 import os
 
-from ..frameworks import suite_runner
-from ..frameworks.jax import suite as jax_suite
-from . import kit
-from .plugin import PluginUnderTest, environment as plugin_environment, parse_plugin, probe
+from pjrt_ref.frameworks import suite_runner
+from pjrt_ref.frameworks.jax import suite as jax_suite
+from pjrt_ref.testkit import kit
+from pjrt_ref.testkit.plugin import PluginUnderTest, environment as plugin_environment, parse_plugin, probe
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

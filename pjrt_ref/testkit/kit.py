@@ -20,14 +20,14 @@ import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 
-from ..frameworks import suite_runner
-from ..interpreter import registry
-from .artifacts import KeptExecution, KeptTest, keep_test
-from .causes import Cause, Finding, by_kind, cause_of, error_cause, triage
-from .plugin import PluginUnderTest, recording_environment
-from .records import Records, read_records
-from .replay import Replay, replay, replay_on_devices
-from .report import markdown, page
+from pjrt_ref.frameworks import suite_runner
+from pjrt_ref.interpreter import registry
+from pjrt_ref.testkit.artifacts import KeptExecution, KeptTest, keep_test
+from pjrt_ref.testkit.causes import Cause, Finding, by_kind, cause_of, error_cause, triage
+from pjrt_ref.testkit.plugin import PluginUnderTest, recording_environment
+from pjrt_ref.testkit.records import Records, read_records
+from pjrt_ref.testkit.replay import Replay, replay, replay_on_devices
+from pjrt_ref.testkit.report import markdown, page
 
 RECORD_PLUGIN = "pjrt_ref.testkit.record_plugin"
 # Executions replayed per test at most (a test may run hundreds of programs).

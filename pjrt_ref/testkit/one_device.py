@@ -28,8 +28,8 @@ def one_device_program(text: str) -> tuple[str | None, str]:
     """(the program without its sharding annotations, on one partition; or None, why not)."""
     from jaxlib.mlir import ir
 
-    from ..interpreter.loader import make_context
-    from ..spmd.gspmd import custom_call_target, walk
+    from pjrt_ref.interpreter.loader import make_context
+    from pjrt_ref.spmd.gspmd import custom_call_target, walk
 
     found = [name for name in _PER_DEVICE if name in text]
     if found:
@@ -52,9 +52,9 @@ def one_device_program(text: str) -> tuple[str | None, str]:
 def global_arguments(text: str, options: bytes, pieces: list[list[np.ndarray]]) -> list[np.ndarray]:
     """Each argument whole, from `pieces[device][index]`, by the layouts pjrt-ref's
     partitioner reads from the program and its compile options."""
-    from ..interpreter import load
-    from ..model.compile_options import parse_compile_options
-    from ..spmd.partitioner import make_partitioned_runner
+    from pjrt_ref.interpreter import load
+    from pjrt_ref.model.compile_options import parse_compile_options
+    from pjrt_ref.spmd.partitioner import make_partitioned_runner
 
     program = load(text.encode())
     build = parse_compile_options(options)

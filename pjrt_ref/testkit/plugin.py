@@ -23,7 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .. import recording_proxy_path
+from pjrt_ref import recording_proxy_path
 
 
 # Seconds the plugin may take to load and list its devices.

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from .. import settings
+from pjrt_ref import settings
 
 FOLDER_VARIABLE = "PJRT_REF_RECORD_DIR"
 TEST_VARIABLE = "PJRT_REF_RECORD_TEST"

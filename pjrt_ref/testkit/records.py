@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.dtypes import to_numpy
+from pjrt_ref.model.dtypes import to_numpy
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 import html
 import os
 
-from .causes import CauseRow, by_kind
+from pjrt_ref.testkit.causes import CauseRow, by_kind
 
 # Tests listed under each cause (the rest are counted).
 LISTED_PER_CAUSE = 50

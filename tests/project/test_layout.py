@@ -21,6 +21,9 @@ There are no exceptions: where a lower room needs something of a higher one
 (the interpreter's PJRT_REF_PROFILE and _DIFF write to the debug package's
 recorder and differ), the higher room hands it down (`instrument.plug_in`).
 
+Every import is absolute, `pjrt_ref.` first: what a reader sees in the source
+tree is the module the install imports.
+
 Inside the interpreter, the same for its three packages: the optimiser
 (`optimiser/`) rewrites plans of ops (`ops/`), and both run compiled and native
 code (`native/`); ops never import the optimiser, native code neither.
@@ -155,6 +158,15 @@ def test_every_product_module_is_in_a_room():
     assert product_files()
     for path in product_files():
         assert room_of(module_name(path)) in MAY_IMPORT, path
+
+
+def test_every_import_names_its_module_from_the_top():
+    """Imports are absolute (`from pjrt_ref.interpreter.types import ...`), never relative:
+    `interpreter/` and `conformance/` are installed inside `pjrt_ref`, so a relative
+    import there, read in the source tree, points at a folder that is not its parent."""
+    relative = [f"{path.relative_to(REPO)}:{node.lineno}" for path in product_files()
+                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom) and node.level]
+    assert relative == []
 
 
 def test_no_module_imports_against_the_layer_diagram():

@@ -17,7 +17,7 @@ elements and ULP distances).
     protocol  the messages between them (JSON header + raw arrays, no pickle)
     cli       `pjrt-ref diff`
 """
-from .backend import OtherBackendFailed
-from .differ import Differ, Divergence
+from pjrt_ref.debug.diff.backend import OtherBackendFailed
+from pjrt_ref.debug.diff.differ import Differ, Divergence
 
 __all__ = ["Differ", "Divergence", "OtherBackendFailed"]

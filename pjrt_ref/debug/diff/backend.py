@@ -18,9 +18,9 @@ import subprocess
 import tempfile
 import threading
 
-from ... import package_home, settings
-from ...errors import Unavailable
-from .protocol import Reader, write_message
+from pjrt_ref import package_home, settings
+from pjrt_ref.errors import Unavailable
+from pjrt_ref.debug.diff.protocol import Reader, write_message
 
 # Seconds to wait for each answer of the worker (and at least this long for
 # it to load its backend).

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...interpreter.types import is_complex, is_float
+from pjrt_ref.interpreter.types import is_complex, is_float
 
 WORST_SHOWN = 5
 

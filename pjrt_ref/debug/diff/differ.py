@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import settings
-from ...errors import Internal
-from ...interpreter.instrument import CONTROL_FLOW_OPS, summarize, summary_text, type_text
-from ...interpreter.records import TERMINATORS
-from .backend import DEFAULT_TIMEOUT, shared_backend
-from .compare import Comparison, Tolerance, compare
-from .one_op import module_functions, one_op_module, why_not_comparable
+from pjrt_ref import settings
+from pjrt_ref.errors import Internal
+from pjrt_ref.interpreter.instrument import CONTROL_FLOW_OPS, summarize, summary_text, type_text
+from pjrt_ref.interpreter.records import TERMINATORS
+from pjrt_ref.debug.diff.backend import DEFAULT_TIMEOUT, shared_backend
+from pjrt_ref.debug.diff.compare import Comparison, Tolerance, compare
+from pjrt_ref.debug.diff.one_op import module_functions, one_op_module, why_not_comparable
 
 # Ops whose body's ops the reference runs as steps of their own (and so compares one by one).
 _BODIES_COMPARED_ALONE = CONTROL_FLOW_OPS + ("func.call", "stablehlo.composite")

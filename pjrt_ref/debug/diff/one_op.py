@@ -21,8 +21,8 @@ runs while the program executes.
 """
 from __future__ import annotations
 
-from ...interpreter.records import TERMINATORS
-from ...interpreter.types import TensorType, TokenType, convert_type
+from pjrt_ref.interpreter.records import TERMINATORS
+from pjrt_ref.interpreter.types import TensorType, TokenType, convert_type
 
 HOST_OPS = frozenset({"stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed"})
 GRID_OPS = frozenset({

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .protocol import Reader, write_message
+from pjrt_ref.debug.diff.protocol import Reader, write_message
 
 # The name a plugin is registered under in the worker's JAX.
 PLUGIN_PLATFORM = "diff_other"

@@ -3,6 +3,6 @@
 JAX imports this package while discovering plugins and calls `initialize()`
 (`plugin.py`), which registers the shim library as platform "pjrt_ref".
 """
-from .plugin import PLATFORM, initialize
+from pjrt_ref.frameworks.jax.plugin import PLATFORM, initialize
 
 __all__ = ["PLATFORM", "initialize"]

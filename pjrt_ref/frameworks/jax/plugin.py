@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .buffer_callback import register as register_buffer_callback
-from .compilation_cache import open_compilation_cache
-from .ffi import install as install_ffi_handler
-from .cpu_only_rules import borrow_cpu_branches, borrow_cpu_exports, borrow_cpu_only_rules
-from .linalg import register_linalg_lowerings
-from .topology_compiles import route_topology_compiles
+from pjrt_ref.frameworks.jax.buffer_callback import register as register_buffer_callback
+from pjrt_ref.frameworks.jax.compilation_cache import open_compilation_cache
+from pjrt_ref.frameworks.jax.ffi import install as install_ffi_handler
+from pjrt_ref.frameworks.jax.cpu_only_rules import borrow_cpu_branches, borrow_cpu_exports, borrow_cpu_only_rules
+from pjrt_ref.frameworks.jax.linalg import register_linalg_lowerings
+from pjrt_ref.frameworks.jax.topology_compiles import route_topology_compiles
 
 PLATFORM = "pjrt_ref"
 PRIORITY = -100
@@ -66,7 +66,7 @@ def _named_in_environment() -> bool:
 def initialize() -> None:
     from jax._src import xla_bridge
 
-    from ... import library_path
+    from pjrt_ref import library_path
 
     if not _named_in_environment():     # an explicit PJRT_NAMES_AND_LIBRARY_PATHS entry wins
         xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path(),

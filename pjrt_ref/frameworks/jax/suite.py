@@ -42,7 +42,7 @@ import os
 import re
 import sys
 
-from ..suite_runner import Suite, main as run_suite
+from pjrt_ref.frameworks.suite_runner import Suite, main as run_suite
 
 DEFAULT_FILES = ("tests/lax_test.py", "tests/lax_numpy_test.py", "tests/lax_numpy_indexing_test.py",
                  "tests/lax_control_flow_test.py", "tests/linalg_test.py")

@@ -32,7 +32,7 @@ import importlib.util
 import sys
 from contextlib import contextmanager
 
-from ... import settings
+from pjrt_ref import settings
 
 HARNESSES = "jax._src.internal_test_util.test_harnesses"
 

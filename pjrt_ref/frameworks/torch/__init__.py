@@ -15,6 +15,6 @@ def __getattr__(name: str):
     # plugin.py imports torch_xla: load it when its names are asked for, so
     # that `pjrt-ref torch-tests` does not pay for (or need) torch_xla.
     if name in __all__:
-        from . import plugin
+        from pjrt_ref.frameworks.torch import plugin
         return getattr(plugin, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

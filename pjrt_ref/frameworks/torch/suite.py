@@ -36,7 +36,7 @@ import os
 import re
 import sys
 
-from ..suite_runner import Suite, main as run_suite
+from pjrt_ref.frameworks.suite_runner import Suite, main as run_suite
 
 DEFAULT_FILES = ("test/test_operations.py",)
 BACKENDS = ("cpu", "pjrt_ref")           # the reference first

@@ -7,7 +7,7 @@
 gives the module's text, its results' layouts and the ops that needed whole
 operands (`PerDeviceProgram`), or raises `NotLowered` (with the reason) for a program that keeps running whole.
 """
-from .emit import NotLowered
-from .lowering import PerDeviceProgram, lower_per_device
+from pjrt_ref.spmd.per_device.emit import NotLowered
+from pjrt_ref.spmd.per_device.lowering import PerDeviceProgram, lower_per_device
 
 __all__ = ["lower_per_device", "PerDeviceProgram", "NotLowered"]

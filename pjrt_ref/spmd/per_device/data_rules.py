@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ...interpreter.attributes import convert_attribute
-from .. import op_kinds
-from ..gspmd import custom_call_target
-from ..inspect_sharding import TARGET as INSPECT_SHARDING
-from ..layout import Layout, gathered
-from ..op_kinds import reshape_groups
-from .emit import Emitter, element_type, local_type, shape_of, shard_shape
-from .groups import is_split, tiles_only, with_partial, without_dims
-from .ir_helpers import i64_array, ints, is_float, is_tensor
+from pjrt_ref.interpreter.attributes import convert_attribute
+from pjrt_ref.spmd import op_kinds
+from pjrt_ref.spmd.gspmd import custom_call_target
+from pjrt_ref.spmd.inspect_sharding import TARGET as INSPECT_SHARDING
+from pjrt_ref.spmd.layout import Layout, gathered
+from pjrt_ref.spmd.op_kinds import reshape_groups
+from pjrt_ref.spmd.per_device.emit import Emitter, element_type, local_type, shape_of, shard_shape
+from pjrt_ref.spmd.per_device.groups import is_split, tiles_only, with_partial, without_dims
+from pjrt_ref.spmd.per_device.ir_helpers import i64_array, ints, is_float, is_tensor
 
 # Element-wise here too: a bitcast between types of one width keeps every element in place.
 ELEMENTWISE = op_kinds.ELEMENTWISE | {"stablehlo.bitcast_convert"}

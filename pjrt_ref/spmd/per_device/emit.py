@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ..layout import Layout
+from pjrt_ref.spmd.layout import Layout
 
 
 class NotLowered(Exception):

@@ -19,7 +19,7 @@ must partition the devices: StableHLO `all_gather` and `all_reduce`,
 """
 from __future__ import annotations
 
-from ..layout import Layout
+from pjrt_ref.spmd.layout import Layout
 
 
 class NoGroups(Exception):

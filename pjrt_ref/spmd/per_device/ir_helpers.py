@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from ...interpreter.attributes import convert_attribute
+from pjrt_ref.interpreter.attributes import convert_attribute
 
 
 def nested_ops(op) -> list:

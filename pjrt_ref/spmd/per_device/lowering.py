@@ -36,16 +36,16 @@ from dataclasses import dataclass
 
 from jaxlib.mlir import ir
 
-from ...interpreter.attributes import convert_attribute
-from ..gspmd import custom_call_target
-from ..layout import Layout, replicated
-from ..op_kinds import GROUP_SHARDING
-from .data_rules import ELEMENTWISE, SAME_VALUE_CALLS, DataMovementRules, projected
-from .emit import Emitter, NotLowered, evenly_split, local_type, shape_of
-from .groups import NoGroups, groups_over, is_split, partial_groups, same_split, tiles_only, without_dims
-from .ir_helpers import block_ops, is_tensor, ints, nested_ops, terminator
-from .module_passes import combine_all_reduces, inline_calls
-from .reduction_rules import ReductionRules
+from pjrt_ref.interpreter.attributes import convert_attribute
+from pjrt_ref.spmd.gspmd import custom_call_target
+from pjrt_ref.spmd.layout import Layout, replicated
+from pjrt_ref.spmd.op_kinds import GROUP_SHARDING
+from pjrt_ref.spmd.per_device.data_rules import ELEMENTWISE, SAME_VALUE_CALLS, DataMovementRules, projected
+from pjrt_ref.spmd.per_device.emit import Emitter, NotLowered, evenly_split, local_type, shape_of
+from pjrt_ref.spmd.per_device.groups import NoGroups, groups_over, is_split, partial_groups, same_split, tiles_only, without_dims
+from pjrt_ref.spmd.per_device.ir_helpers import block_ops, is_tensor, ints, nested_ops, terminator
+from pjrt_ref.spmd.per_device.module_passes import combine_all_reduces, inline_calls
+from pjrt_ref.spmd.per_device.reduction_rules import ReductionRules
 
 
 # What a program carries that keeps it whole (see the module docstring).
@@ -84,7 +84,7 @@ def lower_per_device(text: str, context, *, entry: str, devices: list[int],
     kept_whole = _KEPT_WHOLE.search(text)
     if kept_whole:
         raise NotLowered(f"the program has {kept_whole.group(0)}")
-    from ...interpreter.loader import parse_module
+    from pjrt_ref.interpreter.loader import parse_module
 
     loops: dict = {}
     with context, ir.Location.unknown(context):

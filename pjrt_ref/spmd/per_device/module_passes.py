@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
-from .emit import Emitter, NotLowered, element_type
-from .ir_helpers import block_ops, nested_ops
+from pjrt_ref.spmd.per_device.emit import Emitter, NotLowered, element_type
+from pjrt_ref.spmd.per_device.ir_helpers import block_ops, nested_ops
 
 
 # ------------------------------------------------------------------ helpers

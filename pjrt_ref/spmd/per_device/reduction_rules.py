@@ -10,11 +10,11 @@ import re
 
 from jaxlib.mlir import ir
 
-from ...interpreter.attributes import convert_attribute
-from ..layout import Layout, gathered
-from .emit import Emitter, NotLowered, shape_of
-from .groups import NoGroups, groups_over, is_split, kept_dims, partial_groups, same_split, tiles_only, without_dims
-from .ir_helpers import is_tensor, ints
+from pjrt_ref.interpreter.attributes import convert_attribute
+from pjrt_ref.spmd.layout import Layout, gathered
+from pjrt_ref.spmd.per_device.emit import Emitter, NotLowered, shape_of
+from pjrt_ref.spmd.per_device.groups import NoGroups, groups_over, is_split, kept_dims, partial_groups, same_split, tiles_only, without_dims
+from pjrt_ref.spmd.per_device.ir_helpers import is_tensor, ints
 
 # The reductions an all_reduce can finish, and the init values that may be
 # counted once per device (idempotent ops: any init).
