@@ -47,12 +47,14 @@ class Finding:
 
     @property
     def cause(self) -> tuple:
-        """What makes two findings the same one: ops, element types, verdict."""
+        """What makes two findings the same one: the ops, the element types they
+        read (in order, each once) and the verdict; or a cause the ruling named
+        that holds for any op (a backend that flushes subnormals)."""
+        if self.shared_cause:
+            return (("(any op)",), (self.shared_cause,), self.verdict)
         program = self.program
-        if self.shared_cause:    # one cause, whatever the op and type
-            return (("(any op)",), (self.shared_cause,), (), self.verdict)
-        return (tuple(n.op for n in program.nodes), tuple(program.params),
-                tuple(n.element_type for n in program.nodes), self.verdict)
+        types = [program.element_type(v) for node in program.nodes for v in node.operands]
+        return (tuple(n.op for n in program.nodes), tuple(dict.fromkeys(types)), self.verdict)
 
 
 @dataclass
