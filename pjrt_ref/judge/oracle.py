@@ -179,7 +179,10 @@ def _float_binary(op: str, a: float, b: float, t: str) -> Answer:
         return Answer(float_result(_exact((max if op == "maximum" else min)(a, b)), t), None, clause)
     if op in ("power", "atan2"):
         if not (math.isfinite(a) and math.isfinite(b)) or a == 0 or b == 0 or (op == "power" and a < 0):
-            return Answer(None, f"{op} at a special value (accuracy left to the implementation)", clause)
+            # Special values: C99 Annex F's (IEEE 754's recommended) answers, in float64.
+            with np.errstate(all="ignore"):
+                special = float((np.power if op == "power" else np.arctan2)(np.float64(a), np.float64(b)))
+            return Answer(float_result(_exact(special), t), "transcendental: accuracy not specified", clause)
         function = mpmath.power if op == "power" else mpmath.atan2
         return Answer(float_result(_mp_result(function, a, b), t), "transcendental: accuracy not specified",
                       clause)

@@ -154,10 +154,14 @@ def test_stablehlo_s_reference_interpreter_gives_a_third_opinion_and_decides_whe
     assert verdict.verdict == "other backend wrong" and "reference interpreter" in verdict.reason
 
 
-def test_a_backend_that_flushes_subnormals_is_named_as_the_cause_whatever_the_op():
-    program = _one_op("sign", ["f32"], "f32")
-    tiny = np.array(2.0 ** -149, np.float32)
-    verdict = ruling.rule(program, [tiny], np.float32(1.0), np.float32(0.0), third="no answer")
+@pytest.mark.parametrize("op, inputs, ours", [
+    ("sign", [2.0 ** -149], 1.0),
+    ("atan2", [2.0 ** -126 - 2.0 ** -149, 2.0 ** -126], 0.7853981),   # a subnormal over the least normal
+])
+def test_a_backend_that_flushes_subnormals_is_named_as_the_cause_whatever_the_op(op, inputs, ours):
+    program = _one_op(op, ["f32"] * len(inputs), "f32")
+    values = [np.array(x, np.float32) for x in inputs]
+    verdict = ruling.rule(program, values, np.float32(ours), np.float32(0.0), third="no answer")
     assert verdict.verdict == "other backend wrong" and verdict.cause == ruling.FLUSHES
 
 
