@@ -26,6 +26,18 @@ NUMBERS = INTEGER + ("float", "complex")
 ALL = ("bool",) + NUMBERS
 
 
+PART_TYPE = {"complex<f32>": "f32", "complex<f64>": "f64"}
+COMPLEX_OF = {part: whole for whole, part in PART_TYPE.items()}
+
+
+def bit_width(element_type: str) -> int:
+    """Bits per element (what bitcast_convert keeps)."""
+    if element_type == "i1":
+        return 1
+    digits = "".join(c for c in element_type.split("E")[0] if c.isdigit())
+    return int(digits) * (2 if element_type.startswith("complex") else 1)
+
+
 def element_class(element_type: str) -> str:
     """The class ("signed", "float", ...) of an element type name."""
     for name, members in ELEMENT_CLASSES.items():
@@ -46,6 +58,7 @@ class OpSpec:
     # correctly rounded operations, comparisons) or "approximate" (the
     # transcendental functions, whose accuracy it leaves to the implementation).
     accuracy: str = "exact"
+    only: tuple[str, ...] = ()      # the element types allowed, where a class says too much
 
     @property
     def mlir_name(self) -> str:
@@ -82,12 +95,17 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in [
     OpSpec("select", 3, ALL[:-1]),         # (i1 predicate, on_true, on_false)
     OpSpec("clamp", 3, INTEGER + ("float",)),
     OpSpec("convert", 1, ALL[:-1]),        # to any element type (complex stays out: its -> real is TBD)
+    OpSpec("bitcast_convert", 1, ALL[:-1]),   # to a type of the same width
+    *_unary("real imag", ("complex",), result="real"),
+    OpSpec("complex", 2, ("float",), result="complex", only=("f32", "f64")),
     # Structural ops (structural.py): element moves are exact; a float sum's order is not.
     *_unary("transpose reverse slice reshape broadcast_in_dim", ALL),
     OpSpec("pad", 2, ALL),
     OpSpec("reduce", 1, ALL[:-1], accuracy="approximate"),
     OpSpec("sort", 1, ALL[:-2]),
     *_unary("dynamic_slice case while", ALL),
+    OpSpec("concatenate", 2, ALL),
+    OpSpec("dot_general", 2, ("signed", "unsigned", "float"), accuracy="approximate"),
 ]}
 
 COMPARISON_DIRECTIONS = ("EQ", "NE", "GE", "GT", "LE", "LT")

@@ -277,12 +277,52 @@ def _convert(a, from_type: str, to_type: str) -> Answer:
     return Answer(float_result(exact, to_type), None, clause + "; IEEE 754 round to nearest even")
 
 
+def _part(which: str):
+    def part(operands, element_type):
+        value = getattr(np.asarray(operands[0]), which)
+        return Answer(np.asarray(value).astype(dtype_of(element_type)), None, f"stablehlo.{which} (exact)")
+    return part
+
+
+def _complex(operands, element_type):
+    value = np.empty((), dtype_of(element_type))
+    value.real, value.imag = operands[0], operands[1]
+    return Answer(value, None, "stablehlo.complex (exact)")
+
+
+_PARTS = {"real": _part("real"), "imag": _part("imag"), "complex": _complex}
+
+
+def _bits(value, element_type: str) -> int:
+    """The element's bit pattern as an unsigned integer."""
+    kind = element_class(element_type)
+    if kind in ("signed", "unsigned"):
+        return int(value) % (1 << _width(element_type))
+    array = np.asarray(value).astype(dtype_of(element_type)).reshape(1)
+    return int(array.view(_bits_type(array.dtype))[0])
+
+
+def _bitcast(value, from_type: str, to_type: str) -> Answer:
+    """stablehlo.bitcast_convert between types of one width: the same bits, read as `to_type`."""
+    bits = _bits(value, from_type)
+    if element_class(to_type) in ("signed", "unsigned"):
+        result = np.asarray(wrap(bits, to_type)).astype(dtype_of(to_type))
+    else:
+        dtype = dtype_of(to_type)
+        result = np.array([bits], _bits_type(dtype)).view(dtype).reshape(())
+    return Answer(result, None, "stablehlo.bitcast_convert (the same bits)")
+
+
 class Oracle:
     """Evaluates a FuzzProgram's nodes on one element each, from the spec."""
 
     def evaluate(self, node, operands: list, operand_types: list[str]) -> Answer:
         """The spec's result of `node` on scalar `operands` (numpy scalars of `operand_types`)."""
         t = operand_types[-1]
+        if node.op in _PARTS:
+            return _PARTS[node.op](operands, node.element_type)
+        if node.op == "bitcast_convert":
+            return _bitcast(operands[0], operand_types[0], node.element_type)
         if any(element_class(x) == "complex" for x in operand_types) or element_class(node.element_type) == "complex":
             raise Unsupported("complex element types")
         values = [_python(v, x) for v, x in zip(operands, operand_types)]

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pjrt_ref.judge.opset import COMPARISON_DIRECTIONS, ELEMENT_CLASSES, OPS, OpSpec, comparison_type, element_class
+from pjrt_ref.judge.opset import (COMPARISON_DIRECTIONS, COMPLEX_OF, ELEMENT_CLASSES, OPS, PART_TYPE, OpSpec,
+                                   bit_width, comparison_type)
 from pjrt_ref.judge.structural import STRUCTURAL, constant_text
 
 Value = tuple[str, int]     # ("arg", i) or ("op", j)
@@ -167,10 +168,14 @@ class Generator:
             operands = (self._value(program, "i1", shape), first, self._value(program, element_type, shape))
         else:
             operands = (first,) + tuple(self._value(program, element_type, shape) for _ in range(spec.arity - 1))
-        result = {"same": element_type, "i1": "i1"}.get(spec.result)
+        result = {"same": element_type, "i1": "i1", "real": PART_TYPE.get(element_type),
+                  "complex": COMPLEX_OF.get(element_type)}.get(spec.result)
         if spec.name == "convert":
             result = self._pick([t for kind in ("bool", "signed", "unsigned", "float")
                                  for t in ELEMENT_CLASSES[kind]])
+        if spec.name == "bitcast_convert":
+            result = self._pick([t for kind in ("bool", "signed", "unsigned", "float") for t in ELEMENT_CLASSES[kind]
+                                 if bit_width(t) == bit_width(element_type) and t != "i1"] or [element_type])
         direction = self._pick(COMPARISON_DIRECTIONS) if spec.name == "compare" else None
         program.nodes.append(Node(spec.name, operands, result, direction,
                                   None if shape == program.shape else shape))
@@ -184,16 +189,17 @@ class Generator:
         attrs, shape = made
         operands = (operand,) + tuple(self._new_param(program, extra_type or element_type, tuple(extra_shape))
                                       for extra_type, extra_shape in STRUCTURAL[spec.name].extra(
-                                          attrs, len(program.shape_of(operand))))
+                                          attrs, program.shape_of(operand)))
         program.nodes.append(Node(spec.name, operands, element_type, None, tuple(shape), attrs))
 
     def _operand_type(self, program: FuzzProgram, spec: OpSpec) -> str:
         """An element type the op allows: often one a value already has (so ops chain)."""
         existing = [program.element_type(v) for v in program.values()]
-        fitting = [t for t in existing if element_class(t) in spec.classes]
+        allowed = [t for kind in spec.classes for t in ELEMENT_CLASSES[kind] if not spec.only or t in spec.only]
+        fitting = [t for t in existing if t in allowed]
         if fitting and self.rng.random() < 0.7:
             return self._pick(fitting)
-        return self._pick([t for kind in spec.classes for t in ELEMENT_CLASSES[kind]])
+        return self._pick(allowed)
 
     def _value(self, program: FuzzProgram, element_type: str, shape: tuple | None) -> Value:
         """An existing value of `element_type` (and `shape`, if given) mostly, else a new parameter."""

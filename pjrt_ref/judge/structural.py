@@ -45,9 +45,9 @@ class Structural:
     # apply(op, a, b, element_type)) -> (result array or None, why the spec is silent or None)
     evaluate: Callable
     classes: tuple = ("bool", "signed", "unsigned", "float", "complex")
-    # (attrs, operand rank) -> the parameters it takes besides the operand: (element type, or
-    # None for the operand's, shape) each, drawn like any input (pad's value, start indices).
-    extra: Callable = lambda attrs, rank: []
+    # (attrs, operand shape) -> the parameters it takes besides the operand: (element type,
+    # or None for the operand's, shape) each, drawn like any input (pad's value, start indices).
+    extra: Callable = lambda attrs, shape: []
     results: int = 1          # while: the loop's counter is a second result
 
     @property
@@ -194,12 +194,16 @@ _INITIAL_OF_MAX = {"maximum": "lowest", "minimum": "highest"}
 
 
 def init_value(body: str, element_type: str, dtype: np.dtype):
-    """The reduction's init: the body's identity (max: the type's lowest value)."""
+    """The reduction's init: the body's identity (max: the type's lowest value). The spec
+    folds the init in an implementation-defined number of times, so anything else is
+    the implementation's choice."""
     import ml_dtypes
 
     if body in _INITIAL_OF_MAX:
-        if element_class(element_type) == "float":
-            return np.array(-np.inf if body == "maximum" else np.inf).astype(dtype)
+        if element_class(element_type) == "float":     # +-inf, or the largest finite value without one
+            info = ml_dtypes.finfo(dtype)
+            largest = np.inf if np.isinf(np.array(np.inf).astype(dtype).astype(np.float64)) else float(info.max)
+            return np.array(-largest if body == "maximum" else largest).astype(dtype)
         if element_class(element_type) == "bool":
             return np.array(body == "minimum")
         info = ml_dtypes.iinfo(dtype)
@@ -336,6 +340,60 @@ def _while(attrs, operands, element_type, apply):
     return x.copy(), None
 
 
+def _make_concatenate(rng, shape, element_type):
+    if not shape:
+        return None
+    dimension, other = int(rng.integers(len(shape))), int(rng.integers(0, 3))
+    result = tuple(d + other if k == dimension else d for k, d in enumerate(shape))
+    return {"dimension": dimension, "other": other}, result
+
+
+def _other_shape(attrs, shape) -> tuple:
+    return tuple(attrs["other"] if k == attrs["dimension"] else d for k, d in enumerate(shape))
+
+
+def _concatenate(attrs, operands, element_type, apply):
+    x, y = operands
+    dimension = attrs["dimension"]
+    result = np.empty(tuple(attrs["result_shape"]), x.dtype)
+    for index in _indices(result.shape):      # the first operand's elements, then the second's
+        i = index[dimension]
+        source, at = (x, i) if i < x.shape[dimension] else (y, i - x.shape[dimension])
+        result[index] = source[index[:dimension] + (at,) + index[dimension + 1:]]
+    return result, None
+
+
+def _make_dot(rng, shape, element_type):
+    if len(shape) != 2:
+        return None
+    columns = int(rng.integers(0, 4))
+    return {"columns": columns}, (shape[0], columns)
+
+
+def _dot(attrs, operands, element_type, apply):
+    """result[i, j] = sum over k of lhs[i, k] * rhs[k, j]: integers exactly, wrapped to the type;
+    floats exactly, rounded once (the spec leaves a float sum's order to the implementation)."""
+    from fractions import Fraction
+
+    from pjrt_ref.judge.oracle import float_result, wrap
+
+    lhs, rhs = operands
+    rows, inner, columns = lhs.shape[0], lhs.shape[1], attrs["columns"]
+    result = np.empty((rows, columns), lhs.dtype)
+    floats = element_class(element_type) == "float"
+    for i, j in _indices((rows, columns)):
+        if not floats:
+            result[i, j] = wrap(sum(int(lhs[i, k]) * int(rhs[k, j]) for k in range(inner)), element_type)
+            continue
+        lefts = [float(np.asarray(lhs[i, k]).astype(np.float64)) for k in range(inner)]
+        rights = [float(np.asarray(rhs[k, j]).astype(np.float64)) for k in range(inner)]
+        if not np.isfinite(lefts + rights).all():
+            return None, "a float dot product with infinities or NaN: its order is implementation-defined"
+        exact = sum((Fraction(a) * Fraction(b) for a, b in zip(lefts, rights)), Fraction(0))
+        result[i, j] = float_result(exact if exact != 0 else 0.0, element_type)
+    return result, "a float dot product's summation order is implementation-defined" if floats else None
+
+
 # ------------------------------------------------------------ the text
 def _op_line(name: str, attributes: str = "", regions: str = ""):
     """The text of one op: `result = "stablehlo.name"(operands) regions attributes : types`."""
@@ -350,6 +408,18 @@ def _with_arrays(name: str, *keys):
         attributes = "{" + ", ".join(f"{k} = {_i64s(attrs[k])}" for k in keys) + "}"
         return _op_line(name, attributes)(attrs, result, names, types, element_type, result_type)
     return text
+
+
+def _concatenate_text(attrs, result, names, types, element_type, result_type):
+    return (f'{result} = "stablehlo.concatenate"({", ".join(names)}) {{dimension = {attrs["dimension"]} : i64}} : '
+            f"({', '.join(types)}) -> {result_type}")
+
+
+def _dot_text(attrs, result, names, types, element_type, result_type):
+    dimensions = ("#stablehlo.dot<lhs_batching_dimensions = [], rhs_batching_dimensions = [], "
+                  "lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>")
+    return (f'{result} = "stablehlo.dot_general"({", ".join(names)}) {{dot_dimension_numbers = {dimensions}}} : '
+            f"({', '.join(types)}) -> {result_type}")
 
 
 def _scalar_region(arguments: int, element_type: str, lines: list[str], returned: str) -> str:
@@ -439,11 +509,15 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
     Structural("broadcast_in_dim", _make_broadcast, _with_arrays("broadcast_in_dim", "broadcast_dimensions"),
                _broadcast),
     Structural("pad", _make_pad, _with_arrays("pad", "edge_padding_low", "edge_padding_high", "interior_padding"),
-               _pad, _ANY, lambda attrs, rank: [(None, ())]),
+               _pad, _ANY, lambda attrs, shape: [(None, ())]),
     Structural("reduce", _make_reduce, _reduce_text, _reduce, _ORDERED),
     Structural("sort", _make_sort, _sort_text, _sort, _ORDERED),
     Structural("dynamic_slice", _make_dynamic_slice, _with_arrays("dynamic_slice", "slice_sizes"),
-               _dynamic_slice, _ANY, lambda attrs, rank: [("i32", ())] * rank),
-    Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, rank: [("i32", ())]),
+               _dynamic_slice, _ANY, lambda attrs, shape: [("i32", ())] * len(shape)),
+    Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),
     Structural("while", _make_while, _while_text, _while, _ANY, results=2),
+    Structural("concatenate", _make_concatenate, _concatenate_text, _concatenate, _ANY,
+               lambda attrs, shape: [(None, _other_shape(attrs, shape))]),
+    Structural("dot_general", _make_dot, _dot_text, _dot, ("signed", "unsigned", "float"),
+               lambda attrs, shape: [(None, (shape[1], attrs["columns"]))]),
 ]}
