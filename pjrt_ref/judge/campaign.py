@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from pjrt_ref.interpreter import load
 from pjrt_ref.judge import ruling
 from pjrt_ref.judge.opset import OPS
 from pjrt_ref.judge.programs import FuzzProgram, Generator
-from pjrt_ref.judge.shrink import shrink
+from pjrt_ref.judge.shrink import ancestors, shrink
 from pjrt_ref.judge.values import random_array
 
 EXACT = Tolerance(0.0, 0.0)
@@ -90,8 +90,6 @@ class Judge:
         return [np.asarray(r) for r in self.other.run(program.mlir(), inputs, "a fuzzed program")]
 
     def node_values(self, program: FuzzProgram, inputs: list) -> list[np.ndarray]:
-        from dataclasses import replace
-
         every = replace(program, outputs=[("op", j) for j in range(len(program.nodes))])
         return self.ours(every, inputs)
 
@@ -99,8 +97,6 @@ class Judge:
     @staticmethod
     def tolerance(program: FuzzProgram, value) -> Tolerance:
         """Exact for a result only exact ops lead to; the type's default otherwise."""
-        from pjrt_ref.judge.shrink import ancestors
-
         ops = [program.nodes[v[1]].op for v in ancestors(program, [value]) if v[0] == "op"]
         return EXACT if all(OPS[op].accuracy == "exact" for op in ops) else Tolerance()
 

@@ -73,12 +73,6 @@ def as_parameter(program: FuzzProgram, inputs: list, node_index: int, value: np.
     return compact(widened, inputs + [value])
 
 
-def first_differing_element(ours: np.ndarray, theirs: np.ndarray, differs) -> tuple | None:
-    """The index of the first element where `differs(ours, theirs)` (elementwise) holds."""
-    where = np.argwhere(differs(ours, theirs))
-    return tuple(int(i) for i in where[0]) if len(where) else None
-
-
 def shrink(program: FuzzProgram, inputs: list, bad: Value, node_values: NodeValues,
            disagrees: Check, element: tuple | None) -> tuple[FuzzProgram, list]:
     """The smallest program and inputs (steps 1-4 above) on which the sides still disagree."""
