@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
+from pjrt_ref.interpreter.types import is_float
 from pjrt_ref.judge.opset import comparison_type, element_class
+from pjrt_ref.judge.oracle import float_result, wrap
+from pjrt_ref.judge.values import dtype_of
 
 
 def _tensor(shape, element_type: str) -> str:
@@ -197,8 +202,6 @@ def init_value(body: str, element_type: str, dtype: np.dtype):
     """The reduction's init: the body's identity (max: the type's lowest value). The spec
     folds the init in an implementation-defined number of times, so anything else is
     the implementation's choice."""
-    import ml_dtypes
-
     if body in _INITIAL_OF_MAX:
         if element_class(element_type) == "float":     # +-inf, or the largest finite value without one
             info = ml_dtypes.finfo(dtype)
@@ -373,10 +376,6 @@ def _make_dot(rng, shape, element_type):
 def _dot(attrs, operands, element_type, apply):
     """result[i, j] = sum over k of lhs[i, k] * rhs[k, j]: integers exactly, wrapped to the type;
     floats exactly, rounded once (the spec leaves a float sum's order to the implementation)."""
-    from fractions import Fraction
-
-    from pjrt_ref.judge.oracle import float_result, wrap
-
     lhs, rhs = operands
     rows, inner, columns = lhs.shape[0], lhs.shape[1], attrs["columns"]
     result = np.empty((rows, columns), lhs.dtype)
@@ -432,7 +431,6 @@ def _scalar_region(arguments: int, element_type: str, lines: list[str], returned
 def _reduce_text(attrs, result, names, types, element_type, result_type):
     scalar = _tensor((), element_type)
     init = f"{result}_init"
-    from pjrt_ref.judge.values import dtype_of
     value = init_value(attrs["body"], element_type, dtype_of(element_type))
     region = _scalar_region(2, element_type, [
         f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
@@ -487,8 +485,6 @@ def _while_text(attrs, result, names, types, element_type, result_type):
 
 def constant_text(value) -> str:
     """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
-    from pjrt_ref.interpreter.types import is_float
-
     value = np.asarray(value)
     if value.dtype == np.bool_:
         return "true" if value else "false"
