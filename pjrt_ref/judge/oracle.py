@@ -178,6 +178,7 @@ def _float_binary(op: str, a: float, b: float, t: str) -> Answer:
                           f"stablehlo.{op} (-0 < +0)")
         return Answer(float_result(_exact((max if op == "maximum" else min)(a, b)), t), None, clause)
     if op in ("power", "atan2"):
+        clause = f"stablehlo.{op}"
         if not (math.isfinite(a) and math.isfinite(b)) or a == 0 or b == 0 or (op == "power" and a < 0):
             # Special values: C99 Annex F's (IEEE 754's recommended) answers, in float64.
             with np.errstate(all="ignore"):

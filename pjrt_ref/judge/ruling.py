@@ -162,6 +162,14 @@ def _ulps(value, spec) -> str:
     return "NaN" if np.isnan(distance).any() else str(int(distance.max()))
 
 
+def _nan_for_a_number(value, spec) -> bool:
+    """Whether `value` holds a NaN where the spec's result holds a number."""
+    value, spec = np.asarray(value), np.asarray(spec)
+    if not (is_float(value.dtype) or is_complex(value.dtype)):
+        return False
+    return bool((np.isnan(value) & ~np.isnan(spec.astype(value.dtype))).any())
+
+
 def _near(value, spec) -> bool:
     distance = _ulps(value, spec)
     return distance.isdigit() and int(distance) <= ACCURATE_ULPS
@@ -220,10 +228,15 @@ def _by_the_oracle(program: FuzzProgram, inputs: list, ours, theirs) -> tuple[st
         return "spec silent", f"{'; '.join(silent)} ({where})"
     spec_text = f"the spec's result is {spec!r}"
     ours_right, theirs_right = _same(ours, spec), _same(theirs, spec)
-    if silent:     # accuracy unspecified, but an answer for a flushed subnormal is no accuracy question
+    if silent:     # accuracy unspecified, but a flushed subnormal or a NaN for a number is no accuracy question
         for side, value, other in (("pjrt-ref", ours, theirs), ("other backend", theirs, ours)):
-            if _near(other, spec) and not _near(value, spec) and _flushing_explains(program, inputs, value):
+            if not _near(other, spec) or _near(value, spec):
+                continue
+            if _flushing_explains(program, inputs, value):
                 return f"{side} wrong", f"{spec_text} ({where}); {side} gives {value!r}{FLUSHES_SUBNORMALS}"
+            if _nan_for_a_number(value, spec):
+                return f"{side} wrong", (f"{spec_text} ({where}); {side} gives {value!r}: a NaN where the "
+                                         "spec's result is a number, which no accuracy allows")
     if silent:       # accuracy unspecified: near enough both, or say who is nearer
         ours_ulps, theirs_ulps = _ulps(ours, spec), _ulps(theirs, spec)
         distances = f"pjrt-ref {ours_ulps} ULP, other {theirs_ulps} ULP from the correctly rounded {spec!r}"

@@ -246,3 +246,12 @@ def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
         assert ruling._same(ours, spec), program.mlir()
         decided += 1
     assert decided > 40
+
+
+def test_a_nan_for_a_number_is_wrong_even_where_the_spec_leaves_accuracy_open():
+    program = _one_op("atan2", ["f32", "f32"], "f32")
+    ones = [np.array(1.0, np.float32)] * 2
+    verdict = ruling.rule(program, ones, np.float32(np.pi / 4), np.float32(np.nan), third="no answer")
+    assert verdict.verdict == "other backend wrong" and "NaN" in verdict.reason
+    verdict = ruling.rule(program, ones, np.float32(np.pi / 4), np.float32(0.7853983), third="no answer")
+    assert verdict.verdict == "tolerance"
