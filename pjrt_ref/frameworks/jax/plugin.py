@@ -277,7 +277,9 @@ def _checked_results(callback: Callable, result_avals: Sequence, where: str) -> 
     """`callback` whose results must match `result_avals` in number, shape and dtype.
 
     A mismatch raises in the host callback; jaxlib turns that into the send
-    callback's error, so the execution fails with this message.
+    callback's error, so the execution fails with this message. The words
+    after `where` are JAX's own for cpu and gpu (`_wrapped_callback` in
+    jax/_src/callback.py), which users and JAX's tests look for.
     """
     import numpy as np
     from jax._src import dtypes
@@ -285,16 +287,16 @@ def _checked_results(callback: Callable, result_avals: Sequence, where: str) -> 
     def call(*args):
         results = callback(*args)
         if len(results) != len(result_avals):
-            raise RuntimeError(f"{where}: the callback returned {len(results)} value(s), "
-                               f"expected {len(result_avals)}")
-        checked = []
-        for index, (value, aval) in enumerate(zip(results, result_avals)):
-            array = dtypes.canonicalize_value(np.asarray(value))
-            if array.shape != aval.shape or array.dtype != aval.dtype:
-                raise RuntimeError(f"{where}: result #{index} of the callback is "
-                                   f"{array.dtype}{list(array.shape)}, expected "
-                                   f"{aval.dtype}{list(aval.shape)}")
-            checked.append(array)
-        return tuple(checked)
+            raise RuntimeError(f"{where}: Mismatched number of outputs from callback. "
+                               f"Expected: {len(result_avals)}, Actual: {len(results)}")
+        checked = tuple(dtypes.canonicalize_value(np.asarray(value)) for value in results)
+        for index, (array, aval) in enumerate(zip(checked, result_avals)):
+            if array.shape != aval.shape:
+                raise RuntimeError(f"{where}: Incorrect output shape for return value #{index}: "
+                                   f"Expected: {aval.shape}, Actual: {array.shape}")
+            if array.dtype != aval.dtype:
+                raise RuntimeError(f"{where}: Incorrect output dtype for return value #{index}: "
+                                   f"Expected: {aval.dtype}, Actual: {array.dtype}")
+        return checked
 
     return call
