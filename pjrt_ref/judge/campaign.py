@@ -130,8 +130,8 @@ class Judge:
                            f"pjrt-ref refused a valid program: {str(error).splitlines()[0]}")
         try:
             theirs = self.theirs(program, inputs)
-        except OtherBackendFailed as error:
-            return Finding(program, inputs, ours, str(error), "other backend failed", str(error))
+        except OtherBackendFailed:
+            return self._failure(program, inputs)
         difference = self.first_difference(program, ours, theirs)
         if difference is None:
             return None
@@ -139,6 +139,23 @@ class Judge:
         element = comparison.worst[0][0] if comparison.worst else None
         small, small_inputs = shrink(program, inputs, value, self.node_values, self.disagrees, element)
         return self.rule(small, small_inputs)
+
+    def _failure(self, program: FuzzProgram, inputs: list) -> Finding:
+        """The other backend crashed, hung or refused: the failure cut down to the first op
+        whose program alone fails, then shrunk like a disagreement (a failure disagrees)."""
+        for j in range(len(program.nodes)):
+            alone = replace(program, outputs=[("op", j)])
+            if self._other_fails(alone, inputs):
+                program, inputs = shrink(program, inputs, ("op", j), self.node_values, self.disagrees, None)
+                break
+        return self.rule(program, inputs)
+
+    def _other_fails(self, program: FuzzProgram, inputs: list) -> bool:
+        try:
+            self.theirs(program, inputs)
+        except OtherBackendFailed:
+            return True
+        return False
 
     def rule(self, program: FuzzProgram, inputs: list) -> Finding | None:
         """The verdict on a (shrunk) program: both sides run again, then ruling.rule."""
