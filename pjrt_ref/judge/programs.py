@@ -18,6 +18,7 @@ import numpy as np
 
 from pjrt_ref.judge.opset import (COMPARISON_DIRECTIONS, COMPLEX_OF, ELEMENT_CLASSES, OPS, PART_TYPE, OpSpec,
                                    bit_width, comparison_type)
+from pjrt_ref.judge import structural
 from pjrt_ref.judge.structural import STRUCTURAL, constant_text
 
 Value = tuple[str, int]     # ("arg", i) or ("op", j)
@@ -69,7 +70,7 @@ class FuzzProgram:
         return self.shape if node.shape is None else tuple(node.shape)
 
     def tensor_type(self, value: Value) -> str:
-        return _tensor(self.shape_of(value), self.element_type(value))
+        return structural.tensor_type(self.shape_of(value), self.element_type(value))
 
     def elementwise(self) -> bool:
         """Whether every op is elementwise on the program's one shape (so it can lose elements)."""
@@ -129,9 +130,6 @@ def _name(value: Value) -> str:
 
 __all__ = ["FuzzProgram", "Node", "Generator", "constant_text"]
 
-
-def _tensor(shape: tuple[int, ...], element_type: str) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + element_type + ">"
 
 
 # ------------------------------------------------------------------ generation

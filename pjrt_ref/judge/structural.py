@@ -25,10 +25,11 @@ import numpy as np
 from pjrt_ref.interpreter.types import is_float
 from pjrt_ref.judge.opset import comparison_type, element_class
 from pjrt_ref.judge.oracle import float_result, wrap
-from pjrt_ref.judge.values import dtype_of
+from pjrt_ref.judge.values import dtype_of, has_infinity
 
 
-def _tensor(shape, element_type: str) -> str:
+def tensor_type(shape, element_type: str) -> str:
+    """`tensor<2x3xf32>`: the MLIR type of a value of `shape` and `element_type`."""
     return "tensor<" + "".join(f"{d}x" for d in shape) + element_type + ">"
 
 
@@ -205,7 +206,7 @@ def init_value(body: str, element_type: str, dtype: np.dtype):
     if body in _INITIAL_OF_MAX:
         if element_class(element_type) == "float":     # +-inf, or the largest finite value without one
             info = ml_dtypes.finfo(dtype)
-            largest = np.inf if np.isinf(np.array(np.inf).astype(dtype).astype(np.float64)) else float(info.max)
+            largest = np.inf if has_infinity(dtype) else float(info.max)
             return np.array(-largest if body == "maximum" else largest).astype(dtype)
         if element_class(element_type) == "bool":
             return np.array(body == "minimum")
@@ -422,14 +423,14 @@ def _dot_text(attrs, result, names, types, element_type, result_type):
 
 
 def _scalar_region(arguments: int, element_type: str, lines: list[str], returned: str) -> str:
-    scalar = _tensor((), element_type)
+    scalar = tensor_type((), element_type)
     header = ", ".join(f"%p{k}: {scalar}" for k in range(arguments))
     body = "".join(f"    {line}\n" for line in lines)
     return f'{{\n  ^bb0({header}):\n{body}    "stablehlo.return"({returned}) : ({scalar}) -> ()\n  }}'
 
 
 def _reduce_text(attrs, result, names, types, element_type, result_type):
-    scalar = _tensor((), element_type)
+    scalar = tensor_type((), element_type)
     init = f"{result}_init"
     value = init_value(attrs["body"], element_type, dtype_of(element_type))
     region = _scalar_region(2, element_type, [
@@ -440,7 +441,7 @@ def _reduce_text(attrs, result, names, types, element_type, result_type):
 
 
 def _sort_text(attrs, result, names, types, element_type, result_type):
-    scalar = _tensor((), element_type)
+    scalar = tensor_type((), element_type)
     region = (f'{{\n  ^bb0(%p0: {scalar}, %p1: {scalar}):\n'
               f'    %s = "stablehlo.compare"(%p0, %p1) {{comparison_direction = '
               f'#stablehlo<comparison_direction {attrs["direction"]}>, compare_type = '

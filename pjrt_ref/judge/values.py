@@ -28,14 +28,14 @@ def _float_edges(dtype: np.dtype) -> list[float]:
     edges = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, big, -big,
              float(info.tiny), -float(info.tiny), float(info.smallest_subnormal),
              1.0 + float(info.eps), 2.0 ** (info.nmant + 1) + 1, np.pi]
-    if _has_infinity(dtype):
+    if has_infinity(dtype):
         edges += [np.inf, -np.inf]
     if _has_nan(dtype):
         edges.append(np.nan)
     return edges
 
 
-def _has_infinity(dtype: np.dtype) -> bool:
+def has_infinity(dtype: np.dtype) -> bool:
     return bool(np.isinf(np.array(np.inf).astype(dtype).astype(np.float64)))
 
 
