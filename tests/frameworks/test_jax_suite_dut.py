@@ -67,3 +67,41 @@ def test_jtu_capture_stdout_captures_what_a_test_prints(tmp_path, backend):
                               "--rootdir", {str(tmp_path)!r}, {str(test_file)!r}]))
     """, PJRT_REF_JAX_DEVICE_TAG="cpu", **env)
     assert "1 passed" in proc.stdout
+
+
+LEAKED_MESH_TEST = """
+import jax, jax.numpy as jnp
+from jax._src import test_util as jtu
+
+def test_a_sets_the_mesh_without_with():
+    jax.set_mesh(jtu.create_mesh((4,), ("x",)))
+
+def test_b_jits_on_two_devices():
+    mesh = jax.sharding.Mesh(jax.devices()[:2], ("y",))
+    x = jax.device_put(jnp.arange(4), jax.NamedSharding(mesh, jax.P("y")))
+    assert int(jax.jit(lambda x: x.sum())(x)) == 6
+"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "pjrt_ref"])
+def test_a_mesh_one_test_leaves_set_does_not_reach_the_next(tmp_path, backend):
+    """`jax.set_mesh(mesh)` outside a `with` sets the mesh for the rest of the thread
+    (Pallas' interpret-mode distributed test does it): without the plugin the next test
+    fails with "incompatible devices" on either backend."""
+    test_file = tmp_path / "leak_test.py"
+    test_file.write_text(LEAKED_MESH_TEST)
+    env = ({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+           if backend == "cpu" else {"JAX_PLATFORMS": "pjrt_ref,cpu", "PJRT_REF_NUM_DEVICES": "4"})
+
+    def run(*plugin: str, **settings: str):
+        return run_python(f"""
+            import pytest
+            print("exit", int(pytest.main(["-q", "-p", "no:cacheprovider", *{list(plugin)!r},
+                                           "--rootdir", {str(tmp_path)!r}, {str(test_file)!r}])))
+        """, **settings, **env)
+
+    without = run()
+    assert "1 failed, 1 passed" in without.stdout and "incompatible devices" in without.stdout
+    with_plugin = run("-p", "pjrt_ref.frameworks.jax.suite_plugin", PJRT_REF_JAX_DEVICE_TAG="cpu")
+    assert "2 passed" in with_plugin.stdout
+    assert "leak_test.py::test_a_sets_the_mesh_without_with left JAX's mesh set" in with_plugin.stdout

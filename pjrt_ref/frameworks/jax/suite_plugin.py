@@ -24,13 +24,24 @@ The harnesses are patched when a test file first imports them, not here:
 importing them starts JAX's backends (`jtu.dtypes` asks the default
 device), and a test file must be able to ask for its devices first
 (`jtu.request_cpu_devices(8)` at its top).
+
+A test that sets JAX's mesh with `jax.set_mesh(mesh)` outside a `with`
+(`pallas/tpu_pallas_interpret_distributed_test.py` does) leaves it set in
+the worker's thread for every later test, which then fails with "cannot
+change the size of the mesh" or "incompatible devices" on either backend,
+depending only on which worker pytest-xdist gave it. After each test the
+plugin puts the mesh contexts back as they were before it and warns, naming
+the test: each test starts from the state a fresh process would give it.
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 from contextlib import contextmanager
+
+import pytest
 
 from pjrt_ref import settings
 
@@ -46,6 +57,42 @@ def pytest_configure(config) -> None:
         device_tags = test_util._get_device_tags
         test_util._get_device_tags = lambda: device_tags() | {tag}
         after_import(HARNESSES, lambda harnesses: ask_harnesses_as(harnesses, tag))
+
+
+MESH_CONTEXTS = ("device_context", "abstract_mesh_context_manager")
+
+
+MESH_BEFORE = pytest.StashKey[tuple]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    item.stash[MESH_BEFORE] = mesh_contexts()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After a test's teardown, undo a mesh it left set (module docstring)."""
+    yield
+    before = item.stash.get(MESH_BEFORE, None)
+    if before is not None and mesh_contexts() != before:
+        restore_mesh_contexts(before)
+        warnings.warn(f"{item.nodeid} left JAX's mesh set (jax.set_mesh outside a `with`); "
+                      "pjrt-ref's test plugin restored it before the next test")
+
+
+def mesh_contexts() -> tuple | None:
+    """This thread's own values of JAX's mesh contexts, or None before JAX is imported."""
+    config = sys.modules.get("jax._src.config")
+    if config is None:
+        return None
+    return tuple(getattr(config, name).get_local() for name in MESH_CONTEXTS)
+
+
+def restore_mesh_contexts(values: tuple) -> None:
+    config = sys.modules["jax._src.config"]
+    for name, value in zip(MESH_CONTEXTS, values):
+        getattr(config, name).set_local(value)
 
 
 def ask_harnesses_as(harnesses, tag: str) -> None:
