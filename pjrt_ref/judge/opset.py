@@ -104,6 +104,9 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in [
     OpSpec("reduce", 1, ALL[:-1], accuracy="approximate"),
     OpSpec("sort", 1, ALL[:-2]),
     *_unary("dynamic_slice case while", ALL),
+    OpSpec("dynamic_update_slice", 2, ALL),
+    OpSpec("gather", 2, ALL),
+    OpSpec("scatter", 3, ALL[:-1], accuracy="approximate"),
     OpSpec("concatenate", 2, ALL),
     OpSpec("dot_general", 2, ("signed", "unsigned", "float"), accuracy="approximate"),
 ]}

@@ -301,6 +301,98 @@ def _dynamic_slice(attrs, operands, element_type, apply):
     return result, None
 
 
+def _make_dynamic_update_slice(rng, shape, element_type):
+    if not shape:
+        return None
+    return {"update_shape": [int(rng.integers(0, d + 1)) for d in shape]}, tuple(shape)
+
+
+def _dynamic_update_slice(attrs, operands, element_type, apply):
+    x, update, *starts = operands
+    # spec: dynamic_update_slice (C?): each start is clamped to [0, dim - update's size].
+    clamped = [min(max(int(s), 0), d - size) for s, d, size in zip(starts, x.shape, update.shape)]
+    result = x.copy()
+    for index in _indices(update.shape):
+        result[tuple(c + i for c, i in zip(clamped, index))] = update[index]
+    return result, None
+
+
+def _make_gather(rng, shape, element_type):
+    """x[indices] along one axis (jnp.take's form): each of `count` indices picks a slice of
+    `slice_sizes` whose `axis` dimension is collapsed, the other dimensions kept as offsets."""
+    axes = [d for d in range(len(shape)) if shape[d] > 0]
+    if not axes:
+        return None
+    axis, count = axes[int(rng.integers(len(axes)))], int(rng.integers(0, 4))
+    sizes = [1 if d == axis else int(rng.integers(0, shape[d] + 1)) for d in range(len(shape))]
+    return ({"axis": axis, "count": count, "slice_sizes": sizes},
+            (count,) + tuple(size for d, size in enumerate(sizes) if d != axis))
+
+
+def _gather(attrs, operands, element_type, apply):
+    """result[b, offsets] = x[start + offsets], start[axis] = indices[b] clamped to
+    [0, dim - 1] (spec: gather, full_start_index is clamped), the collapsed axis dropped."""
+    x, indices = operands
+    axis, sizes = attrs["axis"], attrs["slice_sizes"]
+    result = np.empty(tuple(attrs["result_shape"]), x.dtype)
+    for index in _indices(result.shape):
+        start = min(max(int(indices[index[0], 0]), 0), x.shape[axis] - 1)
+        offsets = list(index[1:])
+        offsets.insert(axis, 0)
+        result[index] = x[tuple(offsets[d] + (start if d == axis else 0) for d in range(x.ndim))]
+    return result, None
+
+
+_SCATTER_COMBINERS = {kind: ("replace",) + ops for kind, ops in _REDUCERS.items()}
+
+
+def _make_scatter(rng, shape, element_type):
+    """x[indices] op= updates along one axis (jnp's .at[].add form): each of `count`
+    indices names a row of `axis`; its update is a whole window of the other dimensions."""
+    kind = element_class(element_type)
+    if not shape or kind not in _SCATTER_COMBINERS:
+        return None
+    combiners = _SCATTER_COMBINERS[kind]
+    attrs = {"axis": int(rng.integers(len(shape))), "count": int(rng.integers(0, 4)),
+             "combiner": combiners[int(rng.integers(len(combiners)))]}
+    return attrs, tuple(shape)
+
+
+def _scatter_update_shape(attrs, shape) -> tuple:
+    return (attrs["count"],) + tuple(d for k, d in enumerate(shape) if k != attrs["axis"])
+
+
+# A combiner whose result does not depend on the order of the updates to one element.
+_ORDER_FREE = {"maximum", "minimum", "and", "or", "xor"}
+
+
+def _scatter(attrs, operands, element_type, apply):
+    """Each update element combined into the element it names; an index out of bounds drops
+    that update (spec: scatter, "Otherwise, updated_results = results"). The order of the
+    updates is an implementation-defined schedule: where two reach one element, only an
+    order-free combiner (integer add and multiply wrap, max, min, bitwise) gives one answer."""
+    x, indices, updates = operands
+    axis, combiner = attrs["axis"], attrs["combiner"]
+    result, touched = x.copy(), {}
+    for index in _indices(updates.shape):
+        row = int(indices[index[0], 0])
+        if not 0 <= row < x.shape[axis]:
+            continue
+        target = list(index[1:])
+        target.insert(axis, row)
+        target = tuple(target)
+        touched[target] = touched.get(target, 0) + 1
+        value = updates[index] if combiner == "replace" else apply(combiner, result[target], updates[index],
+                                                                   element_type)
+        if value is None:
+            return None, f"{combiner}: a step the spec leaves to the implementation"
+        result[target] = value
+    order_free = combiner in _ORDER_FREE or (combiner != "replace" and element_class(element_type) != "float")
+    if not order_free and any(count > 1 for count in touched.values()):
+        return None, "two updates reach one element and the order of scatter's updates is implementation-defined"
+    return result, None
+
+
 # The ops a case branch or a while body applies: each exact for its classes.
 _BRANCH_OPS = {"bool": ("not",), "signed": ("negate", "not", "abs"), "unsigned": ("not", "popcnt"),
                "float": ("negate", "abs", "floor"), "complex": ("negate",)}
@@ -484,6 +576,30 @@ def _while_text(attrs, result, names, types, element_type, result_type):
             f"({t}, {counter}) -> ({result_type}, {counter})")
 
 
+def _gather_text(attrs, result, names, types, element_type, result_type):
+    axis, rank = attrs["axis"], len(attrs["slice_sizes"])
+    dimensions = (f"#stablehlo.gather<offset_dims = [{', '.join(str(d) for d in range(1, rank))}], "
+                  f"collapsed_slice_dims = [{axis}], start_index_map = [{axis}], index_vector_dim = 1>")
+    return (f'{result} = "stablehlo.gather"({", ".join(names)}) {{dimension_numbers = {dimensions}, '
+            f'slice_sizes = {_i64s(attrs["slice_sizes"])}, indices_are_sorted = false}} : '
+            f"({', '.join(types)}) -> {result_type}")
+
+
+def _scatter_text(attrs, result, names, types, element_type, result_type):
+    axis, rank = attrs["axis"], types[0].count("x")
+    scalar = tensor_type((), element_type)
+    combiner = attrs["combiner"]
+    lines = [] if combiner == "replace" else [
+        f'%s = "stablehlo.{combiner}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}']
+    region = _scalar_region(2, element_type, lines, "%p1" if combiner == "replace" else "%s")
+    dimensions = (f"#stablehlo.scatter<update_window_dims = [{', '.join(str(d) for d in range(1, rank))}], "
+                  f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], "
+                  f"index_vector_dim = 1>")
+    return (f'{result} = "stablehlo.scatter"({", ".join(names)}) ({region}) {{scatter_dimension_numbers = '
+            f'{dimensions}, indices_are_sorted = false, unique_indices = false}} : '
+            f"({', '.join(types)}) -> {result_type}")
+
+
 def constant_text(value) -> str:
     """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
     value = np.asarray(value)
@@ -511,6 +627,13 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
     Structural("sort", _make_sort, _sort_text, _sort, _ORDERED),
     Structural("dynamic_slice", _make_dynamic_slice, _with_arrays("dynamic_slice", "slice_sizes"),
                _dynamic_slice, _ANY, lambda attrs, shape: [("i32", ())] * len(shape)),
+    Structural("dynamic_update_slice", _make_dynamic_update_slice, _op_line("dynamic_update_slice"),
+               _dynamic_update_slice, _ANY,
+               lambda attrs, shape: [(None, tuple(attrs["update_shape"]))] + [("i32", ())] * len(shape)),
+    Structural("gather", _make_gather, _gather_text, _gather, _ANY,
+               lambda attrs, shape: [("i32", (attrs["count"], 1))]),
+    Structural("scatter", _make_scatter, _scatter_text, _scatter, _ORDERED,
+               lambda attrs, shape: [("i32", (attrs["count"], 1)), (None, _scatter_update_shape(attrs, shape))]),
     Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),
     Structural("while", _make_while, _while_text, _while, _ANY, results=2),
     Structural("concatenate", _make_concatenate, _concatenate_text, _concatenate, _ANY,

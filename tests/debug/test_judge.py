@@ -10,9 +10,10 @@ import pytest
 
 from pjrt_ref.debug.diff.backend import OtherBackendFailed
 from pjrt_ref.interpreter import load
-from pjrt_ref.judge import campaign, corpus, opset, ruling
+from pjrt_ref.judge import campaign, corpus, opset, oracle, ruling
 from pjrt_ref.judge.command import main as fuzz_main
 from pjrt_ref.judge.programs import FuzzProgram, Generator, Node
+from pjrt_ref.judge.structural import STRUCTURAL
 from pjrt_ref.judge.values import random_array
 
 
@@ -181,6 +182,47 @@ def test_the_oracle_moves_elements_by_the_specs_index_formulas():
     assert value.tolist() == [[2, 1, 0], [5, 4, 3]]
 
 
+def _indexed(op, element_type, operands, attrs, shape):
+    return STRUCTURAL[op].evaluate(dict(attrs, result_shape=list(shape)), operands, element_type, _apply)
+
+
+def _apply(op, a, b, element_type):
+    return oracle.Oracle().evaluate(Node(op, (), element_type), [a, b], [element_type] * 2).value
+
+
+def test_gather_clamps_its_start_and_scatter_drops_an_update_out_of_bounds():
+    """spec: gather clamps full_start_index into the operand; scatter leaves the results
+    as they were for an update whose index is out of bounds."""
+    x = np.arange(6, dtype=np.int8).reshape(3, 2)
+    rows = np.array([[2], [-5], [9]], np.int32)
+    value, silent = _indexed("gather", "i8", [x, rows], {"axis": 0, "slice_sizes": [1, 2]}, (3, 2))
+    assert value.tolist() == [[4, 5], [0, 1], [4, 5]] and silent is None
+    updates = np.array([[100, 100], [7, 7], [7, 7]], np.int8)
+    value, silent = _indexed("scatter", "i8", [x, rows, updates], {"axis": 0, "combiner": "add"}, (3, 2))
+    assert value.tolist() == [[0, 1], [2, 3], [104, 105]] and silent is None
+    updates = np.array([[100, 100], [100, 100], [7, 7]], np.int8)
+    value, silent = _indexed("scatter", "i8", [x, np.array([[2], [2], [0]], np.int32), updates],
+                             {"axis": 0, "combiner": "add"}, (3, 2))
+    assert value.tolist() == [[7, 8], [2, 3], [-52, -51]] and silent is None      # 204 and 205 wrap
+
+
+def test_dynamic_update_slice_clamps_its_starts_so_the_update_fits():
+    x = np.arange(6, dtype=np.int8).reshape(3, 2)
+    value, silent = _indexed("dynamic_update_slice", "i8", [x, np.array([[9]], np.int8), np.int32(7), np.int32(-1)],
+                             {}, (3, 2))
+    assert value.tolist() == [[0, 1], [2, 3], [9, 5]] and silent is None
+
+
+def test_two_float_updates_of_one_element_leave_scatters_answer_to_the_implementation():
+    x = np.zeros((2,), np.float32)
+    rows = np.array([[1], [1]], np.int32)
+    updates = np.array([1e8, 1.0], np.float32)
+    value, silent = _indexed("scatter", "f32", [x, rows, updates], {"axis": 0, "combiner": "add"}, (2,))
+    assert value is None and "order" in silent
+    value, silent = _indexed("scatter", "f32", [x, rows, updates], {"axis": 0, "combiner": "maximum"}, (2,))
+    assert value.tolist() == [0.0, 1e8] and silent is None
+
+
 def test_an_integer_reduction_wraps_and_a_float_sums_order_is_left_open():
     x = np.array([100, 100, 100], np.int8)
     value, silent, _ = _structural("reduce", "i8", x, {"body": "add", "dimensions": [0]}, ())
@@ -223,7 +265,8 @@ def test_structural_programs_round_trip_through_a_corpus(tmp_path):
 @pytest.mark.parametrize("ops", ["transpose|reverse|slice|reshape|broadcast_in_dim|pad|dynamic_slice|concatenate",
                                  "reduce|sort|case|while|dot_general",
                                  "add|multiply|shift|popcnt|convert|compare|select",
-                                 "^(real|imag|complex|bitcast_convert|negate)$"])
+                                 "^(real|imag|complex|bitcast_convert|negate)$",
+                                 "gather|scatter|dynamic_update_slice"])
 def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
     """The oracle recomputes from the spec's formulas; pjrt-ref's kernels must agree
     wherever the spec leaves nothing open (complex and silent cases aside)."""
