@@ -333,7 +333,7 @@ def _gather(attrs, operands, element_type, apply):
     """result[b, offsets] = x[start + offsets], start[axis] = indices[b] clamped to
     [0, dim - 1] (spec: gather, full_start_index is clamped), the collapsed axis dropped."""
     x, indices = operands
-    axis, sizes = attrs["axis"], attrs["slice_sizes"]
+    axis = attrs["axis"]
     result = np.empty(tuple(attrs["result_shape"]), x.dtype)
     for index in _indices(result.shape):
         start = min(max(int(indices[index[0], 0]), 0), x.shape[axis] - 1)
