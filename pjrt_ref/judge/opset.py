@@ -107,6 +107,8 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in [
     OpSpec("dynamic_update_slice", 2, ALL),
     OpSpec("gather", 2, ALL),
     OpSpec("scatter", 3, ALL[:-1], accuracy="approximate"),
+    OpSpec("reduce_window", 1, ALL[:-1], accuracy="approximate"),
+    OpSpec("convolution", 2, ("signed", "unsigned", "float"), accuracy="approximate"),
     OpSpec("concatenate", 2, ALL),
     OpSpec("dot_general", 2, ("signed", "unsigned", "float"), accuracy="approximate"),
 ]}

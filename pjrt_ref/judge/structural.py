@@ -15,6 +15,7 @@ order-free ones (max, min, and, or, xor) give a decisive answer.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
@@ -393,6 +394,115 @@ def _scatter(attrs, operands, element_type, apply):
     return result, None
 
 
+# ------------------------------------------------------------ windows
+def _window_output_size(size: int, low: int, high: int, base_dilation: int, window: int,
+                        window_dilation: int, stride: int) -> int:
+    """How many windows fit along one dimension (spec: reduce_window (C16), convolution (C25))."""
+    padded = (size - 1) * base_dilation + 1 + low + high if size else low + high
+    dilated = (window - 1) * window_dilation + 1
+    return (padded - dilated) // stride + 1 if padded >= dilated else 0
+
+
+def _make_window(rng, shape):
+    """Window attributes for each of `shape`'s dimensions, or None if no window fits."""
+    attrs = {"window": [], "strides": [], "base_dilations": [], "window_dilations": [], "padding": []}
+    result = []
+    for size in shape:
+        window, stride = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        base, dilation = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        low, high = int(rng.integers(0, 2)), int(rng.integers(0, 2))
+        result.append(_window_output_size(size, low, high, base, window, dilation, stride))
+        for key, value in zip(attrs, (window, stride, base, dilation, [low, high])):
+            attrs[key].append(value)
+    return attrs, tuple(result)
+
+
+def _padded_value(x, index, attrs, dims, fill):
+    """Element `index` of `x` padded and base-dilated along `dims` (spec: the padded
+    input; holes and edges hold `fill`), or `fill`."""
+    source = list(index)
+    for k, d in enumerate(dims):
+        at = index[d] - attrs["padding"][k][0]
+        base = attrs["base_dilations"][k]
+        if at < 0 or at % base or at // base >= x.shape[d]:
+            return fill
+        source[d] = at // base
+    return x[tuple(source)]
+
+
+def _window_positions(result_index, attrs, dims):
+    """The padded input's positions along `dims` that the window at `result_index` covers."""
+    ranges = [range(attrs["window"][k]) for k in range(len(dims))]
+    for offset in itertools.product(*ranges):
+        yield [result_index[d] * attrs["strides"][k] + offset[k] * attrs["window_dilations"][k]
+               for k, d in enumerate(dims)]
+
+
+def _make_reduce_window(rng, shape, element_type):
+    kind = element_class(element_type)
+    if kind not in _REDUCERS or not shape:
+        return None
+    attrs, result = _make_window(rng, shape)
+    attrs["body"] = _REDUCERS[kind][int(rng.integers(len(_REDUCERS[kind])))]
+    return attrs, result
+
+
+def _reduce_window(attrs, operands, element_type, apply):
+    """results[i] = reduce of the window at i * strides of the padded input, which holds
+    the init value at its edges and in the base dilation's holes (spec: reduce_window)."""
+    (x,) = operands
+    body, dims = attrs["body"], list(range(x.ndim))
+    init = init_value(body, element_type, x.dtype)
+    result = np.empty(tuple(attrs["result_shape"]), x.dtype)
+    for index in _indices(result.shape):
+        values = [init] + [_padded_value(x, position, attrs, dims, init)
+                           for position in _window_positions(index, attrs, dims)]
+        folded = evaluate_fold(body, values, element_type, apply)
+        if folded is None:
+            return None, f"{body}: a step the spec leaves to the implementation"
+        result[index] = folded
+    order_free = body not in ("add", "multiply") or element_class(element_type) != "float"
+    return result, None if order_free else "a float reduction's order is implementation-defined"
+
+
+def _make_convolution(rng, shape, element_type):
+    """lhs [batch, spatial..., feature] by kernel [spatial..., in, out], the kernel's spatial
+    sizes being the window's (lhs_dilation is the window's base dilation, rhs_dilation its
+    window dilation): no feature or batch groups, no window reversal; one or two spatial
+    dimensions, or none (a matrix product)."""
+    if not 2 <= len(shape) <= 4 or shape[-1] == 0:
+        return None
+    attrs, sizes = _make_window(rng, shape[1:-1])     # the kernel's spatial sizes are the window
+    attrs["outputs"] = int(rng.integers(1, 4))
+    return attrs, (shape[0],) + sizes + (attrs["outputs"],)
+
+
+def _convolution_kernel_shape(attrs, shape) -> tuple:
+    return tuple(attrs["window"]) + (shape[-1], attrs["outputs"])
+
+
+def _convolution(attrs, operands, element_type, apply):
+    """result[b, s..., o] = sum over the window k... and input feature i of
+    padded_lhs[b, s * stride + k * rhs_dilation, i] * kernel[k..., i, o], padding and the
+    lhs dilation's holes being zero (spec: convolution, through dot_general):
+    integers exactly, wrapped; floats exactly, rounded once."""
+    lhs, kernel = operands
+    dims = list(range(1, lhs.ndim - 1))
+    floats = element_class(element_type) == "float"
+    zero = np.zeros((), lhs.dtype)
+    result = np.empty(tuple(attrs["result_shape"]), lhs.dtype)
+    for index in _indices(result.shape):
+        products = []
+        for offset, position in zip(_indices(tuple(attrs["window"])), _window_positions(index, attrs, dims)):
+            for feature in range(lhs.shape[-1]):
+                at = [index[0]] + position + [feature]
+                products.append((_padded_value(lhs, at, attrs, dims, zero),
+                                 kernel[tuple(offset) + (feature, index[-1])]))
+        result[index] = (float_sum_of_products(products, element_type) if floats
+                         else wrap(sum(int(a) * int(b) for a, b in products), element_type))
+    return result, "a float convolution's summation order is implementation-defined" if floats else None
+
+
 # The ops a case branch or a while body applies: each exact for its classes.
 _BRANCH_OPS = {"bool": ("not",), "signed": ("negate", "not", "abs"), "unsigned": ("not", "popcnt"),
                "float": ("negate", "abs", "floor"), "complex": ("negate",)}
@@ -466,6 +576,24 @@ def _make_dot(rng, shape, element_type):
     return {"columns": columns}, (shape[0], columns)
 
 
+def float_sum_of_products(pairs, element_type: str):
+    """The sum of a * b over `pairs`, exact and rounded once. With a NaN, an infinity
+    times zero, or infinities of both signs, every order gives NaN; with infinities of
+    one sign, that infinity. Only a finite sum's rounding depends on the order."""
+    pairs = [(float(np.asarray(a).astype(np.float64)), float(np.asarray(b).astype(np.float64))) for a, b in pairs]
+    products = [a * b if math.isfinite(a) and math.isfinite(b) else None for a, b in pairs]
+    if any(p is None for p in products):
+        specials = {a * b for a, b in pairs}
+        if any(math.isnan(p) for p in specials) or {math.inf, -math.inf} <= specials:
+            return float_result(math.nan, element_type)
+        return float_result(next(p for p in specials if math.isinf(p)), element_type)
+    exact = sum((Fraction(a) * Fraction(b) for a, b in pairs), Fraction(0))
+    if exact == 0:       # -0 only if every product is -0 (IEEE 754: x + -x and +0 + -0 are +0)
+        negative = bool(products) and all(p == 0 and math.copysign(1, p) < 0 for p in products)
+        return float_result(-0.0 if negative else 0.0, element_type)
+    return float_result(exact, element_type)
+
+
 def _dot(attrs, operands, element_type, apply):
     """result[i, j] = sum over k of lhs[i, k] * rhs[k, j]: integers exactly, wrapped to the type;
     floats exactly, rounded once (the spec leaves a float sum's order to the implementation)."""
@@ -474,15 +602,9 @@ def _dot(attrs, operands, element_type, apply):
     result = np.empty((rows, columns), lhs.dtype)
     floats = element_class(element_type) == "float"
     for i, j in _indices((rows, columns)):
-        if not floats:
-            result[i, j] = wrap(sum(int(lhs[i, k]) * int(rhs[k, j]) for k in range(inner)), element_type)
-            continue
-        lefts = [float(np.asarray(lhs[i, k]).astype(np.float64)) for k in range(inner)]
-        rights = [float(np.asarray(rhs[k, j]).astype(np.float64)) for k in range(inner)]
-        if not np.isfinite(lefts + rights).all():
-            return None, "a float dot product with infinities or NaN: its order is implementation-defined"
-        exact = sum((Fraction(a) * Fraction(b) for a, b in zip(lefts, rights)), Fraction(0))
-        result[i, j] = float_result(exact if exact != 0 else 0.0, element_type)
+        pairs = [(lhs[i, k], rhs[k, j]) for k in range(inner)]
+        result[i, j] = (float_sum_of_products(pairs, element_type) if floats
+                        else wrap(sum(int(a) * int(b) for a, b in pairs), element_type))
     return result, "a float dot product's summation order is implementation-defined" if floats else None
 
 
@@ -600,6 +722,37 @@ def _scatter_text(attrs, result, names, types, element_type, result_type):
             f"({', '.join(types)}) -> {result_type}")
 
 
+def _padding_text(padding) -> str:
+    rows = ", ".join(f"[{low}, {high}]" for low, high in padding)
+    return f"dense<[{rows}]> : tensor<{len(padding)}x2xi64>" if padding else "dense<> : tensor<0x2xi64>"
+
+
+def _reduce_window_text(attrs, result, names, types, element_type, result_type):
+    scalar = tensor_type((), element_type)
+    init = f"{result}_init"
+    value = init_value(attrs["body"], element_type, dtype_of(element_type))
+    region = _scalar_region(2, element_type, [
+        f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
+    window = (f'window_dimensions = {_i64s(attrs["window"])}, window_strides = {_i64s(attrs["strides"])}, '
+              f'base_dilations = {_i64s(attrs["base_dilations"])}, '
+              f'window_dilations = {_i64s(attrs["window_dilations"])}, padding = {_padding_text(attrs["padding"])}')
+    return (f"{init} = stablehlo.constant dense<{constant_text(value)}> : {scalar}\n  "
+            f'{result} = "stablehlo.reduce_window"({names[0]}, {init}) ({region}) {{{window}}} : '
+            f"({types[0]}, {scalar}) -> {result_type}")
+
+
+def _convolution_text(attrs, result, names, types, element_type, result_type):
+    spatial = ", ".join(str(k) for k in range(len(attrs["window"])))
+    lhs = "[b, " + (spatial + ", " if spatial else "") + "f]"
+    kernel = "[" + (spatial + ", " if spatial else "") + "i, o]"
+    attributes = (f"dimension_numbers = #stablehlo.conv<{lhs}x{kernel}->{lhs}>, "
+                  f'window_strides = {_i64s(attrs["strides"])}, padding = {_padding_text(attrs["padding"])}, '
+                  f'lhs_dilation = {_i64s(attrs["base_dilations"])}, rhs_dilation = {_i64s(attrs["window_dilations"])}, '
+                  "feature_group_count = 1 : i64, batch_group_count = 1 : i64")
+    return (f'{result} = "stablehlo.convolution"({", ".join(names)}) {{{attributes}}} : '
+            f"({', '.join(types)}) -> {result_type}")
+
+
 def constant_text(value) -> str:
     """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
     value = np.asarray(value)
@@ -634,6 +787,9 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
                lambda attrs, shape: [("i32", (attrs["count"], 1))]),
     Structural("scatter", _make_scatter, _scatter_text, _scatter, _ORDERED,
                lambda attrs, shape: [("i32", (attrs["count"], 1)), (None, _scatter_update_shape(attrs, shape))]),
+    Structural("reduce_window", _make_reduce_window, _reduce_window_text, _reduce_window, _ORDERED),
+    Structural("convolution", _make_convolution, _convolution_text, _convolution, ("signed", "unsigned", "float"),
+               lambda attrs, shape: [(None, _convolution_kernel_shape(attrs, shape))]),
     Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),
     Structural("while", _make_while, _while_text, _while, _ANY, results=2),
     Structural("concatenate", _make_concatenate, _concatenate_text, _concatenate, _ANY,

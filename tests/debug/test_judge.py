@@ -13,7 +13,7 @@ from pjrt_ref.interpreter import load
 from pjrt_ref.judge import campaign, corpus, opset, oracle, ruling
 from pjrt_ref.judge.command import main as fuzz_main
 from pjrt_ref.judge.programs import FuzzProgram, Generator, Node
-from pjrt_ref.judge.structural import STRUCTURAL
+from pjrt_ref.judge.structural import STRUCTURAL, float_sum_of_products
 from pjrt_ref.judge.values import random_array
 
 
@@ -213,6 +213,40 @@ def test_dynamic_update_slice_clamps_its_starts_so_the_update_fits():
     assert value.tolist() == [[0, 1], [2, 3], [9, 5]] and silent is None
 
 
+def test_reduce_window_pads_and_dilates_as_the_specs_example():
+    """The spec's reduce_window example (docs/spec.md#reduce_window): a sum of
+    [[1, 2], [3, 4], [5, 6]] over windows [2, 1], strides [4, 1], padding [[2, 1], [0, 0]],
+    base dilations [2, 1], window dilations [3, 1] is [[0, 0], [3, 4]]."""
+    x = np.array([[1, 2], [3, 4], [5, 6]], np.int64)
+    attrs = {"body": "add", "window": [2, 1], "strides": [4, 1], "padding": [[2, 1], [0, 0]],
+             "base_dilations": [2, 1], "window_dilations": [3, 1]}
+    value, silent = _indexed("reduce_window", "i64", [x], attrs, (2, 2))
+    assert value.tolist() == [[0, 0], [3, 4]] and silent is None
+
+
+def test_a_convolution_dilates_its_input_with_zeros_and_wraps_integers():
+    lhs = np.array([1, 2, 3, 4], np.int8).reshape(1, 4, 1)
+    kernel = np.array([1, 10], np.int8).reshape(2, 1, 1)
+    plain = {"window": [2], "strides": [1], "padding": [[0, 0]], "base_dilations": [1], "window_dilations": [1],
+             "outputs": 1}
+    value, silent = _indexed("convolution", "i8", [lhs, kernel], plain, (1, 3, 1))
+    assert value.ravel().tolist() == [21, 32, 43] and silent is None
+    dilated = dict(plain, base_dilations=[2])          # the input becomes 1 0 2 0 3 0 4
+    value, _ = _indexed("convolution", "i8", [lhs, kernel], dilated, (1, 6, 1))
+    assert value.ravel().tolist() == [1, 20, 2, 30, 3, 40]
+    value, _ = _indexed("convolution", "i8", [lhs * 10, kernel], plain, (1, 3, 1))
+    assert value.ravel().tolist() == [210 - 256, 320 - 256, 430 - 512]
+
+
+def test_afloat_sum_of_products_with_infinities_is_decided_whatever_the_order():
+    total = float_sum_of_products
+    inf = np.float32(np.inf)
+    assert math.isnan(total([(inf, 1), (-inf, 1)], "f32")) and math.isnan(total([(inf, 0)], "f32"))
+    assert total([(inf, 2), (np.float32(3e38), 10)], "f32") == inf
+    assert str(total([(np.float32(-0.0), 1), (0, 1)], "f32")) == "0.0"
+    assert str(total([(np.float32(-0.0), 1), (0, -1)], "f32")) == "-0.0"
+
+
 def test_two_float_updates_of_one_element_leave_scatters_answer_to_the_implementation():
     x = np.zeros((2,), np.float32)
     rows = np.array([[1], [1]], np.int32)
@@ -266,7 +300,8 @@ def test_structural_programs_round_trip_through_a_corpus(tmp_path):
                                  "reduce|sort|case|while|dot_general",
                                  "add|multiply|shift|popcnt|convert|compare|select",
                                  "^(real|imag|complex|bitcast_convert|negate)$",
-                                 "gather|scatter|dynamic_update_slice"])
+                                 "gather|scatter|dynamic_update_slice",
+                                 "reduce_window|convolution"])
 def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
     """The oracle recomputes from the spec's formulas; pjrt-ref's kernels must agree
     wherever the spec leaves nothing open (complex and silent cases aside)."""
