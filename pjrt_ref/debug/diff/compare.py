@@ -107,7 +107,8 @@ def ordered_bits(array: np.ndarray) -> np.ndarray:
 def ulp_distance(reference: np.ndarray, other: np.ndarray) -> np.ndarray:
     """Per-element ULP distance as float64 (exact below 2**53), NaN where either is NaN."""
     distance = np.abs(ordered_bits(reference).astype(np.float64) - ordered_bits(other).astype(np.float64))
-    either_nan = np.isnan(reference.astype(np.float64)) | np.isnan(other.astype(np.float64))
+    with np.errstate(invalid="ignore"):       # some narrow-type casts warned "invalid value" in fuzz campaigns
+        either_nan = np.isnan(reference.astype(np.float64)) | np.isnan(other.astype(np.float64))
     return np.where(either_nan, np.nan, distance)
 
 
@@ -115,7 +116,8 @@ def _float_mismatch(reference: np.ndarray, other: np.ndarray, rtol: float,
                     atol: float) -> tuple[np.ndarray, float]:
     """(where the elements differ beyond tolerance, the largest fraction of
     the tolerance an agreeing element uses)."""
-    wide_reference, wide_other = reference.astype(np.float64), other.astype(np.float64)
+    with np.errstate(invalid="ignore"):       # some narrow-type casts warned "invalid value" in fuzz campaigns
+        wide_reference, wide_other = reference.astype(np.float64), other.astype(np.float64)
     same = (wide_reference == wide_other) | (np.isnan(wide_reference) & np.isnan(wide_other))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         difference = np.abs(wide_other - wide_reference)
