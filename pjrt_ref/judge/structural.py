@@ -503,6 +503,55 @@ def _convolution(attrs, operands, element_type, apply):
     return result, "a float convolution's summation order is implementation-defined" if floats else None
 
 
+# ------------------------------------------------------------ reduce_precision
+# The IEEE 754 formats reduce_precision is drawn for: (exponent bits, mantissa bits).
+_IEEE_FORMATS = {"f16": (5, 10), "bf16": (8, 7), "f32": (8, 23), "f64": (11, 52)}
+
+
+def _make_reduce_precision(rng, shape, element_type):
+    if element_type not in _IEEE_FORMATS:
+        return None
+    exponent, mantissa = _IEEE_FORMATS[element_type]
+    return {"exponent_bits": int(rng.integers(1, exponent + 2)),
+            "mantissa_bits": int(rng.integers(0, mantissa + 2))}, tuple(shape)
+
+
+def reduce_precision_bits(bits: int, element_type: str, exponent_bits: int, mantissa_bits: int) -> int:
+    """One element's bits after reduce_precision, as the spec's formal text says: the
+    stored mantissa rounded to `mantissa_bits` (ties to even; a carry goes into the
+    exponent), then an exponent outside the range of `exponent_bits` overflows to
+    infinity or underflows to zero, keeping the sign. Infinities stay; so does a NaN
+    (the op is a conversion to a narrower format and back), where the format has one."""
+    exponent, mantissa = _IEEE_FORMATS[element_type]
+    sign = bits & (1 << (exponent + mantissa))
+    field = (bits >> mantissa) & ((1 << exponent) - 1)
+    if field == (1 << exponent) - 1:
+        return bits
+    if mantissa_bits < mantissa:
+        cut = mantissa - mantissa_bits
+        kept_lowest = (bits >> cut) & 1
+        bits = (bits + (1 << (cut - 1)) - 1 + kept_lowest) & ~((1 << cut) - 1)
+        field = (bits >> mantissa) & ((1 << exponent) - 1)
+    if exponent_bits < exponent and field != (1 << exponent) - 1:
+        bias, reduced_bias = (1 << (exponent - 1)) - 1, (1 << (exponent_bits - 1)) - 1
+        if field - bias > reduced_bias:
+            return sign | (((1 << exponent) - 1) << mantissa)
+        if field - bias <= -reduced_bias:
+            return sign
+    return bits
+
+
+def _reduce_precision(attrs, operands, element_type, apply):
+    (x,) = operands
+    unsigned = f"u{x.dtype.itemsize}"
+    bits = [reduce_precision_bits(int(b), element_type, attrs["exponent_bits"], attrs["mantissa_bits"])
+            for b in x.reshape(-1).view(unsigned)]
+    silent = None
+    if attrs["mantissa_bits"] == 0 and np.isnan(x.astype(np.float64)).any():
+        silent = "a format with no mantissa bits has no NaN: the spec does not say what a NaN becomes"
+    return np.array(bits, unsigned).view(x.dtype).reshape(x.shape), silent
+
+
 # The ops a case branch or a while body applies: each exact for its classes.
 _BRANCH_OPS = {"bool": ("not",), "signed": ("negate", "not", "abs"), "unsigned": ("not", "popcnt"),
                "float": ("negate", "abs", "floor"), "complex": ("negate",)}
@@ -753,6 +802,11 @@ def _convolution_text(attrs, result, names, types, element_type, result_type):
             f"({', '.join(types)}) -> {result_type}")
 
 
+def _reduce_precision_text(attrs, result, names, types, element_type, result_type):
+    return (f'{result} = "stablehlo.reduce_precision"({names[0]}) {{exponent_bits = {attrs["exponent_bits"]} : i32, '
+            f'mantissa_bits = {attrs["mantissa_bits"]} : i32}} : ({types[0]}) -> {result_type}')
+
+
 def constant_text(value) -> str:
     """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
     value = np.asarray(value)
@@ -790,6 +844,7 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
     Structural("reduce_window", _make_reduce_window, _reduce_window_text, _reduce_window, _ORDERED),
     Structural("convolution", _make_convolution, _convolution_text, _convolution, ("signed", "unsigned", "float"),
                lambda attrs, shape: [(None, _convolution_kernel_shape(attrs, shape))]),
+    Structural("reduce_precision", _make_reduce_precision, _reduce_precision_text, _reduce_precision, ("float",)),
     Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),
     Structural("while", _make_while, _while_text, _while, _ANY, results=2),
     Structural("concatenate", _make_concatenate, _concatenate_text, _concatenate, _ANY,

@@ -247,6 +247,17 @@ def test_afloat_sum_of_products_with_infinities_is_decided_whatever_the_order():
     assert str(total([(np.float32(-0.0), 1), (0, -1)], "f32")) == "-0.0"
 
 
+@pytest.mark.parametrize("value, expected", [(1 + 2.0 ** -23, 1.0), (65520.0, math.inf), (-65520.0, -math.inf),
+                                             (2.0 ** -20, 0.0), (-(2.0 ** -14), -(2.0 ** -14)), (math.inf, math.inf)])
+def test_reduce_precision_to_half_precision_rounds_to_even_and_has_no_subnormals(value, expected):
+    """spec: reduce_precision rounds the mantissa (ties to even), then overflows to
+    infinity or underflows to zero: 65520 is halfway to 2^16 (infinity in 5 exponent
+    bits); 2^-20, a subnormal of f16, is zero."""
+    x = np.array([value], np.float32)
+    result, silent = _indexed("reduce_precision", "f32", [x], {"exponent_bits": 5, "mantissa_bits": 10}, (1,))
+    assert silent is None and result[0] == expected and math.copysign(1, result[0]) == math.copysign(1, expected)
+
+
 def test_two_float_updates_of_one_element_leave_scatters_answer_to_the_implementation():
     x = np.zeros((2,), np.float32)
     rows = np.array([[1], [1]], np.int32)
@@ -301,7 +312,7 @@ def test_structural_programs_round_trip_through_a_corpus(tmp_path):
                                  "add|multiply|shift|popcnt|convert|compare|select",
                                  "^(real|imag|complex|bitcast_convert|negate)$",
                                  "gather|scatter|dynamic_update_slice",
-                                 "reduce_window|convolution"])
+                                 "reduce_window|convolution|reduce_precision"])
 def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
     """The oracle recomputes from the spec's formulas; pjrt-ref's kernels must agree
     wherever the spec leaves nothing open (complex and silent cases aside)."""
