@@ -498,8 +498,11 @@ def _convolution(attrs, operands, element_type, apply):
                 at = [index[0]] + position + [feature]
                 products.append((_padded_value(lhs, at, attrs, dims, zero),
                                  kernel[tuple(offset) + (feature, index[-1])]))
-        result[index] = (float_sum_of_products(products, element_type) if floats
-                         else wrap(sum(int(a) * int(b) for a, b in products), element_type))
+        value = (float_sum_of_products(products, element_type) if floats
+                 else wrap(sum(int(a) * int(b) for a, b in products), element_type))
+        if value is None:
+            return None, OVERFLOW_OPEN
+        result[index] = value
     return result, "a float convolution's summation order is implementation-defined" if floats else None
 
 
@@ -625,20 +628,29 @@ def _make_dot(rng, shape, element_type):
     return {"columns": columns}, (shape[0], columns)
 
 
+OVERFLOW_OPEN = ("an infinity in a float sum of products that could also overflow: the precision of the "
+                 "products and the sum is the implementation's choice")
+
+
 def float_sum_of_products(pairs, element_type: str):
-    """The sum of a * b over `pairs`, exact and rounded once. With a NaN, an infinity
-    times zero, or infinities of both signs, every order gives NaN; with infinities of
-    one sign, that infinity. Only a finite sum's rounding depends on the order."""
-    pairs = [(float(np.asarray(a).astype(np.float64)), float(np.asarray(b).astype(np.float64))) for a, b in pairs]
-    products = [a * b if math.isfinite(a) and math.isfinite(b) else None for a, b in pairs]
-    if any(p is None for p in products):
-        specials = {a * b for a, b in pairs}
-        if any(math.isnan(p) for p in specials) or {math.inf, -math.inf} <= specials:
-            return float_result(math.nan, element_type)
-        return float_result(next(p for p in specials if math.isinf(p)), element_type)
-    exact = sum((Fraction(a) * Fraction(b) for a, b in pairs), Fraction(0))
+    """The sum of a * b over `pairs`, exact and rounded once, or None where the spec leaves
+    it open. A NaN, an infinity times zero, or infinite products of both signs give NaN in
+    any order and precision; infinite products of one sign give that infinity. But where a
+    finite product or a partial sum of them could overflow to an infinity of its own, the
+    answer depends on how wide the products and the sum are computed, which is the
+    implementation's choice (dot_general's precision_config)."""
+    wide = [(float(np.asarray(a).astype(np.float64)), float(np.asarray(b).astype(np.float64))) for a, b in pairs]
+    finite = [Fraction(a) * Fraction(b) for a, b in wide if math.isfinite(a) and math.isfinite(b)]
+    specials = {a * b for a, b in wide if not (math.isfinite(a) and math.isfinite(b))}
+    if any(math.isnan(p) for p in specials) or {math.inf, -math.inf} <= specials:
+        return float_result(math.nan, element_type)
+    if sum(abs(p) for p in finite) > Fraction(float(ml_dtypes.finfo(dtype_of(element_type)).max)):
+        return None
+    if specials:
+        return float_result(specials.pop(), element_type)
+    exact = sum(finite, Fraction(0))
     if exact == 0:       # -0 only if every product is -0 (IEEE 754: x + -x and +0 + -0 are +0)
-        negative = bool(products) and all(p == 0 and math.copysign(1, p) < 0 for p in products)
+        negative = bool(wide) and all(math.copysign(1, a) * math.copysign(1, b) < 0 for a, b in wide)
         return float_result(-0.0 if negative else 0.0, element_type)
     return float_result(exact, element_type)
 
@@ -652,8 +664,11 @@ def _dot(attrs, operands, element_type, apply):
     floats = element_class(element_type) == "float"
     for i, j in _indices((rows, columns)):
         pairs = [(lhs[i, k], rhs[k, j]) for k in range(inner)]
-        result[i, j] = (float_sum_of_products(pairs, element_type) if floats
-                        else wrap(sum(int(a) * int(b) for a, b in pairs), element_type))
+        value = (float_sum_of_products(pairs, element_type) if floats
+                 else wrap(sum(int(a) * int(b) for a, b in pairs), element_type))
+        if value is None:
+            return None, OVERFLOW_OPEN
+        result[i, j] = value
     return result, "a float dot product's summation order is implementation-defined" if floats else None
 
 
