@@ -34,8 +34,11 @@ import sys
 import tempfile
 import threading
 
+import cffi
+
 from pjrt_ref import settings
 from pjrt_ref.errors import FailedPrecondition
+from pjrt_ref.interpreter.native.codegen import cache_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 C_SOURCE = os.path.join(HERE, "xla_ffi_api.c")
@@ -99,7 +102,6 @@ def _build_key() -> str:
 
 
 def _build_dir() -> str:
-    from pjrt_ref.interpreter.native.codegen import cache_dir
     return os.path.join(cache_dir(), "xla-ffi", _build_key())
 
 
@@ -107,7 +109,6 @@ def _compile(target_dir: str) -> str:
     """Compile the bridge into `target_dir` (atomically: a scratch directory
     renamed into place, so processes building at once never see half a
     library); the path of the extension module."""
-    import cffi
     builder = cffi.FFI()
     builder.cdef(cdef_text(_read(xla_header()), _read(OWN_HEADER)))
     builder.set_source(MODULE_NAME, _read(C_SOURCE), include_dirs=[include_dir(), HERE],

@@ -91,7 +91,7 @@ def _profile_command(argv: list[str]) -> int:
 def _cost_command(argv: list[str]) -> int:
     """Flops, transcendentals and bytes accessed per op (what JAX's cost_analysis() reports)."""
     from pjrt_ref import debug  # noqa: F401  (loads PJRT_REF_PROFILE's and _DIFF's sinks, as `run` does)
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
     from pjrt_ref.interpreter.cost import report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref cost", description=_cost_command.__doc__)
