@@ -54,7 +54,6 @@ import numpy as np
 
 from pjrt_ref import __version__, package_home, settings
 from pjrt_ref.errors import FailedPrecondition, Internal, InvalidArgument, PjrtRefError
-from pjrt_ref.interpreter.native.codegen import cache_dir
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
 # then the entry name and the bytes; the checker answers READ_ANSWER once it
@@ -217,6 +216,8 @@ def _digest(entry: str, data: bytes) -> bytes:
 
 
 def _survivor_file(digest: bytes) -> str:
+    from pjrt_ref.interpreter.native.codegen import cache_dir
+
     return os.path.join(cache_dir(), "bytecode-checked", digest.hex())
 
 

@@ -38,7 +38,6 @@ import cffi
 
 from pjrt_ref import settings
 from pjrt_ref.errors import FailedPrecondition
-from pjrt_ref.interpreter.native.codegen import cache_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 C_SOURCE = os.path.join(HERE, "xla_ffi_api.c")
@@ -102,6 +101,7 @@ def _build_key() -> str:
 
 
 def _build_dir() -> str:
+    from pjrt_ref.interpreter.native.codegen import cache_dir
     return os.path.join(cache_dir(), "xla-ffi", _build_key())
 
 
