@@ -7,7 +7,7 @@ that a process may never need, until the code that needs it runs. Each
 reason says what the load costs or why it must wait; the costs are
 `python -X importtime` in a process that has already imported numpy and
 `pjrt_ref.capi` (what a framework's process has once it loads the plugin),
-on the 2-core AVX2 machine of benchmarks/README.md.
+on the 2-core AMD EPYC (AVX-512) machine of this project's benchmarks, under load.
 
 tests/project/test_deferred_imports.py holds every product module (and the
 benchmarks) to this list, and fails on a key no import uses. An import inside
@@ -45,6 +45,11 @@ DEFERRED = {
                                     "(interpreter/__init__.py's `__getattr__` gives `load` and `Program`).",
     "pjrt_ref.frameworks.torch.plugin": "imports torch_xla at its top (optional, the `torch` extra): "
                                         "`pjrt-ref torch-tests` runs PyTorch/XLA's tests without loading it.",
+    "pjrt_ref.debug.diff": "PJRT_REF_DIFF's differ and its one-op cutter (about 16 ms): loaded only when "
+                           "the switch is on, never on a plain run's path to the first result.",
+    "pjrt_ref.distributed": "the cross-process transport (about 17 ms, and mpi4py when it runs over MPI): "
+                            "only a client of several processes (PJRT_Client_Create with num_nodes > 1) "
+                            "needs it.",
     "pjrt_ref.interpreter.plan": "the planner, which loads the engine with it (see "
                                  "pjrt_ref.interpreter.program); `pjrt_ref.debug` and the cost model "
                                  "need it only once a program is planned.",

@@ -16,14 +16,15 @@ those switches imports it first.
 """
 from __future__ import annotations
 
-from pjrt_ref.debug.diff import Differ
 from pjrt_ref.interpreter.instrument import plug_in
 from pjrt_ref.debug.profile import recorder
 
 
 def _differ(spec: str):
-    """PJRT_REF_DIFF's differ (the diff package is light: jaxlib, which its
-    one-op cutter needs, is imported only when the switch is on)."""
+    """PJRT_REF_DIFF's differ; the diff package (and the one-op cutter it
+    brings) is imported only when the switch is on."""
+    from pjrt_ref.debug.diff import Differ
+
     return Differ.from_environment(spec)
 
 

@@ -6,7 +6,6 @@ from typing import Callable
 
 import numpy as np
 
-from pjrt_ref.distributed import join
 from pjrt_ref.model.buffer import Buffer
 from pjrt_ref.model.device import Device, DeviceDescription
 from pjrt_ref.errors import AlreadyExists, InvalidArgument, NotFound
@@ -37,6 +36,7 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
     if kv_store is None:
         raise InvalidArgument(f"num_nodes={num_nodes}: a client of several processes needs "
                               "the key-value store callbacks of PJRT_Client_Create")
+    from pjrt_ref.distributed import join
 
     cluster = join(kv_store, int(options.get("node_id", 0)), num_nodes, device_count(options),
                    platform_version(), collective_timeout())
