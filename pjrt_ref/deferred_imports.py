@@ -50,6 +50,9 @@ DEFERRED = {
     "pjrt_ref.distributed": "the cross-process transport (about 17 ms, and mpi4py when it runs over MPI): "
                             "only a client of several processes (PJRT_Client_Create with num_nodes > 1) "
                             "needs it.",
+    "pjrt_ref.interpreter.ops": "the op families: the registry loads each on the first op of its kind "
+                                "(interpreter/op_index.py), so the plugin's start loads none "
+                                "(tests/frameworks/test_jax_plugin.py::test_plugin_costs_little_at_startup).",
     "pjrt_ref.interpreter.plan": "the planner, which loads the engine with it (see "
                                  "pjrt_ref.interpreter.program); `pjrt_ref.debug` and the cost model "
                                  "need it only once a program is planned.",

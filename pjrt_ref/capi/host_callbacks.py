@@ -22,7 +22,6 @@ import contextlib
 
 from pjrt_ref.capi import handles
 from pjrt_ref.errors import ErrorCode, InvalidArgument, PjrtRefError
-from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
 from pjrt_ref.model.event import Event
 from pjrt_ref.services.host_callbacks import CopyToDeviceStream, DeviceHostTransfers, HostTransfers, Receiver, Sender
 from pjrt_ref.capi import cdata
@@ -134,6 +133,7 @@ def attached_host_transfers(options, device_index: int):
     transfers = host_transfers_for(options, device_index)
     if transfers is None:
         return _NO_CALLBACKS
+    from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
     return attach_host_channel(transfers)
 
 
@@ -147,6 +147,7 @@ def attached_device_host_transfers(options, logical_ids: list[tuple[int, int]]):
         if transfers is None:
             return _NO_CALLBACKS
         by_process[tuple(logical_id)] = transfers
+    from pjrt_ref.interpreter.ops.side_effects import attach_host_channel
     return attach_host_channel(DeviceHostTransfers(by_process))
 
 
