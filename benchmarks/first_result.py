@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import sys
 
+from .workloads import WORKLOADS
+
 
 def main(name: str) -> None:
     import jax
-
-    from .workloads import WORKLOADS
 
     fn, args = WORKLOADS[name].build()
     jax.block_until_ready(jax.jit(fn)(*args))

@@ -10,6 +10,8 @@ import importlib.metadata
 import os
 import platform
 
+from pjrt_ref.interpreter.native import openblas
+
 
 def _cpuinfo() -> dict[str, str]:
     """The first processor's fields of /proc/cpuinfo (empty elsewhere)."""
@@ -42,8 +44,6 @@ def _version(distribution: str) -> str | None:
 
 def describe() -> dict:
     """The machine and software as a JSON-able dict."""
-    from pjrt_ref.interpreter.native import openblas
-
     cpu = _cpuinfo()
     flags = set(cpu.get("flags", "").split())
     try:

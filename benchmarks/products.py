@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from . import machine
+from pjrt_ref.interpreter.native import blas, openblas_threads, product_strategy
 
 # (name, rows, inner, columns): W2's product, W4's forward and weight-
 # gradient products, W5's second convolution as im2col (8*32*32 x 3*3*16).
@@ -33,8 +34,6 @@ SHAPES = [("W2", 256, 256, 256), ("W4 forward", 128, 784, 512),
 
 
 def candidates(a: np.ndarray, b: np.ndarray) -> dict:
-    from pjrt_ref.interpreter.native import blas, openblas_threads, product_strategy
-
     engine = blas.engine()
     blocks = blas.product_blocks(a.shape[0], a.shape[1], b.shape[1])
     call = engine.gemm_call(a, b)
@@ -69,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
-    from pjrt_ref.interpreter.native import blas
 
     blas.limit_blas_threads()
     engine = blas.engine()

@@ -30,6 +30,10 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
+
+import numpy as np
+from pjrt_ref.capi import handles
 
 os.environ.setdefault("JAX_PLATFORMS", "pjrt_ref,cpu")
 # Loops' numba kernels built at their first run, within the warm-up: a
@@ -49,7 +53,6 @@ def rss_kib() -> int:
 def programs():
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((16, 16)).astype(np.float32)
@@ -76,7 +79,6 @@ def concurrent_compile(threads: int, per_thread: int, timeout: float) -> dict:
     so the plugin's lazy first-compile set-up is raced too); checked against numpy."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     ours = jax.devices("pjrt_ref")[0]
     host = np.arange(64, dtype=np.float32)
@@ -114,7 +116,6 @@ def _run_threads(worker, threads: int, timeout: float) -> tuple[float, list[int]
 
 def load(threads: int, per_thread: int, timeout: float) -> dict:
     import jax
-    import numpy as np
 
     ours, cpu = jax.devices("pjrt_ref")[0], jax.devices("cpu")[0]
     progs = programs()
@@ -126,7 +127,6 @@ def load(threads: int, per_thread: int, timeout: float) -> dict:
     placed = {name: [jax.device_put(x, ours) for x in args] for name, (_, args) in progs.items()}
     for name, (fn, _) in progs.items():          # compile once, outside the threads
         jax.block_until_ready(fn(*placed[name]))
-    from pjrt_ref.capi import handles
     gc.collect()
     handles_before = handles.count()
 
@@ -157,18 +157,12 @@ def load(threads: int, per_thread: int, timeout: float) -> dict:
 
 def kinds():
     """Live plugin handles by object type."""
-    from collections import Counter
-
-    from pjrt_ref.capi import handles
     return Counter(type(o).__name__ for o in handles.live_objects())
 
 
 def soak(total: int, warmup: int) -> dict:
     import jax
     import jax.numpy as jnp
-    import numpy as np
-
-    from pjrt_ref.capi import handles
 
     ours = jax.devices("pjrt_ref")[0]
     f = jax.jit(lambda x, y: x * 2.0 + y)
@@ -235,9 +229,6 @@ def wait_for_background_kernels() -> None:
 def mixed_soak(total: int, warmup: int) -> dict:
     """The load mix (while, scatter, ...) run `total` times on one thread: RSS and handles."""
     import jax
-    import numpy as np
-
-    from pjrt_ref.capi import handles
 
     ours = jax.devices("pjrt_ref")[0]
     progs = programs()

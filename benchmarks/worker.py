@@ -18,14 +18,23 @@ the time limit to the calls alone.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
+
+from . import compile_scaling
+from .workloads import WORKLOADS
+from pjrt_ref.interpreter.loader import make_context
+from pjrt_ref.interpreter.native import blas
+from pjrt_ref.interpreter.optimiser import background
 
 # Stop timing a backend after this many seconds of steady-state calls.
 TIME_BUDGET = 20.0
@@ -125,7 +134,6 @@ def wait_for_background_kernels() -> float:
     or when none were queued): the steady state is timed after them."""
     if "pjrt_ref.interpreter.optimiser.background" not in sys.modules:
         return 0.0
-    from pjrt_ref.interpreter.optimiser import background
 
     t0 = time.perf_counter()
     background.wait()
@@ -222,7 +230,7 @@ def runs_interpreted(fn, args) -> bool:
     """Whether pjrt_ref runs the program's `while` loop op by op (not compiled by optimiser/loops.py)."""
     import jax
 
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     program = load(jax.jit(fn).lower(16, *args).as_text())
     return any(step.op.name == "stablehlo.while"
@@ -259,11 +267,6 @@ def run_compile_scaling(workload) -> tuple[dict, list]:
     recorded with `over_s` instead of `compile_s`. The sample is the
     geometric mean over the rows that finished (for the rounds' pairing);
     the rows are what the report reads."""
-    import subprocess
-    import tempfile
-
-    from . import compile_scaling
-
     results, outputs = {}, []
     with tempfile.TemporaryDirectory(prefix="pjrt_ref_w14_") as scratch:
         for index, (label, devices, num_ops) in enumerate(compile_scaling.rows()):
@@ -293,7 +296,7 @@ def lowered_text(workload) -> tuple[str, list[np.ndarray]]:
 
 
 def run_interpreter(workload, repeats: int) -> tuple[dict, list]:
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     text, args = lowered_text(workload)
     reset_peak_rss()
@@ -313,8 +316,6 @@ def run_interpreter(workload, repeats: int) -> tuple[dict, list]:
 def run_reference(workload, repeats: int, outdir: str, time_limit: float) -> tuple[dict, list]:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
-
-    from pjrt_ref.interpreter.loader import make_context
 
     text, args = lowered_text(workload)
     with make_context(), ir.Location.unknown():
@@ -349,7 +350,7 @@ def dispatch_program(num_ops: int = 1000) -> str:
 
 
 def run_dispatch(repeats: int) -> tuple[dict, list]:
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     t0 = time.perf_counter()
     program = load(dispatch_program())
@@ -365,17 +366,11 @@ def run_dispatch(repeats: int) -> tuple[dict, list]:
 def product_strategies() -> dict:
     """How this process ran each product shape it met (its product engine's
     strategies: interpreter/native/product_probes.py)."""
-    import dataclasses
-
-    from pjrt_ref.interpreter.native import blas
-
     known = blas.engine().strategies.known
     return {key: dataclasses.asdict(strategy) for key, strategy in known.items()}
 
 
 def main(argv: list[str]) -> None:
-    from .workloads import WORKLOADS
-
     mode, name, repeats, outdir = argv[:4]
     time_limit = float(argv[4]) if len(argv) > 4 else 60.0
     repeats = int(repeats)

@@ -29,6 +29,8 @@ from typing import Callable
 
 import numpy as np
 
+from . import loop_ops, models
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -159,38 +161,26 @@ def build_prng():
 
 
 def build_transformer_step():
-    from . import models
-
     return models.transformer_train_step(_rng())
 
 
 def build_lstm():
-    from . import models
-
     return models.lstm_train_step(_rng())
 
 
 def build_resnet_block_step():
-    from . import models
-
     return models.resnet_block_train_step(_rng())
 
 
 def build_transformer_forward():
-    from . import models
-
     return models.transformer_forward(_rng(), layers=12)
 
 
 def build_small_programs():
-    from . import models
-
     return models.small_programs(_rng())
 
 
 def build_loop_ops():
-    from . import loop_ops
-
     return loop_ops.rows()
 
 

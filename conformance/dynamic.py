@@ -35,6 +35,7 @@ import re
 
 import numpy as np
 
+from pjrt_ref.interpreter.loader import make_context
 from pjrt_ref.interpreter.ops.checks import equal_elements, ulp_difference
 from pjrt_ref.interpreter.types import TensorType, is_bool, is_complex, is_float, is_integer
 
@@ -63,8 +64,6 @@ def round_trip(text: str) -> str:
     raises RoundTripMismatch naming the first differing line."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
-
-    from pjrt_ref.interpreter.loader import make_context
 
     version = stablehlo.get_current_version()
     try:

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import io
 import os
 import pickle
 import signal
 import tempfile
 
 import numpy as np
+
+from pjrt_ref.interpreter.loader import make_context
+from pjrt_ref.interpreter.types import ELEMENT_DTYPES
 
 CHILD_TIME_LIMIT = 300  # seconds; the pool's per-case timeout is usually shorter
 _PR_SET_PDEATHSIG = 1
@@ -83,8 +87,6 @@ def _evaluate(text: str, arguments: list, dimensions: int) -> list[np.ndarray]:
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from pjrt_ref.interpreter.loader import make_context
-
     static = static_module(text, arguments, dimensions)
     with make_context() as context, ir.Location.unknown():
         context.enable_multithreading(False)
@@ -102,12 +104,8 @@ def static_module(text: str, arguments: list, dimensions: int) -> str:
     their shapes, the first `dimensions` arguments (dimension sizes) replaced
     by constants, shapes refined by XLA's `refine_polymorphic_shapes`, and
     `@shape_assertion` calls removed."""
-    import io
-
     from jaxlib import _jax
     from jaxlib.mlir import ir
-
-    from pjrt_ref.interpreter.loader import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -245,8 +243,6 @@ def _needs_bits(element: str) -> bool:
 
 def _arrays(results: list, rewritten: list[str]) -> list[np.ndarray]:
     """The results as numpy arrays, undoing `_readable_results`."""
-    from pjrt_ref.interpreter.types import ELEMENT_DTYPES
-
     plain = iter(np.array(result) for result in results)
     arrays = []
     for element in rewritten:

@@ -31,9 +31,13 @@ import traceback
 from dataclasses import dataclass
 
 from pjrt_ref.errors import PjrtRefError, Unimplemented
-from pjrt_ref.conformance import dynamic
+from pjrt_ref.conformance import dynamic, oracle
 from pjrt_ref.conformance.generic_form import to_generic_form
 from pjrt_ref.conformance.testfile import read_text, split_chunks
+from pjrt_ref.interpreter import ops
+from pjrt_ref.interpreter.loader import make_context, parse_module
+from pjrt_ref.interpreter.ops import checks
+from pjrt_ref.interpreter.ops.checks import CheckFailure
 
 PASS, FAIL, ERROR, UNSUPPORTED, TIMEOUT = "pass", "fail", "error", "unsupported", "timeout"
 MAX_MESSAGE = 2000  # characters; MLIR diagnostics can quote whole regions
@@ -81,8 +85,6 @@ class _Contexts:
         self.count = 0
 
     def get(self):
-        from pjrt_ref.interpreter.loader import make_context
-
         if self.context is None or self.count >= self.uses:
             self.context = make_context()
             # No MLIR worker threads: dynamic cases fork this process to run
@@ -99,7 +101,6 @@ _CONTEXTS = _Contexts()
 
 def _load_chunk(path: str, chunk_index: int):
     """The chunk parsed and ready to plan, or the exception loading raised."""
-    from pjrt_ref.interpreter.loader import parse_module
     from pjrt_ref.interpreter.plan import ModulePlan
 
     try:
@@ -131,8 +132,6 @@ def run_case(task: tuple) -> tuple[str, str, float]:
 
 
 def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
-    from pjrt_ref.interpreter.ops import checks
-
     loaded = _CACHE.get(path, chunk_index)
     if isinstance(loaded, BaseException):
         raise loaded
@@ -160,8 +159,6 @@ def _run(path: str, chunk_index: int, function: str) -> tuple[str, str]:
 def _run_dynamic(source: str, plan) -> tuple[str, str]:
     """A dynamic case (see `dynamic.py`): round trip, run on synthesized
     arguments, compare with the reference interpreter."""
-    from pjrt_ref.conformance import oracle
-
     try:
         version = dynamic.round_trip(source)
     except dynamic.RoundTripMismatch as mismatch:
@@ -185,8 +182,6 @@ def _run_dynamic(source: str, plan) -> tuple[str, str]:
 
 def classify(error: BaseException) -> tuple[str, str]:
     """(status, message) for an exception a case raised."""
-    from pjrt_ref.interpreter.ops.checks import CheckFailure
-
     if isinstance(error, CheckFailure):
         return FAIL, str(error)
     if isinstance(error, (Unimplemented, NotImplementedError)):
@@ -213,8 +208,6 @@ def _message(error: BaseException) -> str:
 
 def preload() -> None:
     """Import the interpreter, jaxlib's MLIR and every op family."""
-    from pjrt_ref.interpreter import ops
-
     ops.load_all()
     from jaxlib.mlir import ir  # noqa: F401
     from jaxlib.mlir.dialects import chlo, sdy, stablehlo  # noqa: F401

@@ -52,7 +52,7 @@ import threading
 
 import numpy as np
 
-from pjrt_ref import package_home, settings
+from pjrt_ref import __version__, package_home, settings
 from pjrt_ref.errors import FailedPrecondition, Internal, InvalidArgument, PjrtRefError
 
 # The protocol, shared with bytecode_checker.py: a request is REQUEST_HEADER
@@ -207,7 +207,6 @@ def _versions() -> bytes:
     if _VERSIONS is None:
         import jaxlib.version
 
-        from pjrt_ref import __version__
         _VERSIONS = f"pjrt-ref {__version__}, jaxlib {jaxlib.version.__version__}".encode()
     return _VERSIONS
 

@@ -5,6 +5,10 @@ through the `jax_plugins` entry point, see `pjrt_ref.frameworks.jax`).
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+
 from pjrt_ref import package_home as _package_home
 
 __version__ = "0.1.0"
@@ -44,8 +48,6 @@ def shim_path() -> str:
 
     Found without importing it, so a framework's dlopen is the first load.
     """
-    import sys
-
     loaded = sys.modules.get(SHIM_MODULE)       # already loaded (e.g. by a host's dlopen)
     if loaded is not None:                      # ask the library itself (dladdr)
         return loaded.ffi.string(loaded.lib.pjrt_ref_shim_path()).decode()
@@ -53,9 +55,6 @@ def shim_path() -> str:
 
 
 def _built_library(module: str) -> str:
-    import importlib.util
-    import os
-
     try:
         spec = importlib.util.find_spec(module)
     except ValueError:                          # in sys.modules without a __spec__

@@ -29,6 +29,8 @@ for pjrt_ref with that reason; such a target is registered from Python with
 from __future__ import annotations
 
 from pjrt_ref.interpreter.ffi import targets
+from pjrt_ref.interpreter.ffi.call_frame import TypedCall
+from pjrt_ref.interpreter.ffi.legacy import LegacyCall
 
 
 def plan_call(op, target: str):
@@ -38,7 +40,5 @@ def plan_call(op, target: str):
     if handler is None:
         return None
     if handler.api_version == targets.TYPED_FFI:
-        from pjrt_ref.interpreter.ffi.call_frame import TypedCall
         return TypedCall(op, handler)
-    from pjrt_ref.interpreter.ffi.legacy import LegacyCall
     return LegacyCall(op, handler)

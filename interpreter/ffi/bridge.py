@@ -34,6 +34,8 @@ import sys
 import tempfile
 import threading
 
+import cffi
+
 from pjrt_ref import settings
 from pjrt_ref.errors import FailedPrecondition
 
@@ -107,7 +109,6 @@ def _compile(target_dir: str) -> str:
     """Compile the bridge into `target_dir` (atomically: a scratch directory
     renamed into place, so processes building at once never see half a
     library); the path of the extension module."""
-    import cffi
     builder = cffi.FFI()
     builder.cdef(cdef_text(_read(xla_header()), _read(OWN_HEADER)))
     builder.set_source(MODULE_NAME, _read(C_SOURCE), include_dirs=[include_dir(), HERE],

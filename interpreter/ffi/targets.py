@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pjrt_ref import settings
 from pjrt_ref.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from pjrt_ref.interpreter.ffi.bridge import bridge
 
 PLATFORM = "pjrt_ref"
 # A typed XLA FFI handler (XLA_FFI_Handler*; all the PJRT FFI extension
@@ -118,7 +119,6 @@ def _check_platform(name: str, platform: str) -> None:
 
 
 def _check_address(name: str, address: int) -> None:
-    from pjrt_ref.interpreter.ffi.bridge import bridge
     module = bridge()
     if not address or not module.lib.pjrt_ref_ffi_is_code_address(module.ffi.cast("void*", address)):
         raise InvalidArgument(f"FFI target '{name}': the handler 0x{address:x} is not a function of "
@@ -127,7 +127,6 @@ def _check_address(name: str, address: int) -> None:
 
 def _check_metadata(name: str, address: int) -> None:
     """Ask the handler for the XLA FFI version it was built with, as XLA does."""
-    from pjrt_ref.interpreter.ffi.bridge import bridge
     module = bridge()
     ffi, lib = module.ffi, module.lib
     metadata = ffi.new("XLA_FFI_Metadata*")

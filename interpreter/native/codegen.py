@@ -16,6 +16,7 @@ import re
 import sys
 import tempfile
 import threading
+import warnings
 
 
 from pjrt_ref import settings
@@ -172,8 +173,6 @@ def element_loop(body: list) -> list:
 
 
 def _replace_word(text: str, old: str, new: str) -> str:
-    import re
-
     return re.sub(rf"\b{re.escape(old)}\b", new, text)
 
 
@@ -292,8 +291,6 @@ def compile_safely(compile_function, source: str, *args, **kwargs):
     try:
         return compile_function(source, *args, **kwargs)
     except (NumbaError, TypeError, ValueError, OSError) as error:
-        import warnings
-
         digest = _digest(source)
         warnings.warn(f"pjrt-ref: numba kernel pjrt_ref_kernel_{digest} not compiled, "
                       f"running unfused ({type(error).__name__}: {error})", RuntimeWarning)

@@ -23,6 +23,10 @@ import functools
 
 import numpy as np
 
+from pjrt_ref.interpreter import registry
+from pjrt_ref.interpreter.steps import OpInfo
+from pjrt_ref.interpreter.types import TensorType
+
 F64 = np.dtype(np.float64)
 
 # op -> float64 expression over its operand {0}: numpy's float64 function in
@@ -66,9 +70,6 @@ def compiled_matches_interpreter(op_name: str, inputs: np.ndarray, template: str
     `op_name` on every one of `inputs`; NaNs compare as NaNs (their
     payloads are the jit's named exception). The probe behind libm_agrees
     and half_precision.math_agrees."""
-    from pjrt_ref.interpreter import registry
-    from pjrt_ref.interpreter.steps import OpInfo
-    from pjrt_ref.interpreter.types import TensorType
     from pjrt_ref.interpreter.native import codegen
 
     ttype = TensorType(shape=inputs.shape, dtype=inputs.dtype, element_type=element_type)

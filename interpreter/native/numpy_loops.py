@@ -24,7 +24,10 @@ import functools
 
 import numpy as np
 
+from pjrt_ref.interpreter import registry
 from pjrt_ref.interpreter.native.float64_math import F64, probe_inputs
+from pjrt_ref.interpreter.steps import OpInfo
+from pjrt_ref.interpreter.types import TensorType
 
 # ops whose interpreter kernel is this numpy ufunc on float64 (ops/elementwise_unary.py)
 UFUNCS = {
@@ -103,10 +106,6 @@ def run(function, values: np.ndarray) -> np.ndarray:
 def agrees(op_name: str) -> bool:
     """Whether numpy's loop, called by address, gives the interpreter's
     float64 bits for `op_name` on float64_math's probe inputs (NaNs as NaNs)."""
-    from pjrt_ref.interpreter import registry
-    from pjrt_ref.interpreter.steps import OpInfo
-    from pjrt_ref.interpreter.types import TensorType
-
     function = loop_function(op_name)
     if function is None:
         return False

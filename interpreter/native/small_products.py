@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pjrt_ref.interpreter import registry
 from pjrt_ref.interpreter.native import hand_back, openblas
 
 ROW_MAJOR, COLUMN_MAJOR = 101, 102          # CBLAS_ORDER
@@ -263,8 +264,6 @@ _VERDICTS: dict = {}
 
 
 def _agrees(key, op) -> bool:
-    from pjrt_ref.interpreter import registry
-
     if key in _VERDICTS:
         return _VERDICTS[key]
     call = key[1]

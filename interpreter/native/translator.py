@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pjrt_ref.interpreter.types import TensorType
-from pjrt_ref.interpreter.native import float64_math, half_precision, hand_back, numpy_loops
+from pjrt_ref.interpreter.native import float64_math, half_precision, hand_back, numpy_loops, small_products
 from pjrt_ref.interpreter.native.loop_expressions import TYPE_NAMES, element_expression
 from pjrt_ref.interpreter.native.scalar_expressions import F32, F64
 
@@ -409,7 +409,6 @@ class Translator:
         """What fails its probe here: (op name, dtype) transcendentals and
         small_products.probe_key's of products. A translation that hands
         them back (`handed_back`) can still compile."""
-        from pjrt_ref.interpreter.native import small_products
 
         def agrees(name, dtype):
             return float64_math.libm_agrees(name) if dtype == F64 else half_precision.math_agrees(name, dtype)

@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from pjrt_ref.interpreter.native.regions import folder
+from pjrt_ref.interpreter.ops.elementwise_binary import maximum_values, minimum_values
 from pjrt_ref.interpreter.types import is_bool, is_float
 
 # Region body op -> the numpy ufunc it computes on two arrays of one dtype
@@ -224,8 +225,6 @@ def body_function(ufunc, dtype: np.dtype):
     except float maximum/minimum, whose kernels give the spec's signed zeros
     (numpy's functions return whichever of two equal zeros comes first)."""
     if ufunc in (np.maximum, np.minimum) and is_float(dtype):
-        from pjrt_ref.interpreter.ops.elementwise_binary import maximum_values, minimum_values
-
         return maximum_values if ufunc is np.maximum else minimum_values
     return ufunc
 

@@ -16,6 +16,7 @@ in, this code folds one.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from pjrt_ref.interpreter.ops.reduce_regions import ufunc_dtype
@@ -66,7 +67,6 @@ def is_identity(ufunc, init, dtype) -> bool:
 
 def _lowest(dtype):
     if dtype.kind in "iu" or dtype.name in ("int2", "int4", "uint2", "uint4"):
-        import ml_dtypes
         return ml_dtypes.iinfo(dtype).min
     if dtype == np.bool_:
         return 0
@@ -75,7 +75,6 @@ def _lowest(dtype):
 
 def _highest(dtype):
     if dtype.kind in "iu" or dtype.name in ("int2", "int4", "uint2", "uint4"):
-        import ml_dtypes
         return ml_dtypes.iinfo(dtype).max
     if dtype == np.bool_:
         return 1

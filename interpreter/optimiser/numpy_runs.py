@@ -25,6 +25,9 @@ import math
 import numpy as np
 
 from pjrt_ref.interpreter.native import threads
+from pjrt_ref.interpreter.ops.elementwise_binary import maximum_values, minimum_values
+from pjrt_ref.interpreter.ops.elementwise_compare import DIRECTIONS
+from pjrt_ref.interpreter.optimiser.direct_kernels import EXACT_OPS, FLOATS as FAST_FLOATS
 from pjrt_ref.interpreter.steps import Step
 from pjrt_ref.interpreter.optimiser.fused_step import fused_step
 
@@ -48,10 +51,6 @@ def _chunk_function(op, splats: tuple = (False, False)):
     float compare (FLOAT or no compare_type): numpy's comparison, as
     direct_kernels' kernel. select: each element copied from the operand `pred`
     picks, as the kernel's np.where (`_select`)."""
-    from pjrt_ref.interpreter.ops.elementwise_binary import maximum_values, minimum_values
-    from pjrt_ref.interpreter.ops.elementwise_compare import DIRECTIONS
-    from pjrt_ref.interpreter.optimiser.direct_kernels import EXACT_OPS, FLOATS as FAST_FLOATS
-
     operands = {t.dtype for t in op.operand_types}
     result = op.result_type.dtype
     if op.name == "stablehlo.compare":

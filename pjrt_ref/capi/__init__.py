@@ -19,6 +19,11 @@ import atexit
 import time
 
 from pjrt_ref.capi import _boundary, cdata
+# The modules of the entry points (importing one registers its entry points) and the profiler extension's callbacks.
+from pjrt_ref.capi import (buffer, caller_callbacks, client, client_buffers, custom_partitioner_extension,  # noqa: F401
+                           device, error, event, ffi_extension, host_callbacks, memory, memory_descriptions_extension,
+                           plugin, profiler_extension, topology, transfer)
+from pjrt_ref.capi_shim import entry_points
 from pjrt_ref import settings
 # Importing pjrt_ref.debug also plugs PJRT_REF_PROFILE's and _DIFF's sinks into the interpreter.
 from pjrt_ref.debug import live_profile
@@ -27,7 +32,6 @@ _installed = False
 
 
 def _slot_table():
-    from pjrt_ref.capi_shim import entry_points
     return entry_points
 
 
@@ -39,12 +43,10 @@ def install(ffi, lib) -> None:
     _boundary.bind(ffi, lib)
     if lib.pjrt_ref_runs_isolated():     # a Python of our own: read the host's live environment
         settings.read_environment_with(lambda name: _host_environment_value(ffi, lib, name))
-    from pjrt_ref.capi import (buffer, caller_callbacks, client, client_buffers, device, error, event,  # noqa: F401
-                               executable, host_callbacks, memory, plugin, topology, transfer)
+    # Their entry points; they import spmd.partitioner, and with it jaxlib's MLIR bindings (deferred_imports.py).
+    from pjrt_ref.capi import executable, layouts_extension, shardings_extension  # noqa: F401
 
     table = _slot_table()
-    from pjrt_ref.capi import (custom_partitioner_extension, ffi_extension, layouts_extension,  # noqa: F401
-                               memory_descriptions_extension, shardings_extension)  # (their entry points)
     for name in table.SLOTS + table.EXTENSION_FUNCTIONS:   # the table's and the extensions'
         fn = _boundary.REGISTRY.get(name)
         if fn is None:
@@ -56,8 +58,7 @@ def install(ffi, lib) -> None:
     ffi.def_extern(name="pjrt_ref_callback_error")(host_callbacks.callback_error)
     ffi.def_extern(name="pjrt_ref_release_bytes")(cdata.release_bytes)
     caller_callbacks.install(ffi)      # functions handed to the caller inside Args
-    from pjrt_ref.capi import profiler_extension   # the PJRT profiler extension's callbacks
-    profiler_extension.install(ffi, lib)
+    profiler_extension.install(ffi, lib)   # the PJRT profiler extension's callbacks
     live_profile.watch_from_settings()    # PJRT_REF_PROFILE: slices from the start
     lib.pjrt_ref_gil_watch(settings.get("PJRT_REF_GIL_STALL"))   # the hang detector
     atexit.register(_drain, lib)

@@ -23,6 +23,7 @@ from pjrt_ref.capi import handles
 from pjrt_ref import settings
 from pjrt_ref.capi import cdata
 from pjrt_ref.capi.cdata import Args, text_arg
+from pjrt_ref.model.dtypes import BufferType
 
 ENABLED = settings.get("PJRT_REF_LOG_API")      # read once, at import: it decides how the slots are bound
 LOG = logging.getLogger("pjrt_ref.api")
@@ -65,8 +66,6 @@ def _object(ptr):
 
 
 def _buffer_type_name(value: int) -> str:
-    from pjrt_ref.model.dtypes import BufferType
-
     try:
         return BufferType(int(value)).name
     except ValueError:

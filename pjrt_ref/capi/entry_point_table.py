@@ -16,6 +16,9 @@ from __future__ import annotations
 import importlib
 import re
 
+from pjrt_ref.capi import _boundary
+from pjrt_ref.capi_shim import entry_points as table
+
 # The modules that register entry points (pjrt_ref/capi/__init__.py's `install` imports them too).
 MODULES = ("buffer", "caller_callbacks", "client", "client_buffers", "device", "error", "event",
            "executable", "host_callbacks", "memory", "plugin", "topology", "transfer",
@@ -27,8 +30,6 @@ END = "<!-- end of generated entry points -->"
 
 def implementations() -> dict:
     """Entry point name -> the Python function that implements it."""
-    from pjrt_ref.capi import _boundary
-
     for module in MODULES:
         importlib.import_module(f"{__package__}.{module}")
     return dict(_boundary.REGISTRY)
@@ -36,8 +37,6 @@ def implementations() -> dict:
 
 def rows() -> list[tuple[str, str, str, str]]:
     """(entry point, where it lives, who answers, what it does) for every entry point."""
-    from pjrt_ref.capi_shim import entry_points as table
-
     found = implementations()
     groups = [("table", table.SLOTS), ("Layouts extension", table.LAYOUTS_FUNCTIONS),
               ("Shardings extension", table.SHARDINGS_FUNCTIONS),
@@ -60,8 +59,6 @@ def summary(name: str, function) -> str:
 
 
 def markdown() -> str:
-    from pjrt_ref.capi_shim import entry_points as table
-
     lines = [BEGIN,
              f"PJRT C API {table.API_MAJOR}.{table.API_MINOR}: {len(table.SLOTS)} slots in the table, "
              f"{len(table.EXTENSION_FUNCTIONS)} extension functions, the profiler extension's "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 
 from pjrt_ref.capi import handles
+from pjrt_ref.interpreter.cost import cost_analysis, temp_bytes
 from pjrt_ref.spmd import partitioner as spmd
 from pjrt_ref.model.buffer import Buffer
 from pjrt_ref.errors import InvalidArgument
@@ -26,13 +27,11 @@ def _loaded(args: Args, field: str = "executable") -> LoadedExecutable:
 
 def _cost_analysis(exe: Executable) -> dict:
     """The per-op cost model's properties (interpreter/cost.py), computed once per executable."""
-    from pjrt_ref.interpreter.cost import cost_analysis
     return owned(exe, "cost_properties", lambda: cost_analysis(exe.program))
 
 
 def _temp_bytes(exe: Executable) -> int:
     """Peak live intermediate bytes (interpreter/cost.py), computed once per executable."""
-    from pjrt_ref.interpreter.cost import temp_bytes
     return owned(exe, "temp_bytes", lambda: [temp_bytes(exe.program)])[0]
 
 

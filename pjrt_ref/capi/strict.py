@@ -37,8 +37,12 @@ from collections import Counter
 from typing import Any, Callable
 
 from pjrt_ref import settings
+from pjrt_ref.capi import handles
 from pjrt_ref.capi.cdata import ErrorObject
 from pjrt_ref.errors import FailedPrecondition, InvalidArgument, PjrtRefError
+from pjrt_ref.model.buffer import Buffer
+from pjrt_ref.model.event import Event
+from pjrt_ref.model.executable import LoadedExecutable
 
 ENABLED = settings.get("PJRT_REF_STRICT")      # read once, at import: it decides how the slots are bound
 LOG = logging.getLogger("pjrt_ref.strict")
@@ -213,8 +217,6 @@ def _kind(obj: Any) -> str:
 # -------------------------------------------------------------------- leaks
 def leak_report(client_ptr) -> list[str]:
     """At PJRT_Client_Destroy: log what is still alive; returns the report's lines."""
-    from pjrt_ref.capi import handles
-
     try:
         client = handles.get(client_ptr, object, "PJRT_Client")
     except PjrtRefError:
@@ -237,11 +239,6 @@ def exit_report() -> list[str]:
 
 def _leaks(client) -> list[str]:
     """'N KIND never destroyed' lines: `client`'s buffers and executables, every event and error."""
-    from pjrt_ref.capi import handles
-    from pjrt_ref.model.buffer import Buffer
-    from pjrt_ref.model.event import Event
-    from pjrt_ref.model.executable import LoadedExecutable
-
     owned: Counter = Counter()
     for obj in handles.live_objects():
         if isinstance(obj, Buffer) and getattr(obj.device, "client", None) is client:
@@ -267,9 +264,6 @@ def _record_deletion(delete: Callable) -> Callable:
 
 def enable() -> None:
     """Turn strict mode on (called by `_boundary.bind` when PJRT_REF_STRICT=1)."""
-    from pjrt_ref.capi import handles
-    from pjrt_ref.model.buffer import Buffer
-
     if handles.watch is not None:
         return
     if not LOG.handlers and not logging.getLogger().handlers:

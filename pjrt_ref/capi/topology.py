@@ -1,6 +1,7 @@
 """PJRT_TopologyDescription_* entry points and PJRT_Compile (pjrt_c_api.h "Topology")."""
 from __future__ import annotations
 
+from pjrt_ref.capi.client import read_program
 from pjrt_ref.errors import InvalidArgument, Unimplemented
 from pjrt_ref.capi import handles
 from pjrt_ref.model.dtypes import BufferType, buffer_type
@@ -149,7 +150,6 @@ def _check_row_major(layout, rank: int) -> None:
 @entry_point("PJRT_Compile")
 def compile_for_topology(args: Args) -> None:
     """PJRT_Compile: ahead-of-time compile; load it with PJRT_Client_Load."""
-    from pjrt_ref.capi.client import read_program
     _topology(args)
     code, fmt = read_program(args.program)
     options = bytes_arg(args.compile_options, args.compile_options_size)

@@ -8,8 +8,11 @@ or its worker died), or the program could not be read or run.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
+
+import numpy as np
 
 from pjrt_ref import settings
 from pjrt_ref.cli.run_file import ArgumentCountError, build_parser, program_arguments
@@ -65,8 +68,6 @@ def main(argv: list[str]) -> int:
 
 def write_outcome(path: str | None, outcome: dict) -> None:
     if path:
-        import json
-
         with open(path, "w") as handle:
             json.dump(outcome, handle, indent=1)
 
@@ -84,8 +85,6 @@ def diff_settings(options) -> dict[str, str]:
 
 def save_op(difference: Divergence, directory: str) -> str:
     """Write the op's one-op program and operands; say how to replay them."""
-    import numpy as np
-
     os.makedirs(directory, exist_ok=True)
     program = os.path.join(directory, "op.mlir")
     with open(program, "w") as handle:
@@ -100,7 +99,7 @@ def save_op(difference: Divergence, directory: str) -> str:
 
 def run(options) -> str:
     """Load and run the program with PJRT_REF_DIFF on; the differ's summary."""
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     with open(options.program, "rb") as handle:
         program = load(handle.read(), entry=options.entry)

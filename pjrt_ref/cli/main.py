@@ -17,8 +17,10 @@ MLIR bindings, numba) happen only in the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
+from pjrt_ref import library_path
 from pjrt_ref.cli.user_errors import USER_INPUT_ERRORS, describe
 
 
@@ -63,8 +65,6 @@ def _explain_command(argv: list[str]) -> int:
 
 
 def _profile_command(argv: list[str]) -> int:
-    import json
-
     from pjrt_ref.debug.profile import merge, report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref profile",
@@ -91,7 +91,7 @@ def _profile_command(argv: list[str]) -> int:
 def _cost_command(argv: list[str]) -> int:
     """Flops, transcendentals and bytes accessed per op (what JAX's cost_analysis() reports)."""
     from pjrt_ref import debug  # noqa: F401  (loads PJRT_REF_PROFILE's and _DIFF's sinks, as `run` does)
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
     from pjrt_ref.interpreter.cost import report
 
     parser = argparse.ArgumentParser(prog="pjrt-ref cost", description=_cost_command.__doc__)
@@ -128,8 +128,6 @@ def _library_path_command(argv: list[str]) -> int:
     """The library to hand to a host by path. Its host is unknown, so the
     plugin gets a Python of its own unless PJRT_REF_RUNTIME says otherwise:
     a Python host may hold its GIL while it waits for a call."""
-    from pjrt_ref import library_path
-
     print(library_path(runtime="isolated"))
     return 0
 

@@ -14,6 +14,9 @@ import time
 
 import numpy as np
 
+from pjrt_ref.debug.profile import from_environment as profile_recorder
+from pjrt_ref.errors import PjrtRefError
+
 
 def build_parser(prog: str = "pjrt-ref run", epilog: str | None = None,
                  description: str = "Run a StableHLO program and print its results.") -> argparse.ArgumentParser:
@@ -73,9 +76,7 @@ def program_arguments(options: argparse.Namespace, program) -> list[np.ndarray]:
 
 
 def main(argv: list[str] | None = None, prog: str = "pjrt-ref run", epilog: str | None = None) -> int:
-    from pjrt_ref.debug.profile import from_environment as profile_recorder
-    from pjrt_ref.errors import PjrtRefError
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     options = build_parser(prog, epilog).parse_args(argv)
     with open(options.program, "rb") as f:

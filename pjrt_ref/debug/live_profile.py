@@ -27,6 +27,7 @@ from pjrt_ref import settings
 from pjrt_ref.interpreter import observer
 from pjrt_ref.debug.profile import from_environment, op_args
 from pjrt_ref.debug.xspace import Slice
+from pjrt_ref.interpreter.instrument import Instrument
 
 ACTIVE = False                       # some session is started
 _LOCK = threading.Lock()
@@ -118,7 +119,6 @@ def traced_plan(program):
 
 
 def _plan_instrumented(program):
-    from pjrt_ref.interpreter.instrument import Instrument
     from pjrt_ref.interpreter.plan import ModulePlan
 
     module_plan = ModulePlan.of_module(program.mlir_module())

@@ -21,6 +21,8 @@ import threading
 import time
 
 from pjrt_ref import settings
+from pjrt_ref.interpreter.instrument import type_text
+from pjrt_ref.process_files import per_process, process_index
 
 _RECORDERS: dict[str, "Recorder"] = {}
 _LOCK = threading.Lock()
@@ -37,8 +39,6 @@ class Recorder:
     """
 
     def __init__(self, path: str) -> None:
-        from pjrt_ref.process_files import process_index
-
         self.path = path
         self.events: list[dict] = []
         self.origin = time.perf_counter()
@@ -77,8 +77,6 @@ class Recorder:
 
 def op_args(op, operands, results) -> dict:
     """An op slice's arguments: full op name, MLIR location, operand and result types."""
-    from pjrt_ref.interpreter.instrument import type_text
-
     return {"op": op.name, "location": op.location,
             "operands": [type_text(v) for v in operands],
             "results": [type_text(v) for v in results]}
@@ -92,8 +90,6 @@ def _metadata(kind: str, pid, tid, name: str) -> dict:
 def recorder(path: str) -> Recorder:
     """The process's recorder for `path` (one per file, shared by programs; in a
     multi-process job, process i writes `path` with `.process<i>` added)."""
-    from pjrt_ref.process_files import per_process
-
     path = per_process(path)
     with _LOCK:
         found = _RECORDERS.get(path)

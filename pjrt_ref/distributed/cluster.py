@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from pjrt_ref.distributed import mpi_transport
 from pjrt_ref.errors import Internal
 from pjrt_ref.interpreter.process_grid import MailStore
 from pjrt_ref.distributed.kv_store import KeyValueStore, ScopedStore
@@ -57,8 +58,6 @@ def join(store: KeyValueStore, process_index: int, num_processes: int, local_dev
     Called by PJRT_Client_Create when the framework passes a key-value store
     and more than one process (JAX: `node_id`, `num_nodes` options).
     """
-    from pjrt_ref.distributed import mpi_transport
-
     MPI = mpi_transport.import_mpi()
     scoped = ScopedStore(store, f"pjrt_ref/client{next(_CLIENT_NUMBERS)}/")
     local = {"process_index": process_index, "device_count": local_device_count,

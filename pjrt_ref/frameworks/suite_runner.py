@@ -27,9 +27,11 @@ JAX's does, turn every warning into an error), from the checkout's root.
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -568,9 +570,6 @@ def in_checkout(file: str, checkout: str) -> str:
 
 def machine_line() -> str:
     """When and on what a run was made: the date, the CPU model and core count, Python."""
-    import datetime
-    import platform
-
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as info:

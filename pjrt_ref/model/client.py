@@ -13,6 +13,7 @@ from pjrt_ref.interpreter.process_grid import collective_timeout
 from pjrt_ref.model.executable import Executable, LoadedExecutable
 from pjrt_ref.model.memory import KINDS, Memory, kind_id
 from pjrt_ref.model.topology import PLATFORM_NAME, Topology, device_count, platform_version
+from pjrt_ref.process_files import set_process_index
 
 # Where a client finds every object a caller can still reach (the C API layer's
 # handle table, capi/handles.py `live_objects`, once it is bound).
@@ -35,7 +36,6 @@ def make_client(options: dict | None = None, kv_store=None) -> "Client":
     if kv_store is None:
         raise InvalidArgument(f"num_nodes={num_nodes}: a client of several processes needs "
                               "the key-value store callbacks of PJRT_Client_Create")
-    from pjrt_ref.process_files import set_process_index
     from pjrt_ref.distributed import join
 
     cluster = join(kv_store, int(options.get("node_id", 0)), num_nodes, device_count(options),

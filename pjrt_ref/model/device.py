@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.model.memory import Memory
 
 
@@ -57,7 +58,6 @@ class Device:
     @property
     def default_memory(self) -> Memory:
         if not self.memories:
-            from pjrt_ref.errors import InvalidArgument
             raise InvalidArgument(f"device {self.id} belongs to process {self.description.process_index}: "
                                   "it has no memory in this process")
         return self.memories[0]
@@ -67,7 +67,6 @@ class Device:
         for memory in self.memories:
             if memory.kind == kind:
                 return memory
-        from pjrt_ref.errors import InvalidArgument
         raise InvalidArgument(f"device {self.id} has no memory of kind {kind!r} (it has "
                               f"{', '.join(m.kind for m in self.memories) or 'none in this process'})")
 

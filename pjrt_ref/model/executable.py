@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from pjrt_ref.interpreter.types import TensorType
 from pjrt_ref.model import layouts, memory, multi_device, program_cache, program_formats
 from pjrt_ref.services import dumps, serialization
 from pjrt_ref.interpreter import observer
@@ -64,7 +65,7 @@ class Executable:
     """A compiled (planned) program; shared by its loaded executables."""
 
     def __init__(self, code: bytes, compile_options: bytes = b"") -> None:
-        from pjrt_ref.interpreter import load
+        from pjrt_ref.interpreter.program import load
 
         self.code = bytes(code)
         self.compile_options = bytes(compile_options)
@@ -289,7 +290,6 @@ def _uses_host_channel(program) -> bool:
 
 def _static_signature(input_types) -> list[tuple[np.dtype, tuple[int, ...]]] | None:
     """[(dtype, shape)] of the entry function's parameters, or None unless all are static tensors."""
-    from pjrt_ref.interpreter.types import TensorType
     signature = []
     for ttype in input_types:
         if type(ttype) is not TensorType or any(d is None for d in ttype.shape):

@@ -25,6 +25,7 @@ import io
 import re
 from dataclasses import dataclass
 
+from pjrt_ref.interpreter.loader import make_context, parse_module
 from pjrt_ref.model.compile_options import packed_varints, wire_fields
 from pjrt_ref.model.legacy_hlo import rewrite_legacy_forms
 from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
@@ -145,8 +146,6 @@ def _mark_donors(stablehlo: bytes, donated: DonatedParameters) -> bytes:
     on a donor (what XLA's own StableHLO -> HLO conversion turns back into
     `input_output_alias` and `buffer_donor`)."""
     from jaxlib.mlir import ir
-
-    from pjrt_ref.interpreter.loader import make_context, parse_module
 
     context = make_context()
     module = parse_module(stablehlo, context)

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pjrt_ref import settings
+from pjrt_ref import __version__, settings
 from pjrt_ref.model.compile_options import bytes_field, packed_field, varint_field
 from pjrt_ref.model.device import DeviceDescription
 from pjrt_ref.model.dtypes import XLA_PRIMITIVE_TYPES, BufferType
@@ -28,7 +28,6 @@ def platform_version() -> str:
     creation: JAX's persistent compilation cache keys on this text, so an
     entry written by another version or under other `PJRT_REF_*` settings
     of the compile key (`settings.fingerprint`) is never loaded."""
-    from pjrt_ref import __version__
     return (f"pjrt-ref {__version__} (StableHLO interpreter on numpy; "
             f"settings {settings.fingerprint()})")
 

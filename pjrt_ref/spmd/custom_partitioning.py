@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pjrt_ref.errors import InvalidArgument, Unimplemented
+from pjrt_ref.interpreter.loader import make_context
+from pjrt_ref.interpreter.types import convert_type
 from pjrt_ref.spmd.layout import Layout, hlo_sharding_text
 from pjrt_ref.spmd.gspmd import CALLEE_ATTR, IN_SHARDINGS_ATTR, MANUAL_CALL, OUT_SHARDINGS_ATTR, attribute_text, \
     custom_call_target, walk
@@ -207,8 +209,6 @@ def _with_manual_calls(text: str, answers: dict) -> str:
     replace its call by a manual call of the copied entry function."""
     from jaxlib.mlir import ir
 
-    from pjrt_ref.interpreter.loader import make_context
-
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         calls = [op for op in walk(module.operation) if custom_call_target(op) == TARGET]
@@ -270,8 +270,6 @@ def _shape_proto(mlir_type) -> bytes:
 
 
 def _array_shape(xc, mlir_type):
-    from pjrt_ref.interpreter.types import convert_type
-
     ttype = convert_type(mlir_type)
     if not hasattr(ttype, "shape") or any(d is None for d in ttype.shape):
         raise Unimplemented(f"@{TARGET}: operand or result of type {mlir_type} (static tensors only)")

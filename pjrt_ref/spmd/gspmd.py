@@ -26,6 +26,8 @@ every device instead (`annotate_full_to_shard` and the `per_device` mode).
 from __future__ import annotations
 
 from pjrt_ref.errors import Unimplemented
+from pjrt_ref.interpreter.attributes import string_value
+from pjrt_ref.interpreter.loader import make_context
 
 MANUAL_CALL = "pjrt_ref.manual_call"
 CALLEE_ATTR = "pjrt_ref.callee"
@@ -40,7 +42,6 @@ def make_manual_calls(text: str) -> tuple[str, bool]:
     """(`text` with every recognised manual region turned into a
     `@pjrt_ref.manual_call`, whether any SPMDFullToShardShape is left)."""
     from jaxlib.mlir import ir
-    from pjrt_ref.interpreter.loader import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -99,7 +100,6 @@ def annotate_full_to_shard(text: str) -> str:
     the operand: in the per-device mode the kernel must know which tile of
     the global value is this device's, and only that producer says."""
     from jaxlib.mlir import ir
-    from pjrt_ref.interpreter.loader import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
@@ -148,7 +148,6 @@ def attribute_text(attr) -> str:
     reference's name (no `@`), anything else as MLIR prints it."""
     from jaxlib.mlir import ir
 
-    from pjrt_ref.interpreter.attributes import string_value
     try:
         return string_value(ir.StringAttr(attr))
     except (ValueError, TypeError):

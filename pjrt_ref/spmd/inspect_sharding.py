@@ -16,7 +16,10 @@ the identity (interpreter/ops/sharding.py).
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Callable
+
+import cffi
 
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.spmd.gspmd import custom_call_target, walk
@@ -40,8 +43,6 @@ typedef struct JAX_InspectSharding_Callback {
 
 @functools.cache
 def _ffi():
-    import cffi
-
     ffi = cffi.FFI()
     ffi.cdef(_DECLARATIONS)
     return ffi
@@ -101,8 +102,6 @@ def _jaxlib_function() -> int:
 def _is_live_callable(address: int) -> bool:
     """Whether a live Python callable has id `address` (only asked of programs that
     inspect shardings, a debugging aid: a walk over the collector's objects)."""
-    import gc
-
     return any(id(obj) == address and callable(obj) for obj in gc.get_objects())
 
 

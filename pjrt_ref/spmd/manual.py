@@ -40,6 +40,7 @@ from pjrt_ref.errors import Internal, PjrtRefError, Unimplemented
 from pjrt_ref.interpreter.partitioned_run import enter
 from pjrt_ref.interpreter.process_grid import Process, ProcessGrid, current_process, run_processes
 from pjrt_ref.interpreter.process_hosts import share_among_hosts
+from pjrt_ref.interpreter.steps import run_block
 from pjrt_ref.interpreter.types import TOKEN, TokenType
 from pjrt_ref.spmd.gspmd import CALLEE_ATTR, FULL_SHARDING_ATTR, IN_SHARDINGS_ATTR, OUT_SHARDINGS_ATTR
 from pjrt_ref.spmd.layout import (Layout, hlo_manual_groups, parse_hlo_sharding, parse_manual_axes,
@@ -119,8 +120,6 @@ class PartitionedRun:
     def run_body_per_device(self, op, body, local_args: dict) -> dict:
         """Run the region `body` once per device, each in its own copy of the
         region's frame (see `run_per_device`)."""
-        from pjrt_ref.interpreter.steps import run_block
-
         return self.run_per_device(
             op, lambda device: run_block(body.plan, list(body.frame), local_args[device]))
 

@@ -87,6 +87,7 @@ import numpy as np
 
 from pjrt_ref import settings
 from pjrt_ref.errors import InvalidArgument, PjrtRefError, Unimplemented
+from pjrt_ref.interpreter.loader import make_context
 from pjrt_ref.spmd.layout import (Layout, Mesh, gathered, hlo_sharding_text, parse_hlo_sharding, parse_manual_axes,
                           parse_mesh, parse_sharding_per_value, parse_tensor_sharding, replicated,
                           sharding_texts_per_value)
@@ -102,6 +103,7 @@ from pjrt_ref.interpreter.process_grid import ProcessGrid
 from pjrt_ref.interpreter.process_hosts import share_among_hosts
 from pjrt_ref.spmd.manual import PartitionedRun, run_on_grid
 from pjrt_ref.spmd.per_device import NotLowered, lower_per_device
+from pjrt_ref.spmd.unreduced import mark_reductions
 
 __all__ = ["make_partitioned_runner", "runner_for_executable", "optimized_program_text", "PartitionedRunner",
            "current_partitioned_run"]
@@ -198,7 +200,7 @@ def _output_sharding_text(outputs: list[str]) -> str:
 def load_per_device_gspmd(text: str):
     """A GSPMD program loaded to run whole on every device: each
     `@SPMDFullToShardShape` told its operand's sharding (`annotate_full_to_shard`)."""
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     return load(annotate_full_to_shard(text))
 
@@ -225,7 +227,7 @@ class PartitionedRunner:
         self.global_program = program
         self.per_device_program = None
         if "SPMDFullToShardShape" in program.text:
-            from pjrt_ref.interpreter import load
+            from pjrt_ref.interpreter.program import load
             text, left = make_manual_calls(program.text)
             if left:
                 self.per_device_program = load_per_device_gspmd(text)
@@ -275,8 +277,7 @@ class PartitionedRunner:
     def _lower_per_device(self, open_results: list[bool]) -> None:
         """Rewrite the program for one device (`per_device.lower_per_device`) and
         load it; a program that keeps running whole says why in `kept_whole_because`."""
-        from pjrt_ref.interpreter import load
-        from pjrt_ref.interpreter.loader import make_context
+        from pjrt_ref.interpreter.program import load
 
         try:
             lowered = lower_per_device(
@@ -378,7 +379,7 @@ class PartitionedRunner:
         """`program` with its @CustomSPMDPartitioning calls partitioned by their
         callbacks (custom_partitioning.py), which are asked about the shardings
         a partitioner of the program as it stands proposes."""
-        from pjrt_ref.interpreter import load
+        from pjrt_ref.interpreter.program import load
 
         proposer = PartitionedRunner(program, num_partitions=num_partitions, num_replicas=num_replicas,
                                      custom_calls_partitioned=True)
@@ -979,9 +980,7 @@ def _with_reductions_marked(program):
     """`program` with its unreduced values' reduction points marked
     (`unreduced.py`), loaded to run on every device."""
     from jaxlib.mlir import ir
-    from pjrt_ref.interpreter import load
-    from pjrt_ref.interpreter.loader import make_context
-    from pjrt_ref.spmd.unreduced import mark_reductions
+    from pjrt_ref.interpreter.program import load
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(program.text)
@@ -1158,7 +1157,6 @@ def _converts_to_hlo(text: str) -> bool:
 def _with_module_shardings(text: str, output: str, parameters: list[str]) -> str:
     """`text` with `mhlo.spmd_output_sharding` / `mhlo.spmd_parameters_shardings` set."""
     from jaxlib.mlir import ir
-    from pjrt_ref.interpreter.loader import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(text)

@@ -15,6 +15,10 @@ import re
 
 import numpy as np
 
+from pjrt_ref.interpreter.loader import make_context
+from pjrt_ref.model.compile_options import parse_compile_options
+from pjrt_ref.spmd.gspmd import custom_call_target, walk
+
 # Ops that exist only per device: a program with any of them has no one-device form.
 _PER_DEVICE = ("sdy.manual_computation", "stablehlo.all_reduce", "stablehlo.all_gather",
                "stablehlo.reduce_scatter", "stablehlo.all_to_all", "stablehlo.collective_permute",
@@ -27,9 +31,6 @@ _SHARDING_ATTRIBUTE = re.compile(r'(?:,\s*)?(?:sdy\.sharding|mhlo\.sharding) = (
 def one_device_program(text: str) -> tuple[str | None, str]:
     """(the program without its sharding annotations, on one partition; or None, why not)."""
     from jaxlib.mlir import ir
-
-    from pjrt_ref.interpreter.loader import make_context
-    from pjrt_ref.spmd.gspmd import custom_call_target, walk
 
     found = [name for name in _PER_DEVICE if name in text]
     if found:
@@ -52,8 +53,7 @@ def one_device_program(text: str) -> tuple[str | None, str]:
 def global_arguments(text: str, options: bytes, pieces: list[list[np.ndarray]]) -> list[np.ndarray]:
     """Each argument whole, from `pieces[device][index]`, by the layouts pjrt-ref's
     partitioner reads from the program and its compile options."""
-    from pjrt_ref.interpreter import load
-    from pjrt_ref.model.compile_options import parse_compile_options
+    from pjrt_ref.interpreter.program import load
     from pjrt_ref.spmd.partitioner import make_partitioned_runner
 
     program = load(text.encode())

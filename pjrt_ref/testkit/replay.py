@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pjrt_ref import package_home
+from pjrt_ref.conformance.oracle import OracleUnavailable, reference_results
 from pjrt_ref.debug.diff.backend import OtherBackendFailed, shared_backend
 from pjrt_ref.debug.diff.compare import compare
+from pjrt_ref.interpreter.loader import make_context, parse_module
+from pjrt_ref.testkit.one_device import global_arguments, one_device_program
 
 # Seconds for one whole-program run on either backend, and for the op-by-op diff.
 RUN_TIMEOUT = 300.0
@@ -46,8 +49,6 @@ class Replay:
 
 def program_text(code: bytes) -> str:
     """The program as StableHLO text with its locations (what `pjrt-ref diff` reads and reports)."""
-    from pjrt_ref.interpreter.loader import make_context, parse_module
-
     module = parse_module(code, make_context())
     return module.operation.get_asm(enable_debug_info=True)
 
@@ -87,8 +88,6 @@ def replay_on_devices(number: int, program: str, options: bytes, arguments: list
 def on_one_device(differing: Replay, program: str, options: bytes, arguments: list[list[np.ndarray]],
                   plugin_path: str, folder: str) -> Replay:
     """`differing` (a program on several devices) told by its one-device form (one_device.py)."""
-    from pjrt_ref.testkit.one_device import global_arguments, one_device_program
-
     single, why_not = one_device_program(program)
     try:
         whole = global_arguments(program, options, arguments) if single is not None else []
@@ -187,7 +186,7 @@ def odd_one_out(op_folder: str, plugin_path: str) -> tuple[str, str]:
     """Run the first differing op alone on pjrt-ref, cpu, the plugin and StableHLO's own
     reference interpreter: (whose value stands apart, whose values the StableHLO
     interpreter gives)."""
-    from pjrt_ref.interpreter import load
+    from pjrt_ref.interpreter.program import load
 
     try:
         with open(os.path.join(op_folder, "op.mlir")) as handle:
@@ -211,8 +210,6 @@ def stablehlo_interpreter_sides(text: str, operands: list[np.ndarray], values: d
     """Whose values StableHLO's reference interpreter (`stablehlo.eval_module`, which nobody
     here wrote, run in a forked child since it aborts on ops it lacks) gives for the op:
     `pjrt-ref, cpu`, `none of them`, or `unavailable (why)`."""
-    from pjrt_ref.conformance.oracle import OracleUnavailable, reference_results
-
     try:
         theirs = reference_results(text, operands, 0)
     except OracleUnavailable as why:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from pjrt_ref.interpreter.types import is_complex, is_float
@@ -41,8 +42,6 @@ class Tolerance:
 
     def for_dtype(self, dtype: np.dtype) -> tuple[float, float]:
         """(rtol, atol) for floats (and complex numbers' parts) of `dtype`."""
-        import ml_dtypes
-
         if is_complex(dtype):
             dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
         default = _DEFAULT_TOLERANCES.get(dtype.name)
@@ -93,8 +92,6 @@ def ordered_bits(array: np.ndarray) -> np.ndarray:
 
     The sign is the type's top bit (bit 3 of float4_e2m1fn's byte, say);
     types without negative numbers (float8_e8m0fnu) have none."""
-    import ml_dtypes
-
     info = ml_dtypes.finfo(array.dtype)
     bits = np.ascontiguousarray(array).view(_UNSIGNED_OF_SIZE[array.dtype.itemsize]).astype(np.uint64)
     if float(info.min) >= 0:

@@ -17,6 +17,7 @@ import struct
 import time
 from typing import BinaryIO
 
+import ml_dtypes
 import numpy as np
 
 _LENGTH = struct.Struct("<Q")
@@ -27,8 +28,6 @@ def dtype_from_name(name: str) -> np.dtype:
     try:
         return np.dtype(name)
     except TypeError:
-        import ml_dtypes
-
         return np.dtype(getattr(ml_dtypes, name))
 
 

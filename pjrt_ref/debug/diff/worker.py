@@ -22,8 +22,12 @@ Anything the plugin prints goes to stderr: stdout carries only messages.
 """
 from __future__ import annotations
 
+import base64
+import logging
 import os
 import sys
+
+import numpy as np
 
 from pjrt_ref.debug.diff.protocol import Reader, write_message
 
@@ -34,8 +38,6 @@ PLUGIN_PLATFORM = "diff_other"
 def load_backend(spec: str, devices: int = 1):
     """jaxlib's client for `spec` (with 64-bit types on: arguments keep their types),
     with `devices` devices where the backend lets the host choose."""
-    import logging
-
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -91,7 +93,6 @@ class Worker:
         if options is None:
             self.executables[key] = self.backend.compile_and_load(module, self.devices, self.options())
             return
-        import numpy as np
         from jax._src.lib import xla_client
 
         chosen = self.backend.devices()[:devices]
@@ -103,8 +104,6 @@ class Worker:
         self.executables[key] = self.backend.compile_and_load(module, xla_client.DeviceList(tuple(chosen)), parsed)
 
     def run(self, key: str, arguments: list) -> list:
-        import numpy as np
-
         executable = self.executables[key]
         outputs = executable.execute([self.put(a, self.device) for a in arguments])
         return [np.asarray(output) for output in outputs]
@@ -115,7 +114,6 @@ class Worker:
         the devices' own pieces (any sharding whose pieces have their shape will
         do: the executable takes each device's piece as it is)."""
         import jax
-        import numpy as np
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         chosen = self.backend.devices()[:devices]
@@ -130,8 +128,6 @@ class Worker:
         return len(outputs), [np.asarray(outputs[o][d]) for d in range(devices) for o in range(len(outputs))]
 
     def answer(self, header: dict, arguments: list) -> tuple[dict, list]:
-        import base64
-
         key = header["key"]
         options = base64.b64decode(header["options"]) if "options" in header else None
         devices = int(header.get("devices", 1))

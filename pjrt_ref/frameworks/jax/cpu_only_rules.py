@@ -44,6 +44,8 @@ lends the rule they pick for cpu.
 """
 from __future__ import annotations
 
+import sys
+
 
 # Primitives whose one (default) rule picks a rule by the platform's name and
 # refuses names it does not know (Pallas's `mpmd_map`: "Unsupported platform:
@@ -70,8 +72,6 @@ class RulesBorrowingCpu(dict):
     def _cpu_choice(self, primitive, default):
         """The entry of the rule `default` picks for cpu, for a CPU_CHOICE_OF_DEFAULT_RULE
         primitive whose module is loaded (it is, once JAX lowers it); else None."""
-        import sys
-
         module_name, name = CPU_CHOICE_OF_DEFAULT_RULE.get(primitive.name, (None, None))
         rule = getattr(sys.modules.get(module_name), name, None) if module_name else None
         return None if rule is None else self._mlir.LoweringRuleEntry(rule, default.inline)

@@ -29,7 +29,15 @@ through its compile-only client: see `topology_compiles.py`.
 """
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import os
+import sys
+import warnings
 from typing import Any, Callable, Sequence
+
+from pjrt_ref import library_path
+import numpy as np
 
 from pjrt_ref.frameworks.jax.buffer_callback import register as register_buffer_callback
 from pjrt_ref.frameworks.jax.compilation_cache import open_compilation_cache
@@ -56,8 +64,6 @@ def _allow_donation() -> None:
 
 def _named_in_environment() -> bool:
     """Whether PJRT_NAMES_AND_LIBRARY_PATHS already registers "pjrt_ref" (JAX reads it after us)."""
-    import os
-
     entries = os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS", "")
     separator = ";" if os.name == "nt" else ":"
     return any(entry.split(separator, 1)[0].strip() == PLATFORM for entry in entries.split(",") if entry)
@@ -65,8 +71,6 @@ def _named_in_environment() -> bool:
 
 def initialize() -> None:
     from jax._src import xla_bridge
-
-    from pjrt_ref import library_path
 
     if not _named_in_environment():     # an explicit PJRT_NAMES_AND_LIBRARY_PATHS entry wins
         xla_bridge.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path(),
@@ -125,9 +129,6 @@ def _keep_clients_to_the_end(xla_bridge) -> None:
     in a test's child process). One reference that is never dropped keeps the
     client to the end; the operating system reclaims it.
     """
-    import ctypes
-    import dataclasses
-
     registration = xla_bridge._backend_factories[PLATFORM]
     make = registration.factory
 
@@ -158,8 +159,6 @@ def _install_lowerings() -> None:
 def _borrow_linalg_lowerings() -> None:
     """JAX's CPU lowering rules for its linear-algebra primitives (`linalg.py`).
     What this JAX lacks is warned about here, and fails clearly when used."""
-    import warnings
-
     try:
         missing = register_linalg_lowerings(PLATFORM)
     except (ImportError, AttributeError) as error:  # pragma: no cover - a future JAX
@@ -206,8 +205,6 @@ def _replace_in_jax(original: Callable, replacement: Callable) -> None:
     name: JAX re-exports emit_python_callback (`jax.interpreters.mlir`, used by
     jax.experimental.sparse), and modules imported later take the name from
     one of these."""
-    import sys
-
     name = original.__name__
     for module_name, module in list(sys.modules.items()):
         if module_name.startswith("jax") and getattr(module, "__dict__", {}).get(name) is original:
@@ -281,7 +278,6 @@ def _checked_results(callback: Callable, result_avals: Sequence, where: str) -> 
     after `where` are JAX's own for cpu and gpu (`_wrapped_callback` in
     jax/_src/callback.py), which users and JAX's tests look for.
     """
-    import numpy as np
     from jax._src import dtypes
 
     def call(*args):

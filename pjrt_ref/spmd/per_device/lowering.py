@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from jaxlib.mlir import ir
 
 from pjrt_ref.interpreter.attributes import convert_attribute
+from pjrt_ref.interpreter.loader import parse_module
 from pjrt_ref.spmd.gspmd import custom_call_target
 from pjrt_ref.spmd.layout import Layout, replicated
 from pjrt_ref.spmd.op_kinds import GROUP_SHARDING
@@ -84,7 +85,6 @@ def lower_per_device(text: str, context, *, entry: str, devices: list[int],
     kept_whole = _KEPT_WHOLE.search(text)
     if kept_whole:
         raise NotLowered(f"the program has {kept_whole.group(0)}")
-    from pjrt_ref.interpreter.loader import parse_module
 
     loops: dict = {}
     with context, ir.Location.unknown(context):
