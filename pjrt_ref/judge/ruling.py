@@ -25,7 +25,7 @@ import numpy as np
 from pjrt_ref.debug.diff.compare import Tolerance, compare, ulp_distance
 from pjrt_ref.interpreter.types import is_complex, is_float
 from pjrt_ref.conformance.oracle import OracleUnavailable, reference_results
-from pjrt_ref.judge.oracle import Oracle, Unsupported
+from pjrt_ref.judge.oracle import COMPLEX_SPECIALS, Oracle, Unsupported
 from pjrt_ref.judge.programs import FuzzProgram, Node
 from pjrt_ref.judge.structural import STRUCTURAL
 from pjrt_ref.judge.values import dtype_of
@@ -125,7 +125,7 @@ def _flushing_explains(program: FuzzProgram, inputs: list, result) -> bool:
 
 def _third_flushed_explains(program: FuzzProgram, inputs: list, result) -> bool:
     """Whether the reference interpreter, given the inputs flushed, gives `result` once
-    its own result is flushed too (for what the oracle does not compute: complex)."""
+    its own result is flushed too (for what the oracle does not compute: complex sign, exponential...)."""
     if all(np.array_equal(flushed(x), x) for x in inputs):
         return False
     third = third_opinion(program, [flushed(x) for x in inputs])
@@ -154,8 +154,13 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _ulps(value, spec) -> str:
-    """The largest distance in ULPs between `value` and the spec's (NaN: one is NaN, the other not)."""
+    """The largest distance in ULPs between `value` and the spec's (NaN: one is NaN, the other not);
+    for complex numbers, the larger of their parts'."""
     value = np.asarray(value)
+    if is_complex(value.dtype) and value.size:
+        spec = np.asarray(spec).astype(value.dtype)
+        distances = [_ulps(getattr(value, part).copy(), getattr(spec, part).copy()) for part in ("real", "imag")]
+        return "NaN" if "NaN" in distances else str(max(int(d) for d in distances))
     if not is_float(value.dtype) or value.size == 0:
         return ""
     distance = ulp_distance(value.reshape(-1), np.asarray(spec).reshape(-1).astype(value.dtype))
@@ -202,11 +207,6 @@ def rule(program: FuzzProgram, inputs: list, ours, theirs, third=None) -> Ruling
     return Ruling(verdict, f"{reason}; {_third_said(third, ours, theirs)}", cause)
 
 
-COMPLEX_SPECIALS = ("; complex arithmetic on infinite or NaN parts, or overflowing in between, is not "
-                    "defined by the spec (C99's Annex G defines one answer; how wide the parts are "
-                    "computed decides another)")
-
-
 # Complex ops exact on any parts: they compare, move or negate, and do no arithmetic.
 _EXACT_ON_COMPLEX = {"maximum", "minimum", "compare", "select", "negate", "real", "imag", "complex",
                      "bitcast_convert", "convert"} | set(STRUCTURAL)
@@ -225,7 +225,7 @@ def _non_finite_parts(*values) -> bool:
 
 
 def _by_the_third_opinion(program, inputs, ours, theirs, third, reason: str) -> tuple[str, str]:
-    """Where the oracle computes nothing (complex): a side that flushes subnormals is
+    """Where the oracle computes nothing (complex functions): a side that flushes subnormals is
     wrong; results within the type's rounding tolerance of each other are a matter of
     rounding, which the spec does not pin down for complex arithmetic, and so are
     infinite or NaN parts in an input or a result; otherwise the side the reference
@@ -236,7 +236,7 @@ def _by_the_third_opinion(program, inputs, ours, theirs, third, reason: str) -> 
     if compare(ours, theirs, Tolerance()).agrees:
         return "tolerance", reason + "; the two differ by rounding, which the spec leaves open here"
     if _complex_arithmetic(program) and _non_finite_parts(ours, theirs, *inputs):
-        return "spec silent", reason + COMPLEX_SPECIALS
+        return "spec silent", f"{reason}; {COMPLEX_SPECIALS}"
     for side, value, other in (("other backend", theirs, ours), ("pjrt-ref", ours, theirs)):
         if _same(third, other) and not _same(third, value):
             return f"{side} wrong", reason

@@ -12,6 +12,7 @@ from pjrt_ref.debug.diff.backend import OtherBackendFailed
 from pjrt_ref.interpreter import load
 from pjrt_ref.judge import campaign, corpus, opset, oracle, ruling
 from pjrt_ref.judge.command import main as fuzz_main
+from pjrt_ref.judge.oracle import complex_arithmetic
 from pjrt_ref.judge.programs import FuzzProgram, Generator, Node
 from pjrt_ref.judge.structural import STRUCTURAL, float_sum_of_products
 from pjrt_ref.judge.values import random_array
@@ -314,6 +315,18 @@ def test_complex_arithmetic_on_an_infinite_part_is_the_specs_silence_but_a_compl
     assert verdict.verdict == "other backend wrong"
 
 
+def test_the_oracle_computes_complex_arithmetic_part_by_part():
+    c64 = np.complex64
+    product = complex_arithmetic("multiply", [c64(1 + 2j), c64(3 + 4j)], "complex<f32>")
+    assert product.value == c64(-5 + 10j) and "rounded" in product.silent
+    quotient = complex_arithmetic("divide", [c64(1 + 2j), c64(3 + 4j)], "complex<f32>")
+    assert quotient.value == c64(complex(np.float32(0.44), np.float32(0.08)))
+    total = complex_arithmetic("add", [c64(complex(np.inf, 1)), c64(complex(-np.inf, 2))], "complex<f32>")
+    assert np.isnan(total.value.real) and total.value.imag == 3 and total.silent is None
+    assert complex_arithmetic("maximum", [c64(1 + 1j), c64(1 + 2j)], "complex<f32>").value == c64(1 + 2j)
+    assert complex_arithmetic("multiply", [c64(complex(np.inf, 0)), c64(1j)], "complex<f32>").value is None
+
+
 def test_structural_programs_round_trip_through_a_corpus(tmp_path):
     rng = np.random.default_rng(8)
     generator = Generator(rng, opset.selected("transpose|slice|pad|reduce|sort|broadcast"), max_ops=3)
@@ -330,6 +343,7 @@ def test_structural_programs_round_trip_through_a_corpus(tmp_path):
                                  "reduce|sort|case|while|dot_general",
                                  "add|multiply|shift|popcnt|convert|compare|select",
                                  "^(real|imag|complex|bitcast_convert|negate)$",
+                                 "^(add|subtract|multiply|divide|maximum|minimum)$",
                                  "gather|scatter|dynamic_update_slice",
                                  "reduce_window|convolution|reduce_precision"])
 def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
