@@ -555,6 +555,43 @@ def _reduce_precision(attrs, operands, element_type, apply):
     return np.array(bits, unsigned).view(x.dtype).reshape(x.shape), silent
 
 
+# ------------------------------------------------------------ iota and map
+def _make_iota(rng, shape, element_type):
+    """An iota of the operand's shape (the operand only lends its shape: iota takes none)."""
+    if not shape or element_class(element_type) not in ("signed", "unsigned", "float"):
+        return None
+    return {"iota_dimension": int(rng.integers(len(shape)))}, tuple(shape)
+
+
+def _iota(attrs, operands, element_type, apply):
+    """result[i] = i[iota_dimension], converted to the element type (spec: iota)."""
+    result = np.empty(tuple(attrs["result_shape"]), dtype_of(element_type))
+    for index in _indices(result.shape):
+        value = index[attrs["iota_dimension"]]
+        result[index] = wrap(value, element_type) if element_class(element_type) != "float" \
+            else float_result(Fraction(value) if value else 0.0, element_type)
+    return result, None
+
+
+def _make_map(rng, shape, element_type):
+    kind = element_class(element_type)
+    if kind not in _REDUCERS:
+        return None
+    return {"body": _REDUCERS[kind][int(rng.integers(len(_REDUCERS[kind])))]}, tuple(shape)
+
+
+def _map(attrs, operands, element_type, apply):
+    """result[i] = body(x[i], y[i]) (spec: map), each by the elementwise oracle."""
+    x, y = operands
+    result = np.empty_like(x)
+    for index in _indices(x.shape):
+        value = apply(attrs["body"], x[index], y[index], element_type)
+        if value is None:
+            return None, f"{attrs['body']}: a step the spec leaves to the implementation"
+        result[index] = value
+    return result, None
+
+
 # The ops a case branch or a while body applies: each exact for its classes.
 _BRANCH_OPS = {"bool": ("not",), "signed": ("negate", "not", "abs"), "unsigned": ("not", "popcnt"),
                "float": ("negate", "abs", "floor"), "complex": ("negate",)}
@@ -822,6 +859,19 @@ def _reduce_precision_text(attrs, result, names, types, element_type, result_typ
             f'mantissa_bits = {attrs["mantissa_bits"]} : i32}} : ({types[0]}) -> {result_type}')
 
 
+def _iota_text(attrs, result, names, types, element_type, result_type):
+    return f'{result} = "stablehlo.iota"() {{iota_dimension = {attrs["iota_dimension"]} : i64}} : () -> {result_type}'
+
+
+def _map_text(attrs, result, names, types, element_type, result_type):
+    scalar = tensor_type((), element_type)
+    region = _scalar_region(2, element_type, [
+        f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
+    rank = types[0].count("x")
+    return (f'{result} = "stablehlo.map"({", ".join(names)}) ({region}) {{dimensions = {_i64s(range(rank))}}} : '
+            f"({', '.join(types)}) -> {result_type}")
+
+
 def constant_text(value) -> str:
     """A 0-d value as a dense attribute's element, exactly (floats by their bits)."""
     value = np.asarray(value)
@@ -860,6 +910,8 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
     Structural("convolution", _make_convolution, _convolution_text, _convolution, ("signed", "unsigned", "float"),
                lambda attrs, shape: [(None, _convolution_kernel_shape(attrs, shape))]),
     Structural("reduce_precision", _make_reduce_precision, _reduce_precision_text, _reduce_precision, ("float",)),
+    Structural("iota", _make_iota, _iota_text, _iota, ("signed", "unsigned", "float")),
+    Structural("map", _make_map, _map_text, _map, _ORDERED, lambda attrs, shape: [(None, tuple(shape))]),
     Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),
     Structural("while", _make_while, _while_text, _while, _ANY, results=2),
     Structural("concatenate", _make_concatenate, _concatenate_text, _concatenate, _ANY,
