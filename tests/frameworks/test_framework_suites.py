@@ -46,6 +46,14 @@ def test_report_counts_each_backend_and_lists_what_passes_only_on_the_reference(
             in text)
 
 
+def test_a_name_with_brackets_inside_reads_as_its_node_id(tmp_path):
+    """pytest's junit report writes JAX's `testArgAllReduce_shape=float32[4]_axis=0` with a
+    "]" appended; a run read from progress records (one that stalled) has the node id.
+    Both must give the same id, or the test shows as missing on one side."""
+    run = _run(tmp_path, "cpu", JUNIT.replace('name="test_add"', 'name="test_add_shape=float32[4]_axis=0]"'))
+    assert "test/test_operations.py::TestAten::test_add_shape=float32[4]_axis=0" in run.outcomes
+
+
 def test_each_framework_chooses_its_backends_through_the_environment(tmp_path):
     options = argparse.Namespace(checkout=str(tmp_path), devices=2, cases=3, x64=False, device_tag="cpu")
     cpu, ref = (torch_suite.environment(b, options) for b in torch_suite.BACKENDS)
