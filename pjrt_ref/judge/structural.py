@@ -220,9 +220,9 @@ def _reduce(attrs, operands, element_type, apply):
     (x,) = operands
     body, dimensions = attrs["body"], attrs["dimensions"]
     kept = [d for d in range(x.ndim) if d not in dimensions]
-    result = np.empty(tuple(x.shape[d] for d in kept), x.dtype)
     init = init_value(body, element_type, x.dtype)
-    for index in _indices(result.shape):
+
+    def values_at(index):
         values = [init]
         for reduced in _indices(tuple(x.shape[d] for d in dimensions)):
             full = [0] * x.ndim
@@ -231,7 +231,17 @@ def _reduce(attrs, operands, element_type, apply):
             for k, d in enumerate(dimensions):
                 full[d] = reduced[k]
             values.append(x[tuple(full)])
-        folded = evaluate_fold(body, values, element_type, apply)
+        return values
+    return fold_each(tuple(x.shape[d] for d in kept), x.dtype, body, element_type, apply, values_at)
+
+
+def fold_each(shape, dtype, body: str, element_type: str, apply, values_at):
+    """result[index] = `values_at(index)` folded with the body's op (the init first) by the
+    elementwise oracle. A float sum's or product's order is the implementation's (spec:
+    reduce, "the order is implementation-defined"), so only the other folds decide."""
+    result = np.empty(shape, dtype)
+    for index in _indices(shape):
+        folded = evaluate_fold(body, values_at(index), element_type, apply)
         if folded is None:
             return None, f"{body}: a step the spec leaves to the implementation"
         result[index] = folded
@@ -453,16 +463,9 @@ def _reduce_window(attrs, operands, element_type, apply):
     (x,) = operands
     body, dims = attrs["body"], list(range(x.ndim))
     init = init_value(body, element_type, x.dtype)
-    result = np.empty(tuple(attrs["result_shape"]), x.dtype)
-    for index in _indices(result.shape):
-        values = [init] + [_padded_value(x, position, attrs, dims, init)
-                           for position in _window_positions(index, attrs, dims)]
-        folded = evaluate_fold(body, values, element_type, apply)
-        if folded is None:
-            return None, f"{body}: a step the spec leaves to the implementation"
-        result[index] = folded
-    order_free = body not in ("add", "multiply") or element_class(element_type) != "float"
-    return result, None if order_free else "a float reduction's order is implementation-defined"
+    return fold_each(tuple(attrs["result_shape"]), x.dtype, body, element_type, apply,
+                     lambda index: [init] + [_padded_value(x, position, attrs, dims, init)
+                                             for position in _window_positions(index, attrs, dims)])
 
 
 def _make_convolution(rng, shape, element_type):
@@ -744,13 +747,23 @@ def _scalar_region(arguments: int, element_type: str, lines: list[str], returned
     return f'{{\n  ^bb0({header}):\n{body}    "stablehlo.return"({returned}) : ({scalar}) -> ()\n  }}'
 
 
-def _reduce_text(attrs, result, names, types, element_type, result_type):
+def _binary_region(op: str, element_type: str) -> str:
+    """A region of two scalars returning `op` of them (a reduction's, a map's, a scatter's body)."""
     scalar = tensor_type((), element_type)
-    init = f"{result}_init"
-    value = init_value(attrs["body"], element_type, dtype_of(element_type))
-    region = _scalar_region(2, element_type, [
-        f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
-    return (f"{init} = stablehlo.constant dense<{constant_text(value)}> : {scalar}\n  "
+    return _scalar_region(2, element_type, [f'%s = "stablehlo.{op}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'],
+                          "%s")
+
+
+def _init_line(name: str, body: str, element_type: str) -> str:
+    """`name`, a scalar constant holding the init value of a fold with `body`."""
+    value = init_value(body, element_type, dtype_of(element_type))
+    return f"{name} = stablehlo.constant dense<{constant_text(value)}> : {tensor_type((), element_type)}"
+
+
+def _reduce_text(attrs, result, names, types, element_type, result_type):
+    scalar, init = tensor_type((), element_type), f"{result}_init"
+    region = _binary_region(attrs["body"], element_type)
+    return (f"{_init_line(init, attrs['body'], element_type)}\n  "
             f'{result} = "stablehlo.reduce"({names[0]}, {init}) ({region}) '
             f'{{dimensions = {_i64s(attrs["dimensions"])}}} : ({types[0]}, {scalar}) -> {result_type}')
 
@@ -810,11 +823,9 @@ def _gather_text(attrs, result, names, types, element_type, result_type):
 
 def _scatter_text(attrs, result, names, types, element_type, result_type):
     axis, rank = attrs["axis"], types[0].count("x")
-    scalar = tensor_type((), element_type)
     combiner = attrs["combiner"]
-    lines = [] if combiner == "replace" else [
-        f'%s = "stablehlo.{combiner}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}']
-    region = _scalar_region(2, element_type, lines, "%p1" if combiner == "replace" else "%s")
+    region = (_scalar_region(2, element_type, [], "%p1") if combiner == "replace"
+              else _binary_region(combiner, element_type))
     dimensions = (f"#stablehlo.scatter<update_window_dims = [{', '.join(str(d) for d in range(1, rank))}], "
                   f"inserted_window_dims = [{axis}], scatter_dims_to_operand_dims = [{axis}], "
                   f"index_vector_dim = 1>")
@@ -829,15 +840,12 @@ def _padding_text(padding) -> str:
 
 
 def _reduce_window_text(attrs, result, names, types, element_type, result_type):
-    scalar = tensor_type((), element_type)
-    init = f"{result}_init"
-    value = init_value(attrs["body"], element_type, dtype_of(element_type))
-    region = _scalar_region(2, element_type, [
-        f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
+    scalar, init = tensor_type((), element_type), f"{result}_init"
+    region = _binary_region(attrs["body"], element_type)
     window = (f'window_dimensions = {_i64s(attrs["window"])}, window_strides = {_i64s(attrs["strides"])}, '
               f'base_dilations = {_i64s(attrs["base_dilations"])}, '
               f'window_dilations = {_i64s(attrs["window_dilations"])}, padding = {_padding_text(attrs["padding"])}')
-    return (f"{init} = stablehlo.constant dense<{constant_text(value)}> : {scalar}\n  "
+    return (f"{_init_line(init, attrs['body'], element_type)}\n  "
             f'{result} = "stablehlo.reduce_window"({names[0]}, {init}) ({region}) {{{window}}} : '
             f"({types[0]}, {scalar}) -> {result_type}")
 
@@ -864,9 +872,7 @@ def _iota_text(attrs, result, names, types, element_type, result_type):
 
 
 def _map_text(attrs, result, names, types, element_type, result_type):
-    scalar = tensor_type((), element_type)
-    region = _scalar_region(2, element_type, [
-        f'%s = "stablehlo.{attrs["body"]}"(%p0, %p1) : ({scalar}, {scalar}) -> {scalar}'], "%s")
+    region = _binary_region(attrs["body"], element_type)
     rank = types[0].count("x")
     return (f'{result} = "stablehlo.map"({", ".join(names)}) ({region}) {{dimensions = {_i64s(range(rank))}}} : '
             f"({', '.join(types)}) -> {result_type}")
