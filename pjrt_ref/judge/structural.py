@@ -176,11 +176,16 @@ _REDUCERS = {"bool": ("and", "or", "xor", "maximum"), "signed": ("add", "multipl
 _INITS = {"add": 0, "multiply": 1, "and": 1, "or": 0, "xor": 0}
 
 
+def _random_body(rng, element_type: str) -> str | None:
+    """A fold's or a map's body op for `element_type`, or None where its class has none."""
+    bodies = _REDUCERS.get(element_class(element_type))
+    return None if bodies is None else bodies[int(rng.integers(len(bodies)))]
+
+
 def _make_reduce(rng, shape, element_type):
-    kind = element_class(element_type)
-    if kind not in _REDUCERS or not shape:
+    body = _random_body(rng, element_type)
+    if body is None or not shape:
         return None
-    body = _REDUCERS[kind][int(rng.integers(len(_REDUCERS[kind])))]
     dimensions = sorted(d for d in range(len(shape)) if rng.random() < 0.6) or [0]
     result = tuple(d for k, d in enumerate(shape) if k not in dimensions)
     return {"body": body, "dimensions": dimensions}, result
@@ -414,7 +419,7 @@ def _window_output_size(size: int, low: int, high: int, base_dilation: int, wind
 
 
 def _make_window(rng, shape):
-    """Window attributes for each of `shape`'s dimensions, or None if no window fits."""
+    """Window attributes for each of `shape`'s dimensions, and the number of windows along each."""
     attrs = {"window": [], "strides": [], "base_dilations": [], "window_dilations": [], "padding": []}
     result = []
     for size in shape:
@@ -449,12 +454,10 @@ def _window_positions(result_index, attrs, dims):
 
 
 def _make_reduce_window(rng, shape, element_type):
-    kind = element_class(element_type)
-    if kind not in _REDUCERS or not shape:
+    if element_class(element_type) not in _REDUCERS or not shape:
         return None
     attrs, result = _make_window(rng, shape)
-    attrs["body"] = _REDUCERS[kind][int(rng.integers(len(_REDUCERS[kind])))]
-    return attrs, result
+    return dict(attrs, body=_random_body(rng, element_type)), result
 
 
 def _reduce_window(attrs, operands, element_type, apply):
@@ -501,8 +504,7 @@ def _convolution(attrs, operands, element_type, apply):
                 at = [index[0]] + position + [feature]
                 products.append((_padded_value(lhs, at, attrs, dims, zero),
                                  kernel[tuple(offset) + (feature, index[-1])]))
-        value = (float_sum_of_products(products, element_type) if floats
-                 else wrap(sum(int(a) * int(b) for a, b in products), element_type))
+        value = sum_of_products(products, element_type)
         if value is None:
             return None, OVERFLOW_OPEN
         result[index] = value
@@ -577,22 +579,16 @@ def _iota(attrs, operands, element_type, apply):
 
 
 def _make_map(rng, shape, element_type):
-    kind = element_class(element_type)
-    if kind not in _REDUCERS:
-        return None
-    return {"body": _REDUCERS[kind][int(rng.integers(len(_REDUCERS[kind])))]}, tuple(shape)
+    body = _random_body(rng, element_type)
+    return None if body is None else ({"body": body}, tuple(shape))
 
 
 def _map(attrs, operands, element_type, apply):
     """result[i] = body(x[i], y[i]) (spec: map), each by the elementwise oracle."""
     x, y = operands
-    result = np.empty_like(x)
-    for index in _indices(x.shape):
-        value = apply(attrs["body"], x[index], y[index], element_type)
-        if value is None:
-            return None, f"{attrs['body']}: a step the spec leaves to the implementation"
-        result[index] = value
-    return result, None
+    result = _apply_each(attrs["body"], x, element_type, apply, y)
+    return (None, f"{attrs['body']}: a step the spec leaves to the implementation") if result is None \
+        else (result, None)
 
 
 # The ops a case branch or a while body applies: each exact for its classes.
@@ -606,10 +602,12 @@ def _make_case(rng, shape, element_type):
     return {"branches": branches}, tuple(shape)
 
 
-def _apply_each(op, x, element_type, apply):
+def _apply_each(op, x, element_type, apply, y=None):
+    """`op` on each element of `x` (and of `y`, for a binary op) by the elementwise oracle,
+    or None where the spec leaves a step open."""
     result = np.empty_like(x)
     for index in _indices(x.shape):
-        value = apply(op, x[index], None, element_type)
+        value = apply(op, x[index], None if y is None else y[index], element_type)
         if value is None:
             return None
         result[index] = value
@@ -672,6 +670,14 @@ OVERFLOW_OPEN = ("an infinity in a float sum of products that could also overflo
                  "products and the sum is the implementation's choice")
 
 
+def sum_of_products(pairs, element_type: str):
+    """The sum of a * b over `pairs`: integers exactly, wrapped to the type; floats by
+    `float_sum_of_products` (None where the spec leaves it open)."""
+    if element_class(element_type) == "float":
+        return float_sum_of_products(pairs, element_type)
+    return wrap(sum(int(a) * int(b) for a, b in pairs), element_type)
+
+
 def float_sum_of_products(pairs, element_type: str):
     """The sum of a * b over `pairs`, exact and rounded once, or None where the spec leaves
     it open. A NaN, an infinity times zero, or infinite products of both signs give NaN in
@@ -704,8 +710,7 @@ def _dot(attrs, operands, element_type, apply):
     floats = element_class(element_type) == "float"
     for i, j in _indices((rows, columns)):
         pairs = [(lhs[i, k], rhs[k, j]) for k in range(inner)]
-        value = (float_sum_of_products(pairs, element_type) if floats
-                 else wrap(sum(int(a) * int(b) for a, b in pairs), element_type))
+        value = sum_of_products(pairs, element_type)
         if value is None:
             return None, OVERFLOW_OPEN
         result[i, j] = value
