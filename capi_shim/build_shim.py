@@ -162,6 +162,14 @@ int pjrt_ref_ready_event_destroy(uintptr_t key);
 size_t pjrt_ref_ready_event_count(void);
 size_t pjrt_ref_destroyed_pending(void);
 uintptr_t pjrt_ref_take_destroyed(void);
+typedef struct pjrt_ref_plain_execute {
+    uintptr_t executable;
+    size_t num_args;
+    PJRT_Buffer** outputs;
+    PJRT_Event** complete_events;
+    uintptr_t arguments[64];
+} pjrt_ref_plain_execute;
+int pjrt_ref_read_plain_execute(const PJRT_LoadedExecutable_Execute_Args* args, pjrt_ref_plain_execute* out);
 """
 
 

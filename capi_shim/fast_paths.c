@@ -263,6 +263,44 @@ size_t pjrt_ref_ready_event_count(void) {
     return n;
 }
 
+/* ----------------------------------- PJRT_LoadedExecutable_Execute's plain case
+ * Python runs every execution (pjrt_ref/capi/executable.py
+ * `loaded_executable_execute`). This reads, in one call, what the plain case
+ * needs from the caller's Args: one argument list, no `execute_device`, no
+ * execute context for FFI handlers, and every array present. Reading those
+ * fields through cffi one by one cost more than running `x + y` on scalars.
+ * Returns 0 ("not plain") for anything else, and Python reads the struct
+ * itself, validating and reporting errors as before. */
+#define PJRT_REF_PLAIN_MAX_ARGS 64
+
+typedef struct pjrt_ref_plain_execute {
+    uintptr_t executable;                  /* the PJRT_LoadedExecutable* */
+    size_t num_args;
+    PJRT_Buffer** outputs;                 /* output_lists[0] */
+    PJRT_Event** complete_events;          /* device_complete_events, or NULL */
+    uintptr_t arguments[PJRT_REF_PLAIN_MAX_ARGS];   /* argument_lists[0] */
+} pjrt_ref_plain_execute;
+
+int pjrt_ref_read_plain_execute(const PJRT_LoadedExecutable_Execute_Args* args, pjrt_ref_plain_execute* out) {
+    if (args == NULL || !PJRT_REF_HAS(args, PJRT_LoadedExecutable_Execute_Args, device_complete_events)
+        || args->num_devices != 1 || args->num_args > PJRT_REF_PLAIN_MAX_ARGS
+        || args->argument_lists == NULL || args->output_lists == NULL || args->output_lists[0] == NULL)
+        return 0;
+    if (PJRT_REF_HAS(args, PJRT_LoadedExecutable_Execute_Args, execute_device) && args->execute_device != NULL)
+        return 0;
+    const PJRT_ExecuteOptions* options = args->options;
+    if (options != NULL && PJRT_REF_HAS(options, PJRT_ExecuteOptions, context) && options->context != NULL)
+        return 0;
+    PJRT_Buffer* const* row = args->argument_lists[0];
+    if (args->num_args > 0 && row == NULL) return 0;
+    for (size_t i = 0; i < args->num_args; i++) out->arguments[i] = (uintptr_t)row[i];
+    out->executable = (uintptr_t)args->executable;
+    out->num_args = args->num_args;
+    out->outputs = args->output_lists[0];
+    out->complete_events = args->device_complete_events;
+    return 1;
+}
+
 /* ------------------------------------------------------------ the fast paths
  * Each returns 1 if it answered the call (outputs written, success), 0 to
  * let Python handle it. */

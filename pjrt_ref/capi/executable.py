@@ -9,7 +9,7 @@ from pjrt_ref.spmd import partitioner as spmd
 from pjrt_ref.model.buffer import Buffer
 from pjrt_ref.errors import InvalidArgument
 from pjrt_ref.model.executable import Executable, LoadedExecutable
-from pjrt_ref.capi import cdata
+from pjrt_ref.capi import cdata, fast_paths
 from pjrt_ref.capi._boundary import entry_point
 from pjrt_ref.capi.cdata import Args, hand_out_blob, owned, owned_array, owned_named_values, owned_text, require_array
 from pjrt_ref.capi.event import new_event_handle
@@ -268,6 +268,8 @@ def loaded_executable_execute(args: Args) -> None:
     donatable (and the caller does not list in `non_donatable_input_indices`)
     are deleted. Completion events, if asked for, are born ready.
     """
+    if fast_paths.enabled and _execute_plain(args):
+        return
     loaded = _loaded(args)
     num_devices = args.num_devices
     execute_device = args.get("execute_device", cdata.NULL)
@@ -282,6 +284,23 @@ def loaded_executable_execute(args: Args) -> None:
     if num_devices > 1 or loaded.spans_processes:   # a multi-process program may have one device here
         return _execute_on_devices(args, loaded, non_donatable)
     _execute_on_one_device(args, loaded, device, non_donatable)
+
+
+def _execute_plain(args: Args) -> bool:
+    """Execute's plain case, most jitted calls: one device, nothing to donate,
+    to attach or to choose. Its Args are read in C (`fast_paths.read_plain_execute`);
+    False, having done nothing, if the call is not plain: the general path runs."""
+    call = fast_paths.read_plain_execute(args.raw)
+    if call is None:
+        return False
+    loaded = handles.get_address(call.executable, LoadedExecutable, "PJRT_LoadedExecutable")
+    if not loaded.is_plain:
+        return False
+    arguments = [handles.get_address(key, Buffer, "PJRT_Buffer") for key in fast_paths.argument_keys(call)]
+    _hand_out(loaded.execute(arguments, loaded.devices[0], set()), call.outputs)
+    if call.complete_events != cdata.NULL:
+        call.complete_events[0] = new_event_handle()
+    return True
 
 
 def _chosen_device(loaded: LoadedExecutable, execute_device, num_devices: int):

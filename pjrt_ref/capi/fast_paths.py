@@ -23,6 +23,10 @@ from a table that this module fills:
   buffer's data as PJRT_Buffer_Destroy does in Python (buffer_destroy.py).
   So no Python code ever sees a destroyed handle as live,
   and a later use of it is the usual "not a live handle" error.
+- `read_plain_execute` reads PJRT_LoadedExecutable_Execute's Args in one C
+  call when the call is plain (one argument list, nothing chosen or
+  attached); Python still runs the execution (capi/executable.py
+  `_execute_plain`), and reads any other call's Args itself.
 
 The Python entry points remain the reference for what each call means;
 tests/capi/test_capi_fast_paths.py checks the C answers against them.
@@ -78,6 +82,21 @@ def new_ready_event():
         return None
     event = lib.pjrt_ref_ready_event_new()
     return None if event == ffi.NULL else event
+
+
+def read_plain_execute(raw) -> Any:
+    """PJRT_LoadedExecutable_Execute's Args, read in C when the call is plain
+    (one argument list, no execute_device, no execute context, every array
+    present: capi_shim/fast_paths.c `pjrt_ref_read_plain_execute`); None otherwise,
+    and Python reads the struct itself. A fresh struct per call: a host
+    callback may execute again on this thread before the caller's is done."""
+    call = ffi.new("pjrt_ref_plain_execute*")
+    return call if lib.pjrt_ref_read_plain_execute(raw, call) else None
+
+
+def argument_keys(call) -> list[int]:
+    """The argument handles' addresses of a plain execution (`read_plain_execute`)."""
+    return ffi.unpack(call.arguments, call.num_args)
 
 
 def finish_buffer_destroys() -> None:

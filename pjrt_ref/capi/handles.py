@@ -82,9 +82,13 @@ def facts_changed(obj: Any) -> None:
 
 def get(ptr, kind: type[T], what: str | None = None) -> T:
     """The live object of type `kind` behind `ptr`, or InvalidArgument."""
-    key = int(_ffi.cast(_types[0], ptr))     # (address(ptr) and _get's common case, inlined: a hot path)
+    return get_address(int(_ffi.cast(_types[0], ptr)), kind, what)
+
+
+def get_address(key: int, kind: type[T], what: str | None = None) -> T:
+    """`get` for a handle given by its address."""
     entry = _objects.get(key)
-    if entry is not None and watch is None and isinstance(entry[0], kind):
+    if entry is not None and watch is None and isinstance(entry[0], kind):   # (_get's common case: a hot path)
         return entry[0]
     return _get(key, kind, what)
 

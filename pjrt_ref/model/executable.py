@@ -232,6 +232,10 @@ class LoadedExecutable:
         # (replica, partition) -> the process that runs it; "spans processes" when several do.
         self.hosts = {i: d.description.process_index for i, d in zip(every_id, placed)}
         self.spans_processes = len(set(self.hosts.values())) > 1
+        # One device of this process, nothing donated, no host channel: the common
+        # jitted call, which the C API layer runs by its plain path.
+        self.is_plain = (len(self.devices) == 1 and not self.spans_processes
+                         and not executable.donor_indices and not executable.uses_host_channel)
         self.deleted = False
         self.handle = None            # our PJRT_LoadedExecutable*
         self._lock = threading.Lock()

@@ -232,6 +232,86 @@ def test_execute_outputs_and_events_then_delete(api, objects):
     assert _both_ways(api, "PJRT_Buffer_IsDeleted", ("is_deleted",), buffer=outputs[1])[0][0] == "error"
 
 
+def _execute_outcome(api: Api, objects, **overrides):
+    """Execute TWO_RESULTS on (x, y) with `overrides` on the Args: the two
+    results' values, or the error as ("error", code, message)."""
+    arguments = ffi.new("PJRT_Buffer*[2]", [objects["x"], objects["y"]])
+    outputs = ffi.new("PJRT_Buffer*[2]")
+    fields = dict(executable=objects["loaded"],
+                  options=ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions")}),
+                  argument_lists=ffi.new("PJRT_Buffer**[1]", [arguments]), num_devices=1, num_args=2,
+                  output_lists=ffi.new("PJRT_Buffer**[1]", [outputs]), device_complete_events=ffi.NULL)
+    fields.update(overrides)
+    try:
+        api.call("PJRT_LoadedExecutable_Execute", **fields)
+    except PjrtCallError as error:
+        return ("error", error.code, error.message)
+    values = []
+    for buffer in outputs:
+        result = np.zeros((), np.float32)
+        api.call("PJRT_Buffer_ToHostBuffer", src=buffer, dst=ffi.cast("void*", result.ctypes.data),
+                 dst_size=4, host_layout=ffi.NULL)
+        api.call("PJRT_Buffer_Destroy", buffer=buffer)
+        values.append(float(result))
+    return tuple(values)
+
+
+def _unusual_executions(api: Api, objects, context) -> dict:
+    """Execute's Args that are not plain, each with what makes it so (`context`: a PJRT_ExecuteContext)."""
+    device = api.call("PJRT_Buffer_Device", buffer=objects["x"]).device
+    with_context = ffi.new("PJRT_ExecuteOptions*", {"struct_size": ffi.sizeof("PJRT_ExecuteOptions"),
+                                                     "context": context})
+    no_outputs_row = ffi.new("PJRT_Buffer**[1]", [ffi.NULL])
+    return {
+        "execute_device": dict(execute_device=device),
+        "execute context": dict(options=with_context),
+        "two argument lists": dict(num_devices=2),
+        "NULL argument_lists": dict(argument_lists=ffi.NULL),
+        "NULL output_lists[0]": dict(output_lists=no_outputs_row),
+        "short struct": dict(struct_size=ffi.offsetof("PJRT_LoadedExecutable_Execute_Args",
+                                                      "device_complete_events")),
+        "more arguments than C reads": dict(num_args=65, argument_lists=_rows(api, ffi.new("PJRT_Buffer*[65]"))),
+    }
+
+
+def _rows(api: Api, *rows):
+    """A `PJRT_Buffer**[]` holding `rows`, which `api` keeps alive (a cdata
+    pointer to them does not)."""
+    api.keep.extend(rows)
+    return ffi.new("PJRT_Buffer**[]", list(rows))
+
+
+def test_execute_reads_plain_calls_in_c_and_every_other_in_python(api, objects):
+    """PJRT_LoadedExecutable_Execute's Args are read in C only for a plain
+    call; every other call (a device chosen, an execute context, several
+    argument lists, NULL arrays, a short struct) is read by Python, and each
+    gives the same results or the same error with the fast paths on and off."""
+    plain = api.args("PJRT_LoadedExecutable_Execute", executable=objects["loaded"], num_devices=1, num_args=0,
+                     argument_lists=ffi.new("PJRT_Buffer**[1]"), output_lists=_rows(api, ffi.new("PJRT_Buffer*[2]")))
+    call = fast_paths.read_plain_execute(plain)
+    assert call is not None and call.num_args == 0
+    assert handles.address(plain.executable) == call.executable
+    assert _both_ways_executed(api, objects) == [(7.0, 12.0), (7.0, 12.0)]
+    context = api.call("PJRT_ExecuteContext_Create").context
+    for why, overrides in _unusual_executions(api, objects, context).items():
+        args = api.args("PJRT_LoadedExecutable_Execute", **{
+            "struct_size": ffi.sizeof("PJRT_LoadedExecutable_Execute_Args"), "num_devices": 1, "num_args": 2,
+            "argument_lists": _rows(api, ffi.new("PJRT_Buffer*[2]")),
+            "output_lists": _rows(api, ffi.new("PJRT_Buffer*[2]")), **overrides})
+        assert fast_paths.read_plain_execute(args) is None, why
+        fast, python = _both_ways_executed(api, objects, **overrides)
+        assert fast == python, why
+    api.call("PJRT_ExecuteContext_Destroy", context=context)
+
+
+def _both_ways_executed(api: Api, objects, **overrides) -> list:
+    outcomes = []
+    for enabled in (True, False):
+        with fast_paths_set(enabled):
+            outcomes.append(_execute_outcome(api, objects, **overrides))
+    return outcomes
+
+
 def test_error_destroy_of_null_is_a_no_op(api):
     """PJRT_Error_Destroy(NULL) (a void slot) returns on either path without
     touching a handle, and errors are made, read and destroyed as before."""
