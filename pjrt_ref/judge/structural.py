@@ -418,13 +418,14 @@ def _window_output_size(size: int, low: int, high: int, base_dilation: int, wind
     return (padded - dilated) // stride + 1 if padded >= dilated else 0
 
 
-def _make_window(rng, shape):
-    """Window attributes for each of `shape`'s dimensions, and the number of windows along each."""
+def _make_window(rng, shape, dilated: bool = True):
+    """Window attributes for each of `shape`'s dimensions, and the number of windows along each
+    (without `dilated`, base and window dilations are 1: select_and_scatter has none)."""
     attrs = {"window": [], "strides": [], "base_dilations": [], "window_dilations": [], "padding": []}
     result = []
     for size in shape:
         window, stride = int(rng.integers(1, 4)), int(rng.integers(1, 3))
-        base, dilation = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        base, dilation = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) if dilated else (1, 1)
         low, high = int(rng.integers(0, 2)), int(rng.integers(0, 2))
         result.append(_window_output_size(size, low, high, base, window, dilation, stride))
         for key, value in zip(attrs, (window, stride, base, dilation, [low, high])):
@@ -469,6 +470,67 @@ def _reduce_window(attrs, operands, element_type, apply):
     return fold_each(tuple(attrs["result_shape"]), x.dtype, body, element_type, apply,
                      lambda index: [init] + [_padded_value(x, position, attrs, dims, init)
                                              for position in _window_positions(index, attrs, dims)])
+
+
+def _make_select_and_scatter(rng, shape, element_type):
+    """select keeps the greater (compare GE) or the lesser (LE) element; scatter folds with a
+    reduction's body. The source holds one value per window."""
+    body = _random_body(rng, element_type)
+    if body is None or not shape or element_class(element_type) == "bool":
+        return None
+    attrs, windows = _make_window(rng, shape, dilated=False)
+    direction = "GE" if rng.random() < 0.5 else "LE"
+    return dict(attrs, body=body, direction=direction, windows=list(windows)), tuple(shape)
+
+
+def _select_and_scatter(attrs, operands, element_type, apply):
+    """Each window of the padded operand keeps one element by `select`, and the window's
+    source value goes there; result[i] folds the values that reach element i with
+    `scatter`, from the init value (spec: select_and_scatter). The spec picks with
+    `reduce_window` over the window's operand elements only (padding is never picked), whose
+    order is implementation-defined: a window whose pick depends on that order (a tie, a
+    NaN), or of padding alone ("unspecified", #731), leaves the answer open."""
+    x, source = operands
+    dims, keep_greater = list(range(x.ndim)), attrs["direction"] == "GE"
+    reached: dict[tuple, list] = {}
+    for index in _indices(tuple(attrs["windows"])):
+        inside = [tuple(p) for p in (_unpadded(position, attrs, x.shape)
+                                     for position in _window_positions(index, attrs, dims)) if p is not None]
+        if not inside:
+            return None, "a window of padding alone: select_and_scatter's pick is unspecified there"
+        kept = _only_pick([x[p] for p in inside], is_float(x.dtype), keep_greater)
+        if kept is None:
+            return None, "a tie or a NaN in a window: which element select keeps depends on the order"
+        reached.setdefault(inside[kept], []).append(source[index])
+    init = init_value(attrs["body"], element_type, x.dtype)
+    result = np.empty(x.shape, x.dtype)
+    for index in _indices(x.shape):
+        folded = evaluate_fold(attrs["body"], [init] + reached.get(index, []), element_type, apply)
+        if folded is None:
+            return None, f"{attrs['body']}: a step the spec leaves to the implementation"
+        result[index] = folded
+    order_free = attrs["body"] in _ORDER_FREE or element_class(element_type) != "float"
+    if not order_free and any(len(values) > 1 for values in reached.values()):
+        return None, "two source values reach one element and a float fold's order is implementation-defined"
+    return result, None
+
+
+def _unpadded(position, attrs, shape):
+    """The operand index at a padded position, or None in the padding."""
+    index = [at - attrs["padding"][d][0] for d, at in enumerate(position)]
+    return None if any(i < 0 or i >= size for i, size in zip(index, shape)) else index
+
+
+def _only_pick(values, floats: bool, keep_greater: bool) -> int | None:
+    """The position of the one element that select (GE or LE) keeps whatever the order,
+    or None when that depends on the order (several equal extremes, -0 and +0 among
+    them, or a NaN, which compares false both ways)."""
+    numbers = [float(np.float64(v)) if floats else int(v) for v in values]   # exact either way
+    if floats and any(math.isnan(v) for v in numbers):
+        return None
+    extreme = max(numbers) if keep_greater else min(numbers)
+    positions = [k for k, v in enumerate(numbers) if v == extreme]
+    return positions[0] if len(positions) == 1 else None
 
 
 def _make_convolution(rng, shape, element_type):
@@ -773,13 +835,18 @@ def _reduce_text(attrs, result, names, types, element_type, result_type):
             f'{{dimensions = {_i64s(attrs["dimensions"])}}} : ({types[0]}, {scalar}) -> {result_type}')
 
 
-def _sort_text(attrs, result, names, types, element_type, result_type):
+def _compare_region(direction: str, compare_type: str, element_type: str) -> str:
+    """A region of two scalars returning their comparison (sort's comparator, select_and_scatter's select)."""
     scalar = tensor_type((), element_type)
-    region = (f'{{\n  ^bb0(%p0: {scalar}, %p1: {scalar}):\n'
-              f'    %s = "stablehlo.compare"(%p0, %p1) {{comparison_direction = '
-              f'#stablehlo<comparison_direction {attrs["direction"]}>, compare_type = '
-              f'#stablehlo<comparison_type {attrs["compare_type"]}>}} : ({scalar}, {scalar}) -> tensor<i1>\n'
-              f'    "stablehlo.return"(%s) : (tensor<i1>) -> ()\n  }}')
+    return (f'{{\n  ^bb0(%p0: {scalar}, %p1: {scalar}):\n'
+            f'    %s = "stablehlo.compare"(%p0, %p1) {{comparison_direction = '
+            f'#stablehlo<comparison_direction {direction}>, compare_type = '
+            f'#stablehlo<comparison_type {compare_type}>}} : ({scalar}, {scalar}) -> tensor<i1>\n'
+            f'    "stablehlo.return"(%s) : (tensor<i1>) -> ()\n  }}')
+
+
+def _sort_text(attrs, result, names, types, element_type, result_type):
+    region = _compare_region(attrs["direction"], attrs["compare_type"], element_type)
     return (f'{result} = "stablehlo.sort"({names[0]}) ({region}) '
             f'{{dimension = {attrs["dimension"]} : i64, is_stable = true}} : ({types[0]}) -> {result_type}')
 
@@ -855,6 +922,17 @@ def _reduce_window_text(attrs, result, names, types, element_type, result_type):
             f"({types[0]}, {scalar}) -> {result_type}")
 
 
+def _select_and_scatter_text(attrs, result, names, types, element_type, result_type):
+    scalar, init = tensor_type((), element_type), f"{result}_init"
+    select = _compare_region(attrs["direction"], comparison_type(element_type), element_type)
+    scatter = _binary_region(attrs["body"], element_type)
+    window = (f'window_dimensions = {_i64s(attrs["window"])}, window_strides = {_i64s(attrs["strides"])}, '
+              f'padding = {_padding_text(attrs["padding"])}')
+    return (f"{_init_line(init, attrs['body'], element_type)}\n  "
+            f'{result} = "stablehlo.select_and_scatter"({names[0]}, {names[1]}, {init}) ({select}, {scatter}) '
+            f"{{{window}}} : ({types[0]}, {types[1]}, {scalar}) -> {result_type}")
+
+
 def _convolution_text(attrs, result, names, types, element_type, result_type):
     spatial = ", ".join(str(k) for k in range(len(attrs["window"])))
     lhs = "[b, " + (spatial + ", " if spatial else "") + "f]"
@@ -918,6 +996,8 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
     Structural("scatter", _make_scatter, _scatter_text, _scatter, _ORDERED,
                lambda attrs, shape: [("i32", (attrs["count"], 1)), (None, _scatter_update_shape(attrs, shape))]),
     Structural("reduce_window", _make_reduce_window, _reduce_window_text, _reduce_window, _ORDERED),
+    Structural("select_and_scatter", _make_select_and_scatter, _select_and_scatter_text, _select_and_scatter,
+               ("signed", "unsigned", "float"), lambda attrs, shape: [(None, tuple(attrs["windows"]))]),
     Structural("convolution", _make_convolution, _convolution_text, _convolution, ("signed", "unsigned", "float"),
                lambda attrs, shape: [(None, _convolution_kernel_shape(attrs, shape))]),
     Structural("reduce_precision", _make_reduce_precision, _reduce_precision_text, _reduce_precision, ("float",)),

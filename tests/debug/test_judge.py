@@ -225,6 +225,21 @@ def test_reduce_window_pads_and_dilates_as_the_specs_example():
     assert value.tolist() == [[0, 0], [3, 4]] and silent is None
 
 
+def test_select_and_scatter_gives_the_specs_example_and_leaves_a_tie_open():
+    """The spec's select_and_scatter example (docs/spec.md#select_and_scatter): select GE,
+    scatter add, windows [3, 1], strides [2, 1], padding [[0, 1], [0, 0]]. A window
+    whose greatest element is there twice picks by the order, which the spec leaves open."""
+    x = np.array([[1, 5], [2, 5], [3, 6], [4, 4]], np.int64)
+    source = np.array([[5, 6], [7, 8]], np.int64)
+    attrs = {"body": "add", "direction": "GE", "window": [3, 1], "strides": [2, 1],
+             "padding": [[0, 1], [0, 0]], "base_dilations": [1, 1], "window_dilations": [1, 1], "windows": [2, 2]}
+    value, silent = _indexed("select_and_scatter", "i64", [x, source], attrs, (4, 2))
+    assert value.tolist() == [[0, 0], [0, 0], [5, 14], [7, 0]] and silent is None
+    tied = dict(attrs, window=[2, 1], padding=[[0, 0], [0, 0]])
+    value, silent = _indexed("select_and_scatter", "i64", [x, source], tied, (4, 2))
+    assert value is None and "tie" in silent
+
+
 def test_a_convolution_dilates_its_input_with_zeros_and_wraps_integers():
     lhs = np.array([1, 2, 3, 4], np.int8).reshape(1, 4, 1)
     kernel = np.array([1, 10], np.int8).reshape(2, 1, 1)
@@ -345,7 +360,7 @@ def test_structural_programs_round_trip_through_a_corpus(tmp_path):
                                  "^(real|imag|complex|bitcast_convert|negate)$",
                                  "^(add|subtract|multiply|divide|maximum|minimum)$",
                                  "gather|scatter|dynamic_update_slice",
-                                 "reduce_window|convolution|reduce_precision",
+                                 "reduce_window|convolution|reduce_precision|select_and_scatter",
                                  "^(iota|map|add|negate)$"])
 def test_pjrt_ref_gives_the_oracles_answer_wherever_the_spec_decides(ops):
     """The oracle recomputes from the spec's formulas; pjrt-ref's kernels must agree
