@@ -43,14 +43,21 @@ def _outputs(op, *values):
 
 @register("stablehlo.batch_norm_inference", validate=_validate)
 def batch_norm_inference(op, operand, scale, offset, mean, variance):
-    """Spec "batch_norm_inference": scale * (x - mean) / sqrt(variance + epsilon) + offset."""
+    """Spec "batch_norm_inference": scale * ((x - mean) / sqrt(variance + epsilon)) + offset,
+    in the order of the spec's decomposition (dividing before scaling: `scale * (x - mean)`
+    first overflows where the spec's result is finite)."""
     feature, epsilon, rank = op.attrs["feature_index"], op.attrs["epsilon"], operand.ndim
     x = _work(operand)
     with np.errstate(all="ignore"):
         stddev = np.sqrt(_per_feature(variance, rank, feature) + x.dtype.type(epsilon))
-        result = (_per_feature(scale, rank, feature) * (x - _per_feature(mean, rank, feature))
-                  / stddev + _per_feature(offset, rank, feature))
+        result = _scaled(op, (x - _per_feature(mean, rank, feature)) / stddev, scale, offset)
     return _outputs(op, result)[0]
+
+
+def _scaled(op, normalized: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """The spec's last step of batch_norm_inference and batch_norm_training: scale * normalized + offset."""
+    feature, rank = op.attrs["feature_index"], normalized.ndim
+    return _per_feature(scale, rank, feature) * normalized + _per_feature(offset, rank, feature)
 
 
 @register("stablehlo.batch_norm_training", validate=_validate)
@@ -63,8 +70,7 @@ def batch_norm_training(op, operand, scale, offset):
         mean = _mean(x, feature)
         centered = x - mean
         variance = _mean(centered * centered, feature)
-        output = (_per_feature(scale, rank, feature) * centered
-                  / np.sqrt(variance + x.dtype.type(epsilon)) + _per_feature(offset, rank, feature))
+        output = _scaled(op, centered / np.sqrt(variance + x.dtype.type(epsilon)), scale, offset)
     return _outputs(op, output, mean.reshape(-1), variance.reshape(-1))
 
 

@@ -109,6 +109,7 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in [
     OpSpec("scatter", 3, ALL[:-1], accuracy="approximate"),
     OpSpec("reduce_window", 1, ALL[:-1], accuracy="approximate"),
     OpSpec("select_and_scatter", 2, INTEGER + ("float",), accuracy="approximate"),
+    OpSpec("batch_norm_inference", 5, ("float",), accuracy="approximate"),
     OpSpec("reduce_precision", 1, ("float",), only=("f16", "bf16", "f32", "f64")),
     OpSpec("iota", 1, INTEGER + ("float",)),     # its operand only lends the shape
     OpSpec("map", 2, ALL[:-1]),

@@ -622,6 +622,46 @@ def _reduce_precision(attrs, operands, element_type, apply):
     return np.array(bits, unsigned).view(x.dtype).reshape(x.shape), silent
 
 
+# ------------------------------------------------------------ batch_norm_inference
+_EPSILONS = (0.0, 1e-5, 1e-3, 1.0)
+
+
+def _make_batch_norm_inference(rng, shape, element_type):
+    """Normalise along one feature dimension with given per-feature scale, offset, mean and variance."""
+    if not shape:
+        return None
+    return {"feature_index": int(rng.integers(len(shape))),
+            "epsilon": float(np.float32(_EPSILONS[int(rng.integers(len(_EPSILONS)))]))}, tuple(shape)
+
+
+def _per_feature(attrs, shape):
+    return [(None, (shape[attrs["feature_index"]],))] * 4     # scale, offset, mean, variance
+
+
+def _batch_norm_inference(attrs, operands, element_type, apply):
+    """The spec's decomposition, element by element: scale * ((x - mean) / sqrt(variance +
+    epsilon)) + offset, each op by the elementwise oracle, epsilon rounded to the element type
+    (spec: batch_norm_inference). The spec leaves its numeric precision to the
+    implementation: the answer is the reference the two sides are measured against."""
+    x, scale, offset, mean, variance = operands
+    feature = attrs["feature_index"]
+    epsilon = np.float32(attrs["epsilon"]).astype(x.dtype)
+    result = np.empty(x.shape, x.dtype)
+    for index in _indices(x.shape):
+        k = index[feature]
+        stddev = apply("sqrt", apply("add", variance[k], epsilon, element_type), None, element_type)
+        centered = apply("subtract", x[index], mean[k], element_type)
+        if stddev is None or centered is None:
+            return None, "batch_norm_inference: a step the spec leaves to the implementation"
+        normalized = apply("divide", centered, stddev, element_type)
+        scaled = None if normalized is None else apply("multiply", scale[k], normalized, element_type)
+        value = None if scaled is None else apply("add", scaled, offset[k], element_type)
+        if value is None:
+            return None, "batch_norm_inference: a step the spec leaves to the implementation"
+        result[index] = value
+    return result, "batch_norm_inference: numeric precision is implementation-defined"
+
+
 # ------------------------------------------------------------ iota and map
 def _make_iota(rng, shape, element_type):
     """An iota of the operand's shape (the operand only lends its shape: iota takes none)."""
@@ -950,6 +990,12 @@ def _reduce_precision_text(attrs, result, names, types, element_type, result_typ
             f'mantissa_bits = {attrs["mantissa_bits"]} : i32}} : ({types[0]}) -> {result_type}')
 
 
+def _batch_norm_inference_text(attrs, result, names, types, element_type, result_type):
+    return (f'{result} = "stablehlo.batch_norm_inference"({", ".join(names)}) '
+            f'{{epsilon = {attrs["epsilon"]!r} : f32, feature_index = {attrs["feature_index"]} : i64}} : '
+            f"({', '.join(types)}) -> {result_type}")
+
+
 def _iota_text(attrs, result, names, types, element_type, result_type):
     return f'{result} = "stablehlo.iota"() {{iota_dimension = {attrs["iota_dimension"]} : i64}} : () -> {result_type}'
 
@@ -1001,6 +1047,8 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
     Structural("convolution", _make_convolution, _convolution_text, _convolution, ("signed", "unsigned", "float"),
                lambda attrs, shape: [(None, _convolution_kernel_shape(attrs, shape))]),
     Structural("reduce_precision", _make_reduce_precision, _reduce_precision_text, _reduce_precision, ("float",)),
+    Structural("batch_norm_inference", _make_batch_norm_inference, _batch_norm_inference_text,
+               _batch_norm_inference, ("float",), _per_feature),
     Structural("iota", _make_iota, _iota_text, _iota, ("signed", "unsigned", "float")),
     Structural("map", _make_map, _map_text, _map, _ORDERED, lambda attrs, shape: [(None, tuple(shape))]),
     Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),

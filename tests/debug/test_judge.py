@@ -240,6 +240,19 @@ def test_select_and_scatter_gives_the_specs_example_and_leaves_a_tie_open():
     assert value is None and "tie" in silent
 
 
+def test_batch_norm_inference_follows_the_specs_decomposition_and_leaves_precision_open():
+    """The spec's batch_norm_inference example (docs/spec.md#batch_norm_inference); the
+    spec leaves its numeric precision to the implementation, so the oracle's answer is
+    the reference both sides are measured against, not a verdict by itself."""
+    x = np.array([[[1, 2], [3, 4]], [[3, 4], [1, 2]]], np.float32)
+    ones = np.ones(2, np.float32)
+    value, silent = _indexed("batch_norm_inference", "f32",
+                             [x, ones, ones, np.array([2, 3], np.float32), ones],
+                             {"epsilon": 0.0, "feature_index": 2}, (2, 2, 2))
+    assert value.tolist() == [[[0, 0], [2, 2]], [[2, 2], [0, 0]]]
+    assert "precision" in silent
+
+
 def test_a_convolution_dilates_its_input_with_zeros_and_wraps_integers():
     lhs = np.array([1, 2, 3, 4], np.int8).reshape(1, 4, 1)
     kernel = np.array([1, 10], np.int8).reshape(2, 1, 1)

@@ -36,3 +36,25 @@ func.func @main(%x: {x}, %scale: {v}, %offset: {v}, %mean: {v}, %var: {v}, %dy: 
     ours, theirs = ours_and_xla(text, args)
     tol = {np.float16: 2e-2, np.float32: 1e-5, np.float64: 1e-12}[dtype]
     assert_close(ours, theirs, rtol=tol, atol=tol)
+
+
+def test_batch_norm_inference_divides_before_it_scales_as_the_spec_decomposes_it():
+    """Spec: normalized = (x - mean) / stddev, then scale * normalized + offset. With x - mean
+    at float64's largest magnitude, scaling first overflows to -inf; the spec's order gives
+    a finite result (found by `pjrt-ref fuzz`, issue 33). XLA CPU expands the op in the
+    spec's order too."""
+    v = _t((1,), "f64")
+    text = f"""
+func.func @main(%x: {v}, %scale: {v}, %offset: {v}, %mean: {v}, %var: {v}) -> {v} {{
+  %0 = "stablehlo.batch_norm_inference"(%x, %scale, %offset, %mean, %var)
+       {{epsilon = 1.0 : f32, feature_index = 0 : i64}} : ({v}, {v}, {v}, {v}, {v}) -> {v}
+  return %0 : {v}
+}}"""
+    largest = np.finfo(np.float64).max
+    x, scale, offset, mean, variance = (np.array([value]) for value in (3.0, 1.5, 3.0, largest, 1.5))
+    normalized = (x - mean) / np.sqrt(variance + 1.0)
+    expected = scale * normalized + offset
+    assert np.isfinite(expected).all()
+    ours, theirs = ours_and_xla(text, [x, scale, offset, mean, variance])
+    assert np.array_equal(ours[0], expected)
+    assert np.array_equal(theirs[0], expected)
