@@ -39,7 +39,7 @@ import numpy as np
 
 from pjrt_ref.interpreter.native import gemm_pool
 from pjrt_ref.interpreter.native.blocks import COLUMN_BLOCKS, ROW_BLOCKS, Blocks, fine_blocks, product_blocks
-from pjrt_ref.interpreter.native.openblas_threads import OpenBlasThreads
+from pjrt_ref.interpreter.native import openblas_threads
 from pjrt_ref.interpreter.native.products import ProductEngine, matmul_threads
 
 __all__ = ["COLUMN_BLOCKS", "ROW_BLOCKS", "Blocks", "ProductEngine", "accumulate_is_exact",
@@ -48,7 +48,7 @@ __all__ = ["COLUMN_BLOCKS", "ROW_BLOCKS", "Blocks", "ProductEngine", "accumulate
            "matmul_add", "matmul_threads", "matrix_operands", "product_blocks"]
 
 # OpenBLAS's threads, one setting for the whole process as OpenBLAS's own is.
-_OPENBLAS = OpenBlasThreads()
+_OPENBLAS = openblas_threads.PROCESS
 # The process's engine (`engine`), None until the first product.
 _ENGINE: ProductEngine | None = None
 _BUILDING = threading.Lock()

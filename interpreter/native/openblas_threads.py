@@ -81,3 +81,9 @@ def thread_local_setter():
         setter.restype = ctypes.c_int
         setter.argtypes = (ctypes.c_int,)
     return setter
+
+
+# This process's OpenBLAS (blas.py builds the product engine on it). Here, not in
+# blas.py, so that setting its threads before a program is planned
+# (process_setup.py) does not load the product engine a program may never use.
+PROCESS = OpenBlasThreads()

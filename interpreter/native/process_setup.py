@@ -6,7 +6,7 @@ check.
 """
 from __future__ import annotations
 
-from pjrt_ref.interpreter.native import blas, heap
+from pjrt_ref.interpreter.native import heap, openblas_threads
 
 
 def set_up_process(optimize: bool) -> None:
@@ -14,6 +14,6 @@ def set_up_process(optimize: bool) -> None:
     freed array memory in the process (heap.py)."""
     # In both modes: OpenBLAS's threads change how it splits a product, and
     # so its bits; PJRT_REF_OPTIMIZE=0 must compute what the optimiser does.
-    blas.limit_blas_threads()
+    openblas_threads.PROCESS.limit()
     if optimize:
         heap.keep_freed_memory()

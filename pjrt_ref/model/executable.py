@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from pjrt_ref.interpreter.native import openblas_threads
 from pjrt_ref.interpreter.types import TensorType
 from pjrt_ref.model import layouts, memory, multi_device, program_cache, program_formats
 from pjrt_ref.services import dumps, serialization
@@ -278,9 +279,7 @@ def _limit_blas_threads() -> None:
     """Apply the interpreter's OpenBLAS thread setting before the first
     program is loaded. Once per process, whether or not the optimiser is on
     (the setting decides a product's bits)."""
-    from pjrt_ref.interpreter.native import blas
-
-    blas.limit_blas_threads()
+    openblas_threads.PROCESS.limit()
 
 
 # Ops that talk to the host channel (interpreter/ops/side_effects.py `host_channel`).
