@@ -652,14 +652,14 @@ def _batch_norm_inference(attrs, operands, element_type, apply):
         stddev = apply("sqrt", apply("add", variance[k], epsilon, element_type), None, element_type)
         centered = apply("subtract", x[index], mean[k], element_type)
         if stddev is None or centered is None:
-            return None, "batch_norm_inference: a step the spec leaves to the implementation"
+            return None, "a step the spec leaves to the implementation"
         normalized = apply("divide", centered, stddev, element_type)
         scaled = None if normalized is None else apply("multiply", scale[k], normalized, element_type)
         value = None if scaled is None else apply("add", scaled, offset[k], element_type)
         if value is None:
-            return None, "batch_norm_inference: a step the spec leaves to the implementation"
+            return None, "a step the spec leaves to the implementation"
         result[index] = value
-    return result, "batch_norm_inference: numeric precision is implementation-defined"
+    return result, "numeric precision is implementation-defined"
 
 
 # ------------------------------------------------------------ iota and map
