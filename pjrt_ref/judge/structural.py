@@ -433,17 +433,24 @@ def _make_window(rng, shape, dilated: bool = True):
     return attrs, tuple(result)
 
 
-def _padded_value(x, index, attrs, dims, fill):
-    """Element `index` of `x` padded and base-dilated along `dims` (spec: the padded
-    input; holes and edges hold `fill`), or `fill`."""
+def _source_index(index, attrs, dims, shape) -> tuple | None:
+    """The index in an operand of `shape` of position `index` of its padded and
+    base-dilated form along `dims`, or None for a position in the padding or a hole."""
     source = list(index)
     for k, d in enumerate(dims):
         at = index[d] - attrs["padding"][k][0]
         base = attrs["base_dilations"][k]
-        if at < 0 or at % base or at // base >= x.shape[d]:
-            return fill
+        if at < 0 or at % base or at // base >= shape[d]:
+            return None
         source[d] = at // base
-    return x[tuple(source)]
+    return tuple(source)
+
+
+def _padded_value(x, index, attrs, dims, fill):
+    """Element `index` of `x` padded and base-dilated along `dims` (spec: the padded
+    input; holes and edges hold `fill`), or `fill`."""
+    source = _source_index(index, attrs, dims, x.shape)
+    return fill if source is None else x[source]
 
 
 def _window_positions(result_index, attrs, dims):
@@ -494,8 +501,8 @@ def _select_and_scatter(attrs, operands, element_type, apply):
     dims, keep_greater = list(range(x.ndim)), attrs["direction"] == "GE"
     reached: dict[tuple, list] = {}
     for index in _indices(tuple(attrs["windows"])):
-        inside = [tuple(p) for p in (_unpadded(position, attrs, x.shape)
-                                     for position in _window_positions(index, attrs, dims)) if p is not None]
+        inside = [p for p in (_source_index(position, attrs, dims, x.shape)
+                              for position in _window_positions(index, attrs, dims)) if p is not None]
         if not inside:
             return None, "a window of padding alone: select_and_scatter's pick is unspecified there"
         kept = _only_pick([x[p] for p in inside], is_float(x.dtype), keep_greater)
@@ -513,12 +520,6 @@ def _select_and_scatter(attrs, operands, element_type, apply):
     if not order_free and any(len(values) > 1 for values in reached.values()):
         return None, "two source values reach one element and a float fold's order is implementation-defined"
     return result, None
-
-
-def _unpadded(position, attrs, shape):
-    """The operand index at a padded position, or None in the padding."""
-    index = [at - attrs["padding"][d][0] for d, at in enumerate(position)]
-    return None if any(i < 0 or i >= size for i, size in zip(index, shape)) else index
 
 
 def _only_pick(values, floats: bool, keep_greater: bool) -> int | None:
@@ -634,7 +635,7 @@ def _make_batch_norm_inference(rng, shape, element_type):
             "epsilon": float(np.float32(_EPSILONS[int(rng.integers(len(_EPSILONS)))]))}, tuple(shape)
 
 
-def _per_feature(attrs, shape):
+def _batch_norm_parameters(attrs, shape):
     return [(None, (shape[attrs["feature_index"]],))] * 4     # scale, offset, mean, variance
 
 
@@ -1048,7 +1049,7 @@ STRUCTURAL: dict[str, Structural] = {s.name: s for s in [
                lambda attrs, shape: [(None, _convolution_kernel_shape(attrs, shape))]),
     Structural("reduce_precision", _make_reduce_precision, _reduce_precision_text, _reduce_precision, ("float",)),
     Structural("batch_norm_inference", _make_batch_norm_inference, _batch_norm_inference_text,
-               _batch_norm_inference, ("float",), _per_feature),
+               _batch_norm_inference, ("float",), _batch_norm_parameters),
     Structural("iota", _make_iota, _iota_text, _iota, ("signed", "unsigned", "float")),
     Structural("map", _make_map, _map_text, _map, _ORDERED, lambda attrs, shape: [(None, tuple(shape))]),
     Structural("case", _make_case, _case_text, _case, _ANY, lambda attrs, shape: [("i32", ())]),
