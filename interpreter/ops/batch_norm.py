@@ -64,7 +64,7 @@ def _scaled(op, normalized: np.ndarray, scale: np.ndarray, offset: np.ndarray) -
 def batch_norm_training(op, operand, scale, offset):
     """Spec "batch_norm_training": normalise with the batch's own mean and
     (biased) variance; also return them."""
-    feature, epsilon, rank = op.attrs["feature_index"], op.attrs["epsilon"], operand.ndim
+    feature, epsilon = op.attrs["feature_index"], op.attrs["epsilon"]
     x = _work(operand)
     with np.errstate(all="ignore"):
         mean = _mean(x, feature)
